@@ -1,0 +1,82 @@
+# nanovllm - build, test, sanitizers, benchmark.
+#
+#   make              build/nanovllm and build/libnanovllm.a (engine + config + cuda)
+#   make test         the Criterion suite (and the binary it drives)
+#   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
+#   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
+#   CUDA=0            build without the CUDA sources even when nvcc is present
+#
+# CUDA sources build when nvcc is found (PATH or /usr/local/cuda). The CUDA
+# runtime is linked statically, so the binary runs on machines without CUDA.
+
+CC      ?= gcc
+BUILD   ?= build
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA    ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+WARN     = -Wall -Wextra -Werror
+CFLAGS  += -std=c11 -D_GNU_SOURCE -O2 -g -pthread $(WARN) -MMD -MP $(EXTRA_CFLAGS)
+LDLIBS   = -ljansson -lopenblas -lm -lpthread
+LDFLAGS += $(EXTRA_LDFLAGS)
+
+LIB_SRC  = $(wildcard engine/*.c) $(wildcard config/*.c)
+BIN_SRC  = $(wildcard server/*.c)
+TEST_SRC = $(wildcard tests/*.c)
+
+ifeq ($(CUDA),1)
+CU_SRC    = $(wildcard cuda/*.cu)
+NVCCFLAGS = -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+            -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+else
+LIB_SRC  += cuda/cuda_device_none.c
+endif
+
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+BIN_OBJ  = $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+.PHONY: all test asan bench clean
+
+all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/libnanovllm.a: $(LIB_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/nanovllm: $(BIN_OBJ) $(BUILD)/libnanovllm.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcriterion $(LDLIBS) -o $@
+
+# Tests find the binary through NANOVLLM_BIN and the fixtures relative to here.
+test: $(BUILD)/test_nanovllm $(BUILD)/nanovllm
+	NANOVLLM_BIN=$(BUILD)/nanovllm $(BUILD)/test_nanovllm $(TEST_ARGS)
+
+asan:
+	$(MAKE) BUILD=build-asan CUDA=0 \
+	    EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    EXTRA_LDFLAGS="-fsanitize=address,undefined" test
+
+BENCH_MODEL ?= $(BUILD)/qwen3-0.6b-random
+SHARED      ?= ../shared
+$(BENCH_MODEL)/model.safetensors:
+	/usr/bin/python3 $(SHARED)/tools/make_random_qwen3.py --preset qwen3-0.6b --out $(BENCH_MODEL) \
+	    --tokenizer-dir tests/fixtures/tiny-qwen3
+
+bench: $(BUILD)/nanovllm $(BENCH_MODEL)/model.safetensors
+	$(BUILD)/nanovllm bench --model $(BENCH_MODEL) $(BENCH_ARGS)
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

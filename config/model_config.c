@@ -1,0 +1,257 @@
+/*
+ * model_config.c - Hugging Face config.json -> ModelConfig (see model_config.h).
+ *
+ * Defaults are those of transformers' Qwen3Config, so a config.json that
+ * leaves a field out means what it means to Hugging Face.
+ */
+#include "model_config.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads an integer field into *out. A missing field is an error when
+ * required, else *out keeps its default. Bounds keep every size product in
+ * the forward pass far from overflow. */
+static int read_int(json_t *root, const char *key, bool required, long long lo, long long hi,
+                    int *out, Error *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (required) return error_set(err, "config.json: missing required field '%s'", key);
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return error_set(err, "config.json: field '%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return error_set(err, "config.json: field '%s' = %lld is out of range [%lld, %lld]", key, x,
+                         lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+static int read_number(json_t *root, const char *key, double lo, double hi, double *out,
+                       Error *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return error_set(err, "config.json: field '%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi)
+        return error_set(err, "config.json: field '%s' = %g is out of range [%g, %g]", key, x, lo,
+                         hi);
+    *out = x;
+    return 0;
+}
+
+static int add_eos(ModelConfig *cfg, long long id, const char *file, Error *err) {
+    if (id < 0 || id >= cfg->vocab_size)
+        return error_set(err, "%s: eos_token_id %lld is outside the vocabulary (size %d)", file, id,
+                         cfg->vocab_size);
+    for (int i = 0; i < cfg->num_eos_ids; i++)
+        if (cfg->eos_ids[i] == id) return 0;
+    if (cfg->num_eos_ids == MODEL_MAX_EOS_IDS)
+        return error_set(err, "%s: more than %d eos_token_id values", file, MODEL_MAX_EOS_IDS);
+    cfg->eos_ids[cfg->num_eos_ids++] = (int)id;
+    return 0;
+}
+
+/* eos_token_id may be absent, null, an integer, or a list of integers. */
+static int read_eos(ModelConfig *cfg, json_t *root, const char *file, Error *err) {
+    json_t *v = json_object_get(root, "eos_token_id");
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_integer(v)) return add_eos(cfg, json_integer_value(v), file, err);
+    if (!json_is_array(v))
+        return error_set(err, "%s: field 'eos_token_id' must be an integer or a list of integers",
+                         file);
+    size_t i;
+    json_t *item;
+    json_array_foreach(v, i, item) {
+        if (!json_is_integer(item))
+            return error_set(err, "%s: field 'eos_token_id' must be an integer or a list of integers",
+                             file);
+        if (add_eos(cfg, json_integer_value(item), file, err)) return -1;
+    }
+    return 0;
+}
+
+static int check_architecture(json_t *root, Error *err) {
+    json_t *type = json_object_get(root, "model_type");
+    if (!type) return error_set(err, "config.json: missing required field 'model_type'");
+    if (!json_is_string(type) || strcmp(json_string_value(type), "qwen3") != 0)
+        return error_set(err,
+                         "config.json: unsupported model_type %s%s%s (nanovllm serves Qwen3 dense "
+                         "models: model_type 'qwen3')",
+                         json_is_string(type) ? "'" : "",
+                         json_is_string(type) ? json_string_value(type) : "(not a string)",
+                         json_is_string(type) ? "'" : "");
+    json_t *archs = json_object_get(root, "architectures");
+    if (archs && !json_is_null(archs)) {
+        if (!json_is_array(archs))
+            return error_set(err, "config.json: field 'architectures' must be a list of strings");
+        bool found = false;
+        size_t i;
+        json_t *a;
+        json_array_foreach(archs, i, a) {
+            if (json_is_string(a) && strcmp(json_string_value(a), "Qwen3ForCausalLM") == 0)
+                found = true;
+        }
+        if (!found) {
+            json_t *first = json_array_get(archs, 0);
+            return error_set(err,
+                             "config.json: unsupported architectures ['%s'] (nanovllm implements "
+                             "Qwen3ForCausalLM)",
+                             json_is_string(first) ? json_string_value(first) : "?");
+        }
+    }
+    return 0;
+}
+
+/* Features of the Qwen3 family that this forward pass does not implement:
+ * refusing them is the difference between an error and wrong tokens. */
+static int check_unsupported_features(json_t *root, Error *err) {
+    json_t *v = json_object_get(root, "hidden_act");
+    if (v && !(json_is_string(v) && strcmp(json_string_value(v), "silu") == 0))
+        return error_set(err, "config.json: unsupported hidden_act (only 'silu' is implemented)");
+    v = json_object_get(root, "attention_bias");
+    if (v && json_is_true(v))
+        return error_set(err, "config.json: attention_bias=true is not supported");
+    v = json_object_get(root, "rope_scaling");
+    if (v && !json_is_null(v))
+        return error_set(err, "config.json: rope_scaling is not supported (only plain RoPE)");
+    v = json_object_get(root, "use_sliding_window");
+    if (v && json_is_true(v))
+        return error_set(err, "config.json: use_sliding_window=true is not supported");
+    return 0;
+}
+
+static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    if (!json_is_object(root)) return error_set(err, "config.json: not a JSON object");
+    if (check_architecture(root, err) || check_unsupported_features(root, err)) return -1;
+
+    /* transformers' Qwen3Config defaults for the optional fields. */
+    cfg->max_position_embeddings = 32768;
+    cfg->rms_norm_eps = 1e-6;
+    cfg->rope_theta = 10000.0;
+    cfg->bos_token_id = -1;
+
+    if (read_int(root, "vocab_size", true, 1, 1 << 24, &cfg->vocab_size, err) ||
+        read_int(root, "hidden_size", true, 1, 1 << 16, &cfg->hidden_size, err) ||
+        read_int(root, "intermediate_size", true, 1, 1 << 18, &cfg->intermediate_size, err) ||
+        read_int(root, "num_hidden_layers", true, 1, 1024, &cfg->num_layers, err) ||
+        read_int(root, "num_attention_heads", true, 1, 1024, &cfg->num_heads, err))
+        return -1;
+    cfg->num_kv_heads = cfg->num_heads;
+    cfg->head_dim = cfg->hidden_size / cfg->num_heads;
+    if (read_int(root, "num_key_value_heads", false, 1, 1024, &cfg->num_kv_heads, err) ||
+        read_int(root, "head_dim", false, 1, 1024, &cfg->head_dim, err) ||
+        read_int(root, "max_position_embeddings", false, 1, 1 << 24, &cfg->max_position_embeddings,
+                 err) ||
+        read_number(root, "rms_norm_eps", 0.0, 1.0, &cfg->rms_norm_eps, err) ||
+        read_number(root, "rope_theta", 1.0, 1e12, &cfg->rope_theta, err))
+        return -1;
+
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    if (tie && !json_is_null(tie)) {
+        if (!json_is_boolean(tie))
+            return error_set(err, "config.json: field 'tie_word_embeddings' must be true or false");
+        cfg->tie_word_embeddings = json_is_true(tie);
+    }
+    json_t *bos = json_object_get(root, "bos_token_id");
+    if (json_is_integer(bos) && json_integer_value(bos) >= 0 &&
+        json_integer_value(bos) < cfg->vocab_size)
+        cfg->bos_token_id = (int)json_integer_value(bos);
+    json_t *dtype = json_object_get(root, "torch_dtype");
+    if (!json_is_string(dtype)) dtype = json_object_get(root, "dtype");
+    if (json_is_string(dtype))
+        snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", json_string_value(dtype));
+
+    if (cfg->head_dim < 2 || cfg->head_dim % 2 != 0)
+        return error_set(err, "config.json: head_dim = %d must be even (RoPE rotates halves)",
+                         cfg->head_dim);
+    if (cfg->num_heads % cfg->num_kv_heads != 0)
+        return error_set(err,
+                         "config.json: num_attention_heads (%d) must be a multiple of "
+                         "num_key_value_heads (%d)",
+                         cfg->num_heads, cfg->num_kv_heads);
+    return read_eos(cfg, root, "config.json", err);
+}
+
+int model_config_parse(ModelConfig *cfg, const char *config_text, const char *gen_text,
+                       Error *err) {
+    json_error_t jerr;
+    json_t *root = json_loads(config_text, 0, &jerr);
+    if (!root)
+        return error_set(err, "config.json: invalid JSON at line %d: %s", jerr.line, jerr.text);
+    int rc = parse_config(cfg, root, err);
+    json_decref(root);
+    if (rc || !gen_text) return rc;
+
+    json_t *gen = json_loads(gen_text, 0, &jerr);
+    if (!gen)
+        return error_set(err, "generation_config.json: invalid JSON at line %d: %s", jerr.line,
+                         jerr.text);
+    rc = json_is_object(gen) ? read_eos(cfg, gen, "generation_config.json", err)
+                             : error_set(err, "generation_config.json: not a JSON object");
+    json_decref(gen);
+    return rc;
+}
+
+/* Reads a whole small text file; NULL with *missing set when it does not exist. */
+static char *read_small_file(const char *path, bool *missing, Error *err) {
+    *missing = false;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *missing = true;
+        error_set(err, "cannot open %s", path);
+        return NULL;
+    }
+    enum { MAX_CONFIG_BYTES = 1 << 20 };
+    char *buf = malloc(MAX_CONFIG_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        error_set(err, "out of memory reading %s", path);
+        return NULL;
+    }
+    size_t n = fread(buf, 1, MAX_CONFIG_BYTES + 1, f);
+    int read_error = ferror(f);
+    fclose(f);
+    if (read_error || n > MAX_CONFIG_BYTES) {
+        free(buf);
+        error_set(err, "%s: %s", path, read_error ? "read error" : "larger than 1 MiB");
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+int model_config_load(ModelConfig *cfg, const char *model_dir, Error *err) {
+    char path[4096];
+    bool missing;
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    char *text = read_small_file(path, &missing, err);
+    if (!text)
+        return missing ? error_set(err, "%s: no config.json (is this a Hugging Face model folder?)",
+                                   model_dir)
+                       : -1;
+    snprintf(path, sizeof path, "%s/generation_config.json", model_dir);
+    char *gen = read_small_file(path, &missing, err);
+    if (!gen && !missing) {
+        free(text);
+        return -1;
+    }
+    int rc = model_config_parse(cfg, text, gen, err);
+    free(text);
+    free(gen);
+    if (rc) return error_prefix(err, "%s", model_dir);
+    return 0;
+}
+
+bool model_config_is_eos(const ModelConfig *cfg, int token_id) {
+    for (int i = 0; i < cfg->num_eos_ids; i++)
+        if (cfg->eos_ids[i] == token_id) return true;
+    return false;
+}

@@ -1,0 +1,13 @@
+/*
+ * cuda_device_none.c - cuda_device.h for builds without nvcc (or with CUDA=0).
+ */
+#include "cuda_device.h"
+
+#include <stdio.h>
+
+bool cuda_compiled(void) { return false; }
+
+int cuda_device_probe(char *why, size_t why_size) {
+    snprintf(why, why_size, "no CUDA GPU available (this binary was built without CUDA)");
+    return 0;
+}
