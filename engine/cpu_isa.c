@@ -1,0 +1,47 @@
+/*
+ * cpu_isa.c - run-time SIMD level selection (see cpu_isa.h).
+ */
+#include "cpu_isa.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int active = -1;
+
+CpuIsa cpu_isa_detect(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CPU_ISA_AVX2;
+#endif
+    return CPU_ISA_SCALAR;
+}
+
+int cpu_isa_set(CpuIsa isa) {
+    if (isa > cpu_isa_detect()) return -1;
+    active = (int)isa;
+    return 0;
+}
+
+CpuIsa cpu_isa_active(void) {
+    if (active < 0) {
+        CpuIsa isa = cpu_isa_detect();
+        const char *env = getenv("NANOVLLM_CPU_ISA");
+        if (env) {
+            for (int i = CPU_ISA_SCALAR; i <= CPU_ISA_AVX512; i++)
+                if (strcmp(env, cpu_isa_name((CpuIsa)i)) == 0 && i < (int)isa) isa = (CpuIsa)i;
+        }
+        active = (int)isa;
+    }
+    return (CpuIsa)active;
+}
+
+const char *cpu_isa_name(CpuIsa isa) {
+    switch (isa) {
+    case CPU_ISA_AVX512: return "avx512";
+    case CPU_ISA_AVX2: return "avx2";
+    default: return "scalar";
+    }
+}

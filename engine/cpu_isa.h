@@ -1,0 +1,26 @@
+/*
+ * cpu_isa.h - which SIMD instruction set the CPU kernels use.
+ *
+ * The binary is built for baseline x86-64 (or any other target) so it runs
+ * on every CI and user machine; kernels for AVX2 and AVX-512 are compiled
+ * with per-function target attributes and chosen here at run time.
+ * NANOVLLM_CPU_ISA=scalar|avx2|avx512 forces a lower level (tests use it to
+ * check every path against the portable one).
+ */
+#ifndef NANOVLLM_CPU_ISA_H
+#define NANOVLLM_CPU_ISA_H
+
+typedef enum CpuIsa { CPU_ISA_SCALAR, CPU_ISA_AVX2, CPU_ISA_AVX512 } CpuIsa;
+
+/* The best level this CPU supports (ignores the environment). */
+CpuIsa cpu_isa_detect(void);
+
+/* The level in use: the environment override if set and supported, else detected. */
+CpuIsa cpu_isa_active(void);
+
+/* Sets the level in use; returns -1 (leaving it unchanged) if the CPU lacks it. */
+int cpu_isa_set(CpuIsa isa);
+
+const char *cpu_isa_name(CpuIsa isa);
+
+#endif

@@ -1,0 +1,91 @@
+/*
+ * runner.h - the boundary between the engine and a compute backend.
+ *
+ * The engine (scheduler, block manager, sampler) decides *what* to compute;
+ * a runner computes it: given a batch of sequences, each with its new tokens,
+ * where they start and the KV blocks that hold (and will hold) its context,
+ * it runs the model over the new tokens, writes their K/V into those blocks
+ * and returns one sampled token per sequence. Prefill, prefill on top of a
+ * cached prefix, chunked prefill and decode are the same call with different
+ * numbers. Both backends (CPU here, CUDA in cuda/) fill the same vtable, so
+ * nothing above this file knows which one runs.
+ *
+ * KV layout (both backends): per layer, K and V are
+ * [num_blocks, block_size, num_kv_heads, head_dim]; the token at position p
+ * of a sequence lives in slot block_table[p / block_size] * block_size +
+ * p % block_size.
+ */
+#ifndef NANOVLLM_RUNNER_H
+#define NANOVLLM_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_weights.h"
+
+typedef struct RunnerSeq {
+    const int32_t *tokens;      /* the new tokens of this step */
+    int num_tokens;             /* >= 1 */
+    int start_pos;              /* tokens already in the KV cache = position of tokens[0] */
+    const int32_t *block_table; /* KV block ids covering positions [0, start_pos + num_tokens) */
+    int num_blocks;
+    bool compute_logits; /* false for a prefill chunk that is not the prompt's last */
+} RunnerSeq;
+
+typedef struct RunnerBatch {
+    const RunnerSeq *seqs;
+    int num_seqs;
+    /* Optional copies of the logits for tests and tools (NULL: not wanted):
+     * last_logits [num_seqs, vocab], row of each sequence's last token (left
+     * untouched for sequences without compute_logits); all_logits
+     * [total new tokens, vocab], every new token of every sequence, in order. */
+    float *last_logits;
+    float *all_logits;
+} RunnerBatch;
+
+typedef struct RunnerOptions {
+    const char *device;            /* "auto", "cpu" or "cuda" */
+    int block_size;                /* tokens per KV block (power of two, 16..256) */
+    size_t kv_cache_bytes;         /* CPU: KV cache budget */
+    double gpu_memory_utilization; /* CUDA: fraction of the GPU memory to use */
+    int max_num_seqs;              /* sequences per step */
+    int max_num_batched_tokens;    /* new tokens per step */
+    int max_model_len;             /* longest context */
+    int num_threads;               /* CPU threads, 0 = one per core */
+} RunnerOptions;
+
+typedef struct Runner Runner;
+
+typedef struct RunnerOps {
+    /* tokens_out[i]: greedy token of sequence i, or -1 without compute_logits. */
+    int (*step)(Runner *r, const RunnerBatch *batch, int32_t *tokens_out, Error *err);
+    void (*destroy)(Runner *r);
+} RunnerOps;
+
+struct Runner {
+    const RunnerOps *ops;
+    const char *device;        /* "cpu" or "cuda" */
+    const ModelWeights *model; /* borrowed: must outlive the runner */
+    RunnerOptions options;     /* as resolved (device, threads, ...) */
+    int num_kv_blocks;         /* KV capacity = num_kv_blocks * block_size tokens */
+    size_t kv_cache_bytes;     /* actually allocated */
+    char description[256];     /* one line for the start-up log */
+};
+
+/* Options with nanovllm's defaults (see config/defaults.h). */
+RunnerOptions runner_default_options(void);
+
+/* Creates the runner for opts->device. "auto" takes the GPU when one is usable
+ * and otherwise the CPU, writing why into note (may be NULL). */
+Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char *note,
+                      size_t note_size, Error *err);
+
+int runner_step(Runner *r, const RunnerBatch *batch, int32_t *tokens_out, Error *err);
+void runner_destroy(Runner *r);
+
+/* Checks a batch against the model and the runner's limits; both backends
+ * call it first, so a bad batch is an error and never an out-of-bounds access. */
+int runner_validate_batch(const Runner *r, const RunnerBatch *batch, Error *err);
+
+#endif
