@@ -1,0 +1,324 @@
+/*
+ * cli_bench.c - `nanovllm bench`: single-stream load, prefill and decode timings.
+ *
+ * Reports model load time, prefill tokens/s for one prompt of --input-len
+ * random tokens, single-stream decode tokens/s over --output-len tokens and
+ * the peak resident memory. Beside them it measures this machine's own
+ * limits in the same run, so results read as ratios rather than absolute
+ * numbers: the bandwidth of one pass over the weights (decode must read all
+ * of them per token, so bytes / bandwidth is its floor) and the rate of a
+ * large float32 matmul through the same code path prefill uses.
+ * `--matmul` instead times both matmul strategies at several row counts
+ * (how SMALL_M_MAX in cpu_matmul.c was chosen).
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../config/cli_args.h"
+#include "../engine/cpu_matmul.h"
+#include "../engine/log.h"
+#include "../engine/thread_pool.h"
+#include "commands.h"
+#include "model_setup.h"
+
+static const char USAGE[] = "usage: nanovllm bench --model DIR [options]\n";
+
+static const char HELP[] =
+    "Times model load, prefill and single-stream decode on random token ids.\n"
+    "\n"
+    "  --model DIR                   Hugging Face model folder\n"
+    "  --input-len N                 prompt tokens to prefill (default 512)\n"
+    "  --output-len N                tokens to decode (default 64)\n"
+    "  --seed N                      seed of the random prompt (default 0)\n"
+    "  --matmul                      time the two matmul strategies instead\n"
+    "  --json                        print one JSON object with the results\n"
+    "  --quiet                       no start-up log on stderr\n" RUNNER_OPTIONS_USAGE;
+
+typedef struct BenchArgs {
+    const char *model_dir;
+    int input_len, output_len, seed;
+    bool json, matmul;
+    RunnerOptions runner;
+} BenchArgs;
+
+static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
+    static const struct option options[] = {
+        {"model", required_argument, 0, 'm'}, {"input-len", required_argument, 0, 'i'},
+        {"output-len", required_argument, 0, 'o'}, {"seed", required_argument, 0, 's'},
+        {"matmul", no_argument, 0, 'x'}, {"json", no_argument, 0, 'j'},
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        RUNNER_LONG_OPTIONS, {0, 0, 0, 0}};
+    *a = (BenchArgs){.input_len = 512, .output_len = 64, .runner = runner_default_options()};
+    optind = 0;
+    int c, index;
+    while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
+        switch (c) {
+        case 'm': a->model_dir = optarg; break;
+        case 'i':
+            if (parse_int_arg("--input-len", optarg, 1, 1 << 20, &a->input_len, err)) return -1;
+            break;
+        case 'o':
+            if (parse_int_arg("--output-len", optarg, 1, 1 << 20, &a->output_len, err)) return -1;
+            break;
+        case 's':
+            if (parse_int_arg("--seed", optarg, 0, 1L << 31, &a->seed, err)) return -1;
+            break;
+        case 'x': a->matmul = true; break;
+        case 'j': a->json = true; break;
+        case 'q': log_set_quiet(true); break;
+        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 1;
+        case 0:
+            if (parse_runner_option(options[index].name, optarg, &a->runner, err) < 0) return -1;
+            break;
+        default: return error_set(err, "invalid option (see nanovllm bench --help)");
+        }
+    }
+    if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
+    if (!a->model_dir) return error_set(err, "--model is required");
+    return 0;
+}
+
+/* ---- the machine's limits, measured in the same run ---------------------- */
+
+typedef struct StreamJob {
+    const Weight *mats;
+    int num_mats;
+    double sums[64];
+} StreamJob;
+
+/* Reads one matrix (a task) end to end, as a decode step must. */
+static void stream_task(void *ctx, int task, int thread) {
+    StreamJob *j = ctx;
+    const Weight *w = &j->mats[task];
+    size_t n = (size_t)w->rows * w->cols * (w->type == WEIGHT_BF16 ? 2 : 4) / sizeof(uint64_t);
+    const uint64_t *p = w->data;
+    uint64_t acc = 0;
+    for (size_t i = 0; i < n; i++) acc ^= p[i];
+    j->sums[thread % 64] += (double)(acc & 1);
+}
+
+/* Bytes per second of one read of every weight matrix (best of 3 passes). */
+static double weight_read_bandwidth(const ModelWeights *w, ThreadPool *pool, size_t *bytes) {
+    int L = w->config.num_layers, n = 0;
+    Weight *mats = malloc(sizeof *mats * (size_t)(7 * L + 2));
+    if (!mats) return 0;
+    mats[n++] = w->lm_head;
+    for (int l = 0; l < L; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        Weight m[7] = {lw->q_proj, lw->k_proj, lw->v_proj, lw->o_proj,
+                       lw->gate_proj, lw->up_proj, lw->down_proj};
+        memcpy(mats + n, m, sizeof m);
+        n += 7;
+    }
+    *bytes = 0;
+    for (int i = 0; i < n; i++)
+        *bytes += (size_t)mats[i].rows * mats[i].cols * (mats[i].type == WEIGHT_BF16 ? 2 : 4);
+    StreamJob job = {mats, n, {0}};
+    double best = 1e30;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = now_seconds();
+        thread_pool_run(pool, n, stream_task, &job);
+        double dt = now_seconds() - t0;
+        if (dt < best) best = dt;
+    }
+    free(mats);
+    return (double)*bytes / best;
+}
+
+/* float32 GFLOP/s of prefill's matmul path on a Qwen3-0.6B-sized projection. */
+static double sgemm_gflops(ThreadPool *pool, Error *err) {
+    enum { M = 512, K = 1024, N = 3072 };
+    CpuMatmul *mm = cpu_matmul_create(pool, K, err);
+    float *x = malloc(sizeof(float) * M * K), *y = malloc(sizeof(float) * M * N);
+    uint16_t *wdata = malloc(sizeof(uint16_t) * N * K);
+    double gflops = 0;
+    if (mm && x && y && wdata) {
+        for (size_t i = 0; i < (size_t)M * K; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f;
+        for (size_t i = 0; i < (size_t)N * K; i++) wdata[i] = (uint16_t)(0x3c00 + (i * 31) % 512);
+        Weight w = {wdata, WEIGHT_BF16, N, K};
+        double best = 1e30;
+        for (int i = 0; i < 4; i++) {
+            double t0 = now_seconds();
+            cpu_matmul_with(mm, y, x, M, &w, 1, cpu_isa_active());
+            double dt = now_seconds() - t0;
+            if (dt < best) best = dt;
+        }
+        gflops = 2.0 * M * N * K / best / 1e9;
+    }
+    free(x);
+    free(y);
+    free(wdata);
+    cpu_matmul_destroy(mm);
+    return gflops;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+typedef struct BenchResult {
+    double load_s, prefill_s, decode_s;
+    double bandwidth, gflops;
+    size_t weight_bytes, stream_bytes, peak_rss;
+} BenchResult;
+
+static int run_model(Runner *r, const BenchArgs *a, BenchResult *res, Error *err) {
+    const RunnerOptions *o = &r->options;
+    int total = a->input_len + a->output_len;
+    if (total > o->max_model_len)
+        return error_set(err, "--input-len + --output-len (%d) exceeds max_model_len %d", total,
+                         o->max_model_len);
+    if (a->input_len > o->max_num_batched_tokens)
+        return error_set(err, "--input-len %d exceeds --max-num-batched-tokens %d (one prefill "
+                              "step is timed)", a->input_len, o->max_num_batched_tokens);
+    int blocks = (total + o->block_size - 1) / o->block_size;
+    if (blocks > r->num_kv_blocks)
+        return error_set(err, "KV cache too small: %d blocks needed, %d available", blocks,
+                         r->num_kv_blocks);
+    int32_t *table = malloc(sizeof *table * (size_t)blocks);
+    int32_t *tokens = malloc(sizeof *tokens * (size_t)total);
+    if (!table || !tokens) {
+        free(table);
+        free(tokens);
+        return error_set(err, "out of memory");
+    }
+    for (int i = 0; i < blocks; i++) table[i] = i;
+    uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)a->seed;
+    for (int i = 0; i < a->input_len; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = (int32_t)((state >> 33) % (uint64_t)r->model->config.vocab_size);
+    }
+
+    /* Warm-up: one short step touches every weight page once. */
+    int32_t next;
+    int warm = a->input_len < 16 ? a->input_len : 16;
+    RunnerSeq seq = {tokens, warm, 0, table, blocks, true};
+    RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
+    int rc = runner_step(r, &batch, &next, err);
+
+    double t0 = now_seconds();
+    seq = (RunnerSeq){tokens, a->input_len, 0, table, blocks, true};
+    if (rc == 0) rc = runner_step(r, &batch, &next, err);
+    res->prefill_s = now_seconds() - t0;
+
+    t0 = now_seconds();
+    for (int i = 0; rc == 0 && i < a->output_len; i++) {
+        tokens[a->input_len + i] = next;
+        seq = (RunnerSeq){&tokens[a->input_len + i], 1, a->input_len + i, table, blocks, true};
+        rc = runner_step(r, &batch, &next, err);
+    }
+    res->decode_s = now_seconds() - t0;
+    free(table);
+    free(tokens);
+    return rc;
+}
+
+static void print_results(const BenchArgs *a, const BenchResult *r, const Runner *runner) {
+    double prefill_tps = a->input_len / r->prefill_s, decode_tps = a->output_len / r->decode_s;
+    double floor_tps = r->bandwidth / (double)r->stream_bytes;
+    if (a->json) {
+        json_t *o = json_pack(
+            "{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:f, s:f, s:f}", "model",
+            a->model_dir, "device", runner->description, "threads", runner->options.num_threads,
+            "input_len", a->input_len, "output_len", a->output_len, "load_s", r->load_s,
+            "prefill_tokens_per_s", prefill_tps, "decode_tokens_per_s", decode_tps,
+            "peak_rss_bytes", (json_int_t)r->peak_rss, "weight_bytes",
+            (json_int_t)r->weight_bytes, "kv_cache_bytes", (json_int_t)runner->kv_cache_bytes,
+            "weight_read_gb_per_s", r->bandwidth / 1e9, "decode_floor_tokens_per_s", floor_tps,
+            "matmul_gflops", r->gflops);
+        if (o) json_dumpf(o, stdout, JSON_COMPACT);
+        json_decref(o);
+        putchar('\n');
+        return;
+    }
+    printf("device            %s\n", runner->description);
+    printf("model load        %.3f s\n", r->load_s);
+    printf("prefill           %d tokens in %.3f s = %.1f tokens/s\n", a->input_len, r->prefill_s,
+           prefill_tps);
+    printf("decode            %d tokens in %.3f s = %.2f tokens/s\n", a->output_len, r->decode_s,
+           decode_tps);
+    printf("peak RSS          %.1f MB (weights %.1f MB, KV budget %.1f MB)\n", r->peak_rss / 1e6,
+           r->weight_bytes / 1e6, runner->kv_cache_bytes / 1e6);
+    printf("same-run limits   weight read %.1f GB/s -> decode floor %.2f tokens/s "
+           "(decode at %.0f%%); matmul %.1f GFLOP/s\n",
+           r->bandwidth / 1e9, floor_tps, 100.0 * decode_tps / floor_tps, r->gflops);
+}
+
+/* ---- --matmul: the two strategies side by side --------------------------- */
+
+static int bench_matmul(const BenchArgs *a, Error *err) {
+    ThreadPool *pool = thread_pool_create(a->runner.num_threads, err);
+    enum { K = 1024, N = 3072, MAX_M = 64 };
+    CpuMatmul *mm = pool ? cpu_matmul_create(pool, K, err) : NULL;
+    float *x = malloc(sizeof(float) * MAX_M * K), *y = malloc(sizeof(float) * MAX_M * N);
+    uint16_t *w = malloc(sizeof(uint16_t) * N * K);
+    int rc = (mm && x && y && w) ? 0 : error_set(err, "out of memory");
+    if (rc == 0) {
+        for (size_t i = 0; i < (size_t)MAX_M * K; i++) x[i] = (float)(i % 97) / 97.0f;
+        for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (uint16_t)(0x3c00 + (i * 31) % 512);
+        Weight wt = {w, WEIGHT_BF16, N, K};
+        printf("bf16 weight %dx%d, %s kernels, %d threads: microseconds per matmul\n", N, K,
+               cpu_isa_name(cpu_isa_active()), thread_pool_size(pool));
+        printf("%6s %12s %12s\n", "rows", "own", "sgemm");
+        for (int M = 1; M <= MAX_M; M *= 2) {
+            double best[2] = {1e30, 1e30};
+            for (int s = 0; s < 2; s++) {
+                for (int rep = 0; rep < 20; rep++) {
+                    double t0 = now_seconds();
+                    cpu_matmul_with(mm, y, x, M, &wt, s, cpu_isa_active());
+                    double dt = now_seconds() - t0;
+                    if (dt < best[s]) best[s] = dt;
+                }
+            }
+            printf("%6d %12.1f %12.1f\n", M, best[0] * 1e6, best[1] * 1e6);
+        }
+    }
+    free(x);
+    free(y);
+    free(w);
+    cpu_matmul_destroy(mm);
+    thread_pool_destroy(pool);
+    return rc;
+}
+
+int command_bench(int argc, char **argv) {
+    BenchArgs a;
+    Error err = {{0}};
+    int parsed = parse_args(argc, argv, &a, &err);
+    if (parsed != 0) {
+        if (parsed > 0) return 0;
+        fprintf(stderr, "nanovllm bench: %s\n%s", err.msg, USAGE);
+        return 2;
+    }
+    if (a.matmul) {
+        if (bench_matmul(&a, &err) == 0) return 0;
+        fprintf(stderr, "nanovllm bench: %s\n", err.msg);
+        return 1;
+    }
+    LoadedModel m;
+    if (loaded_model_open(&m, a.model_dir, &a.runner, &err)) {
+        fprintf(stderr, "nanovllm bench: %s\n", err.msg);
+        return 1;
+    }
+    BenchResult res = {.load_s = m.load_seconds, .weight_bytes = model_weights_bytes(&m.weights)};
+    int rc = run_model(m.runner, &a, &res, &err);
+    if (rc == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        res.peak_rss = (size_t)ru.ru_maxrss * 1024;
+        ThreadPool *pool = thread_pool_create(m.runner->options.num_threads, &err);
+        if (pool) {
+            res.bandwidth = weight_read_bandwidth(&m.weights, pool, &res.stream_bytes);
+            res.gflops = sgemm_gflops(pool, &err);
+            thread_pool_destroy(pool);
+        }
+        print_results(&a, &res, m.runner);
+    } else {
+        fprintf(stderr, "nanovllm bench: %s\n", err.msg);
+    }
+    loaded_model_close(&m);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,188 @@
+/*
+ * cli_generate.c - `nanovllm generate`: offline greedy decoding of one prompt.
+ *
+ * Runs the prompt through the runner (in chunks of max_num_batched_tokens,
+ * each chunk on top of the previous one's KV blocks), then decodes one token
+ * per step until max_tokens or an end-of-sequence token. The KV blocks of
+ * the single sequence are simply 0, 1, 2, ...; the block manager and the
+ * scheduler take over this loop when the engine lands.
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../config/cli_args.h"
+#include "../config/defaults.h"
+#include "../engine/log.h"
+#include "commands.h"
+#include "model_setup.h"
+
+static const char USAGE[] =
+    "usage: nanovllm generate --model DIR --prompt-ids 1,2,3 [options]\n";
+
+static const char HELP[] =
+    "Greedy-decodes a prompt given as token ids and prints the new ids.\n"
+    "\n"
+    "  --model DIR                   Hugging Face model folder (config.json, model.safetensors)\n"
+    "  --prompt-ids IDS              prompt as comma-separated token ids\n"
+    "  --max-tokens N                tokens to generate (default 16)\n"
+    "  --temperature T               0 = greedy (the only mode until the sampler lands)\n"
+    "  --ignore-eos                  do not stop at end-of-sequence tokens\n"
+    "  --json                        print one JSON object {\"prompt_ids\", \"ids\", ...}\n"
+    "  --quiet                       no start-up log on stderr\n" RUNNER_OPTIONS_USAGE;
+
+typedef struct GenerateArgs {
+    const char *model_dir;
+    const char *prompt_ids;
+    int max_tokens;
+    bool ignore_eos, json;
+    RunnerOptions runner;
+} GenerateArgs;
+
+/* Returns 0 to run, 1 when --help was printed, -1 on a usage error. */
+static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
+    static const struct option options[] = {
+        {"model", required_argument, 0, 'm'}, {"prompt-ids", required_argument, 0, 'p'},
+        {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
+        {"ignore-eos", no_argument, 0, 'e'}, {"json", no_argument, 0, 'j'},
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+        RUNNER_LONG_OPTIONS, {0, 0, 0, 0}};
+    *a = (GenerateArgs){.max_tokens = DEFAULT_MAX_TOKENS, .runner = runner_default_options()};
+    optind = 0;
+    int c, index;
+    double temperature;
+    while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
+        switch (c) {
+        case 'm': a->model_dir = optarg; break;
+        case 'p': a->prompt_ids = optarg; break;
+        case 'n':
+            if (parse_int_arg("--max-tokens", optarg, 1, 1 << 24, &a->max_tokens, err)) return -1;
+            break;
+        case 't':
+            if (parse_double_arg("--temperature", optarg, 0.0, 100.0, &temperature, err)) return -1;
+            if (temperature != 0.0)
+                return error_set(err, "--temperature: only 0 (greedy) is supported until the "
+                                      "sampler is implemented");
+            break;
+        case 'e': a->ignore_eos = true; break;
+        case 'j': a->json = true; break;
+        case 'q': log_set_quiet(true); break;
+        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 1;
+        case 0:
+            if (parse_runner_option(options[index].name, optarg, &a->runner, err) < 0) return -1;
+            break;
+        default: return error_set(err, "invalid option (see nanovllm generate --help)");
+        }
+    }
+    if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
+    if (!a->model_dir) return error_set(err, "--model is required");
+    if (!a->prompt_ids) return error_set(err, "--prompt-ids is required");
+    return 0;
+}
+
+/* Greedy decoding of one sequence; out receives up to max_tokens ids. */
+static int generate(Runner *r, const int32_t *prompt, int prompt_len, const GenerateArgs *a,
+                    int32_t *out, int *out_len, const char **finish, Error *err) {
+    const RunnerOptions *o = &r->options;
+    long total = (long)prompt_len + a->max_tokens;
+    if (total > o->max_model_len)
+        return error_set(err, "prompt (%d tokens) + max_tokens (%d) exceeds max_model_len %d",
+                         prompt_len, a->max_tokens, o->max_model_len);
+    int blocks = (int)((total + o->block_size - 1) / o->block_size);
+    if (blocks > r->num_kv_blocks)
+        return error_set(err, "KV cache too small for this request: it needs %d blocks of %d "
+                              "tokens, the cache has %d (raise --kv-cache-memory)",
+                         blocks, o->block_size, r->num_kv_blocks);
+    int32_t *table = malloc(sizeof *table * (size_t)blocks);
+    if (!table) return error_set(err, "out of memory");
+    for (int i = 0; i < blocks; i++) table[i] = i;
+
+    int rc = 0, n = 0, pos = 0;
+    int32_t next = -1;
+    *finish = "length";
+    while (pos < prompt_len && rc == 0) { /* prefill, chunked by the token budget */
+        int chunk = prompt_len - pos < o->max_num_batched_tokens ? prompt_len - pos
+                                                                 : o->max_num_batched_tokens;
+        RunnerSeq seq = {prompt + pos, chunk, pos, table, blocks, pos + chunk == prompt_len};
+        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
+        rc = runner_step(r, &batch, &next, err);
+        pos += chunk;
+    }
+    while (rc == 0) {
+        out[n++] = next;
+        if (!a->ignore_eos && model_config_is_eos(&r->model->config, next)) {
+            *finish = "stop";
+            break;
+        }
+        if (n == a->max_tokens) break;
+        RunnerSeq seq = {&out[n - 1], 1, prompt_len + n - 1, table, blocks, true};
+        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
+        rc = runner_step(r, &batch, &next, err);
+    }
+    free(table);
+    *out_len = n;
+    return rc;
+}
+
+static json_t *ids_to_json(const int32_t *ids, int n) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    return arr;
+}
+
+static int print_result(const GenerateArgs *a, const int32_t *prompt, int prompt_len,
+                        const int32_t *ids, int n, const char *finish) {
+    if (a->json) {
+        json_t *o = json_pack("{s:o, s:o, s:s}", "prompt_ids", ids_to_json(prompt, prompt_len),
+                              "ids", ids_to_json(ids, n), "finish_reason", finish);
+        if (!o || json_dumpf(o, stdout, JSON_COMPACT) != 0) {
+            json_decref(o);
+            return -1;
+        }
+        json_decref(o);
+        putchar('\n');
+    } else {
+        for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+        printf("\n");
+    }
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
+int command_generate(int argc, char **argv) {
+    GenerateArgs a;
+    Error err = {{0}};
+    int parsed = parse_args(argc, argv, &a, &err);
+    if (parsed != 0) {
+        if (parsed > 0) return 0;
+        fprintf(stderr, "nanovllm generate: %s\n%s", err.msg, USAGE);
+        return 2;
+    }
+    LoadedModel m;
+    if (loaded_model_open(&m, a.model_dir, &a.runner, &err)) {
+        fprintf(stderr, "nanovllm generate: %s\n", err.msg);
+        return 1;
+    }
+    int32_t *prompt = NULL, *ids = NULL;
+    int prompt_len = 0, n = 0, status = 1;
+    const char *finish = "length";
+    if (parse_id_list_arg("--prompt-ids", a.prompt_ids, m.weights.config.vocab_size, &prompt,
+                          &prompt_len, &err)) {
+        fprintf(stderr, "nanovllm generate: %s\n%s", err.msg, USAGE);
+        status = 2;
+    } else if (!(ids = malloc(sizeof *ids * (size_t)a.max_tokens))) {
+        fprintf(stderr, "nanovllm generate: out of memory\n");
+    } else if (generate(m.runner, prompt, prompt_len, &a, ids, &n, &finish, &err)) {
+        fprintf(stderr, "nanovllm generate: %s\n", err.msg);
+    } else if (print_result(&a, prompt, prompt_len, ids, n, finish)) {
+        fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
+    } else {
+        status = 0;
+    }
+    free(prompt);
+    free(ids);
+    loaded_model_close(&m);
+    return status;
+}

@@ -1,0 +1,25 @@
+/*
+ * main.c - the nanovllm binary: dispatches to a subcommand.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const char USAGE[] =
+    "usage: nanovllm <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  generate   greedy-decode a prompt offline   (nanovllm generate --help)\n"
+    "  bench      load, prefill and decode timings (nanovllm bench --help)\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "generate") == 0) return command_generate(argc - 1, argv + 1);
+    if (strcmp(argv[1], "bench") == 0) return command_bench(argc - 1, argv + 1);
+    fprintf(stderr, "nanovllm: unknown command '%s'\n%s", argv[1], USAGE);
+    return 2;
+}
