@@ -1,0 +1,167 @@
+/*
+ * helpers.c - see helpers.h.
+ */
+#include "helpers.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+char *make_temp_dir(void) {
+    char tmpl[] = "/tmp/nanovllm-test-XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    cr_assert(dir, "mkdtemp failed");
+    return strdup(dir);
+}
+
+void rm_rf(const char *path) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    cr_assert(system(cmd) == 0);
+}
+
+void write_file(const char *path, const void *data, size_t size) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert(size == 0 || fwrite(data, 1, size, f) == size);
+    cr_assert(fclose(f) == 0);
+}
+
+void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
+
+char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot read %s", path);
+    cr_assert(fseek(f, 0, SEEK_END) == 0);
+    long n = ftell(f);
+    cr_assert(n >= 0 && fseek(f, 0, SEEK_SET) == 0);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+void write_raw_safetensors(const char *path, const char *header, const void *data, size_t size) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    uint64_t len = strlen(header);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
+    cr_assert(fwrite(le, 1, 8, f) == 8);
+    cr_assert(fwrite(header, 1, len, f) == len);
+    cr_assert(size == 0 || fwrite(data, 1, size, f) == size);
+    cr_assert(fclose(f) == 0);
+}
+
+void write_safetensors(const char *path, const TestTensor *tensors, int n) {
+    json_t *header = json_object();
+    size_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *shape = json_array();
+        for (int d = 0; d < tensors[i].ndim; d++)
+            json_array_append_new(shape, json_integer(tensors[i].shape[d]));
+        json_object_set_new(header, tensors[i].name,
+                            json_pack("{s:s, s:o, s:[I,I]}", "dtype", tensors[i].dtype, "shape",
+                                      shape, "data_offsets", (json_int_t)offset,
+                                      (json_int_t)(offset + tensors[i].nbytes)));
+        offset += tensors[i].nbytes;
+    }
+    char *text = json_dumps(header, JSON_COMPACT);
+    /* Pad the header so the data starts 8-byte aligned, as Hugging Face does. */
+    size_t len = strlen(text), padded = (8 + len + 7) / 8 * 8 - 8;
+    char *hdr = malloc(padded + 1);
+    memcpy(hdr, text, len);
+    memset(hdr + len, ' ', padded - len);
+    hdr[padded] = '\0';
+    unsigned char *data = malloc(offset ? offset : 1);
+    offset = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(data + offset, tensors[i].data, tensors[i].nbytes);
+        offset += tensors[i].nbytes;
+    }
+    write_raw_safetensors(path, hdr, data, offset);
+    free(data);
+    free(hdr);
+    free(text);
+    json_decref(header);
+}
+
+void copy_tiny_config(const char *dir) {
+    char *cfg = read_text(TINY_MODEL "/config.json");
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, cfg);
+    free(cfg);
+}
+
+json_t *golden_load(void) {
+    json_error_t jerr;
+    json_t *g = json_load_file(TINY_GOLDEN "/golden.json", 0, &jerr);
+    cr_assert(g, "golden.json: %s", jerr.text);
+    return g;
+}
+
+json_t *golden_prompt(json_t *golden, const char *name) {
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(golden, "prompts"), i, p) {
+        if (strcmp(json_string_value(json_object_get(p, "name")), name) == 0) return p;
+    }
+    cr_assert_fail("no golden prompt %s", name);
+    return NULL;
+}
+
+int32_t *json_ids(json_t *arr, int *n) {
+    *n = (int)json_array_size(arr);
+    int32_t *ids = malloc(sizeof *ids * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    return ids;
+}
+
+float *golden_last_logits(const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, TINY_GOLDEN "/logits/%s.f32", name);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open %s", path);
+    float *v = malloc(sizeof(float) * 151936);
+    cr_assert(fread(v, sizeof(float), 151936, f) == 151936);
+    fclose(f);
+    return v;
+}
+
+void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens) {
+    Error err = {{0}};
+    cr_assert(model_weights_load(w, TINY_MODEL, &err) == 0, "%s", err.msg);
+    RunnerOptions o = runner_default_options();
+    o.device = "cpu";
+    o.block_size = block_size;
+    o.max_num_batched_tokens = max_tokens;
+    o.max_num_seqs = 16;
+    o.kv_cache_bytes = 64u << 20;
+    *r = runner_create(w, &o, NULL, 0, &err);
+    cr_assert(*r, "%s", err.msg);
+}
+
+void tiny_close(ModelWeights *w, Runner *r) {
+    runner_destroy(r);
+    model_weights_free(w);
+}
+
+int run_nanovllm(const char *args, char **out, char **err) {
+    const char *bin = getenv("NANOVLLM_BIN") ? getenv("NANOVLLM_BIN") : "build/nanovllm";
+    char *dir = make_temp_dir();
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s >%s/out 2>%s/err </dev/null", bin, args, dir, dir);
+    int status = system(cmd);
+    char path[512];
+    snprintf(path, sizeof path, "%s/out", dir);
+    *out = read_text(path);
+    snprintf(path, sizeof path, "%s/err", dir);
+    *err = read_text(path);
+    rm_rf(dir);
+    free(dir);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}

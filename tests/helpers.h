@@ -1,0 +1,59 @@
+/*
+ * helpers.h - shared test utilities: fixture paths, temp folders, a minimal
+ * safetensors writer (to build good and deliberately broken checkpoints),
+ * the tiny model's golden data, and running the nanovllm binary.
+ */
+#ifndef NANOVLLM_TEST_HELPERS_H
+#define NANOVLLM_TEST_HELPERS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../engine/runner.h"
+
+#define TINY_MODEL "tests/fixtures/tiny-qwen3"
+#define TINY_GOLDEN "tests/fixtures/tiny-qwen3-golden"
+#define GOLDEN_TOL 2e-3 /* the golden README's tolerance for float32 math */
+
+/* A fresh folder under /tmp (removed with rm_rf by the caller). */
+char *make_temp_dir(void);
+void rm_rf(const char *path);
+void write_file(const char *path, const void *data, size_t size);
+void write_text(const char *path, const char *text);
+char *read_text(const char *path); /* malloc'ed, NUL-terminated */
+
+/* One tensor for write_safetensors(). */
+typedef struct TestTensor {
+    const char *name;
+    const char *dtype; /* "BF16", "F32", ... */
+    int ndim;
+    int64_t shape[4];
+    const void *data;
+    size_t nbytes;
+} TestTensor;
+
+/* Writes a well-formed safetensors file (offsets packed in order). */
+void write_safetensors(const char *path, const TestTensor *tensors, int n);
+
+/* Writes u64 header length + header text + data bytes verbatim. */
+void write_raw_safetensors(const char *path, const char *header, const void *data, size_t size);
+
+/* Copies config.json of the tiny model into dir. */
+void copy_tiny_config(const char *dir);
+
+/* Golden data of the tiny model. */
+json_t *golden_load(void);
+json_t *golden_prompt(json_t *golden, const char *name);
+int32_t *json_ids(json_t *arr, int *n); /* malloc'ed */
+float *golden_last_logits(const char *name); /* malloc'ed [vocab] */
+
+/* The tiny model and a CPU runner for it (block size and token budget as given). */
+void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens);
+void tiny_close(ModelWeights *w, Runner *r);
+
+/* Runs `$NANOVLLM_BIN args` through the shell; returns the exit status and
+ * malloc'ed stdout and stderr. */
+int run_nanovllm(const char *args, char **out, char **err);
+
+#endif

@@ -1,0 +1,326 @@
+/*
+ * test_golden.c - the CPU forward pass against the tiny model's golden outputs
+ * (tests/fixtures/tiny-qwen3-golden, float64 numpy reference).
+ *
+ * Checks follow the golden README: every compared logit within 2e-3; each
+ * position's argmax a golden top-5 id within 2*tol of the golden top-1; the
+ * 16 greedy tokens of all 10 prompts exactly, through the KV cache. Then the
+ * cache paths: small scattered blocks, a prompt on top of another's cached
+ * prefix, chunked prefill, and prefill and decode mixed in one batch.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+#define VOCAB 151936
+
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+/* A block table that scatters a sequence over the cache (for block_size
+ * 256 the plain order, so both layouts are covered). */
+static int32_t *make_table(const Runner *r, int n, int salt) {
+    int32_t *t = malloc(sizeof *t * (size_t)n);
+    int M = r->num_kv_blocks, stride = 37;
+    while (gcd(stride, M) != 1) stride++;
+    for (int i = 0; i < n; i++)
+        t[i] = r->options.block_size == 256 ? (i + salt) % M : (int32_t)(((long)i * stride + salt) % M);
+    return t;
+}
+
+static int blocks_for(const Runner *r, int tokens) {
+    return (tokens + r->options.block_size - 1) / r->options.block_size;
+}
+
+static double max_abs_diff(const float *a, const float *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+/* The golden checks on one prompt's logits at every position. */
+static double check_positions(json_t *p, const float *all, int n) {
+    json_t *topk = json_object_get(p, "topk_per_position");
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        const float *row = all + (size_t)t * VOCAB;
+        json_t *ids = json_array_get(json_object_get(topk, "ids"), (size_t)t);
+        json_t *vals = json_array_get(json_object_get(topk, "values"), (size_t)t);
+        int best = 0;
+        for (int v = 1; v < VOCAB; v++)
+            if (row[v] > row[best]) best = v;
+        bool best_in_top5 = false;
+        double top1 = json_real_value(json_array_get(vals, 0));
+        for (size_t k = 0; k < 5; k++) {
+            int id = (int)json_integer_value(json_array_get(ids, k));
+            double want = json_real_value(json_array_get(vals, k));
+            double diff = fabs(row[id] - want);
+            worst = fmax(worst, diff);
+            cr_expect(diff <= GOLDEN_TOL, "%s pos %d id %d: %f vs golden %f",
+                      json_string_value(json_object_get(p, "name")), t, id, row[id], want);
+            if (id == best && want >= top1 - 2 * GOLDEN_TOL) best_in_top5 = true;
+        }
+        cr_expect(best_in_top5, "%s pos %d: argmax %d is not a golden top-5 id near the top",
+                  json_string_value(json_object_get(p, "name")), t, best);
+    }
+    json_t *top20 = json_object_get(p, "last_logits_top20");
+    const float *last = all + (size_t)(n - 1) * VOCAB;
+    for (size_t k = 0; k < 20; k++) {
+        int id = (int)json_integer_value(json_array_get(json_object_get(top20, "ids"), k));
+        double want = json_real_value(json_array_get(json_object_get(top20, "values"), k));
+        cr_expect(fabs(last[id] - want) <= GOLDEN_TOL, "top20 id %d: %f vs %f", id, last[id], want);
+    }
+    float *golden = golden_last_logits(json_string_value(json_object_get(p, "name")));
+    double full = max_abs_diff(last, golden, VOCAB);
+    cr_expect(full <= GOLDEN_TOL, "%s: last-position logits differ by up to %g",
+              json_string_value(json_object_get(p, "name")), full);
+    free(golden);
+    return fmax(worst, full);
+}
+
+static void all_prompts_every_position(int block_size) {
+    ModelWeights w;
+    Runner *r;
+    tiny_open(&w, &r, block_size, 512);
+    json_t *g = golden_load();
+    size_t i;
+    json_t *p;
+    double worst = 0;
+    json_array_foreach(json_object_get(g, "prompts"), i, p) {
+        int n;
+        int32_t *ids = json_ids(json_object_get(p, "prompt_ids"), &n);
+        int nb = blocks_for(r, n);
+        int32_t *table = make_table(r, nb, (int)i);
+        float *all = malloc(sizeof(float) * (size_t)n * VOCAB);
+        RunnerSeq seq = {ids, n, 0, table, nb, true};
+        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = all};
+        int32_t next;
+        Error err = {{0}};
+        cr_assert(runner_step(r, &batch, &next, &err) == 0, "%s", err.msg);
+        worst = fmax(worst, check_positions(p, all, n));
+        free(all);
+        free(table);
+        free(ids);
+    }
+    cr_log_info("block size %d: largest logit difference from golden %.3g", block_size, worst);
+    json_decref(g);
+    tiny_close(&w, r);
+}
+
+Test(golden, every_position_block_256) { all_prompts_every_position(256); }
+Test(golden, every_position_block_16_scattered) { all_prompts_every_position(16); }
+
+/* Greedy decoding through the KV cache: one prefill, then one token per step. */
+static void greedy_through_cache(int block_size) {
+    ModelWeights w;
+    Runner *r;
+    tiny_open(&w, &r, block_size, 512);
+    json_t *g = golden_load();
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(g, "prompts"), i, p) {
+        int n, steps;
+        int32_t *prompt = json_ids(json_object_get(p, "prompt_ids"), &n);
+        int32_t *want = json_ids(json_object_get(p, "greedy_ids"), &steps);
+        int nb = blocks_for(r, n + steps);
+        int32_t *table = make_table(r, nb, 3 * (int)i + 1);
+        int32_t got[16];
+        RunnerSeq seq = {prompt, n, 0, table, nb, true};
+        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
+        Error err = {{0}};
+        cr_assert(runner_step(r, &batch, &got[0], &err) == 0, "%s", err.msg);
+        for (int s = 1; s < steps; s++) {
+            seq = (RunnerSeq){&got[s - 1], 1, n + s - 1, table, nb, true};
+            cr_assert(runner_step(r, &batch, &got[s], &err) == 0, "%s", err.msg);
+        }
+        for (int s = 0; s < steps; s++)
+            cr_expect_eq(got[s], want[s], "%s step %d: %d, golden %d",
+                         json_string_value(json_object_get(p, "name")), s, got[s], want[s]);
+        free(table);
+        free(want);
+        free(prompt);
+    }
+    json_decref(g);
+    tiny_close(&w, r);
+}
+
+Test(golden, greedy_block_256) { greedy_through_cache(256); }
+Test(golden, greedy_block_16) { greedy_through_cache(16); }
+
+/* len257 and len300 share exactly their first 256 tokens: computing len300's
+ * tail on top of len257's cached blocks must equal computing it from scratch. */
+static void shared_prefix(int block_size) {
+    ModelWeights w;
+    Runner *r;
+    tiny_open(&w, &r, block_size, 512);
+    json_t *g = golden_load();
+    int na, nb;
+    int32_t *a = json_ids(json_object_get(golden_prompt(g, "len257"), "prompt_ids"), &na);
+    int32_t *b = json_ids(json_object_get(golden_prompt(g, "len300"), "prompt_ids"), &nb);
+    cr_assert(memcmp(a, b, 256 * sizeof *a) == 0 && a[256] != b[256]);
+    int shared = 256 / block_size;
+
+    int32_t *table_a = make_table(r, blocks_for(r, na), 5);
+    int32_t *table_b = malloc(sizeof *table_b * (size_t)blocks_for(r, nb));
+    memcpy(table_b, table_a, sizeof *table_b * (size_t)shared); /* the cached prefix */
+    int32_t *fresh = make_table(r, blocks_for(r, nb) + blocks_for(r, na), 5);
+    for (int i = shared; i < blocks_for(r, nb); i++) table_b[i] = fresh[blocks_for(r, na) + i];
+
+    float *prefixed = malloc(sizeof(float) * VOCAB), *scratch = malloc(sizeof(float) * VOCAB);
+    int32_t tok;
+    Error err = {{0}};
+    RunnerSeq seq = {a, na, 0, table_a, blocks_for(r, na), true};
+    RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
+    cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
+    seq = (RunnerSeq){b + 256, nb - 256, 256, table_b, blocks_for(r, nb), true};
+    batch.last_logits = prefixed;
+    cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
+
+    /* From scratch, in blocks no one else used. */
+    int32_t *table_c = make_table(r, blocks_for(r, nb), 200);
+    seq = (RunnerSeq){b, nb, 0, table_c, blocks_for(r, nb), true};
+    batch.last_logits = scratch;
+    cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
+
+    float *golden = golden_last_logits("len300");
+    cr_expect(max_abs_diff(prefixed, golden, VOCAB) <= GOLDEN_TOL);
+    double d = max_abs_diff(prefixed, scratch, VOCAB);
+    cr_expect(d <= 1e-4, "prefix-cached vs from-scratch logits differ by %g", d);
+    free(golden);
+    free(prefixed);
+    free(scratch);
+    free(table_a);
+    free(table_b);
+    free(table_c);
+    free(fresh);
+    free(a);
+    free(b);
+    json_decref(g);
+    tiny_close(&w, r);
+}
+
+Test(golden, shared_prefix_block_256) { shared_prefix(256); }
+Test(golden, shared_prefix_block_16) { shared_prefix(16); }
+
+/* A 300-token prompt prefilled 64 tokens per step, logits only at the end. */
+Test(golden, chunked_prefill) {
+    ModelWeights w;
+    Runner *r;
+    tiny_open(&w, &r, 16, 64);
+    json_t *g = golden_load();
+    int n;
+    int32_t *ids = json_ids(json_object_get(golden_prompt(g, "len300"), "prompt_ids"), &n);
+    int nb = blocks_for(r, n);
+    int32_t *table = make_table(r, nb, 9);
+    float *last = malloc(sizeof(float) * VOCAB);
+    Error err = {{0}};
+    for (int pos = 0; pos < n; pos += 64) {
+        int len = n - pos < 64 ? n - pos : 64;
+        int32_t tok;
+        RunnerSeq seq = {ids + pos, len, pos, table, nb, pos + len == n};
+        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .last_logits = last};
+        cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
+        cr_expect((tok == -1) == (pos + len != n));
+    }
+    float *golden = golden_last_logits("len300");
+    double d = max_abs_diff(last, golden, VOCAB);
+    cr_expect(d <= GOLDEN_TOL, "chunked prefill differs from golden by %g", d);
+    free(golden);
+    free(last);
+    free(table);
+    free(ids);
+    json_decref(g);
+    tiny_close(&w, r);
+}
+
+/* One step carrying a prefill, a decode and a no-logits prefill chunk:
+ * each sequence's result is what it would be alone. */
+Test(golden, mixed_prefill_and_decode) {
+    ModelWeights w;
+    Runner *r;
+    tiny_open(&w, &r, 16, 512);
+    json_t *g = golden_load();
+    int na, nb, nc, steps;
+    json_t *pb = golden_prompt(g, "len016");
+    int32_t *a = json_ids(json_object_get(golden_prompt(g, "len031"), "prompt_ids"), &na);
+    int32_t *b = json_ids(json_object_get(pb, "prompt_ids"), &nb);
+    int32_t *b_greedy = json_ids(json_object_get(pb, "greedy_ids"), &steps);
+    int32_t *c = json_ids(json_object_get(golden_prompt(g, "len064"), "prompt_ids"), &nc);
+    int32_t *ta = make_table(r, 8, 0), *tb = make_table(r, 8, 8), *tc = make_table(r, 8, 16);
+    Error err = {{0}};
+    int32_t tok[3];
+
+    RunnerSeq first = {b, nb, 0, tb, 8, true};
+    RunnerBatch batch = {.seqs = &first, .num_seqs = 1};
+    cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
+    cr_assert_eq(tok[0], b_greedy[0]);
+
+    RunnerSeq seqs[3] = {
+        {a, na, 0, ta, 8, true},
+        {&b_greedy[0], 1, nb, tb, 8, true},
+        {c, 40, 0, tc, 8, false},
+    };
+    float *last = malloc(sizeof(float) * 3 * VOCAB);
+    batch = (RunnerBatch){.seqs = seqs, .num_seqs = 3, .last_logits = last};
+    cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
+    float *golden = golden_last_logits("len031");
+    cr_expect(max_abs_diff(last, golden, VOCAB) <= GOLDEN_TOL);
+    cr_expect_eq(tok[1], b_greedy[1], "decode in a mixed batch: %d, golden %d", tok[1], b_greedy[1]);
+    cr_expect_eq(tok[2], -1);
+
+    /* The no-logits chunk's KV is real: finishing len064 on top of it matches golden. */
+    RunnerSeq rest = {c + 40, nc - 40, 40, tc, 8, true};
+    batch = (RunnerBatch){.seqs = &rest, .num_seqs = 1, .last_logits = last};
+    cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
+    free(golden);
+    golden = golden_last_logits("len064");
+    cr_expect(max_abs_diff(last, golden, VOCAB) <= GOLDEN_TOL);
+
+    free(golden);
+    free(last);
+    free(ta);
+    free(tb);
+    free(tc);
+    free(a);
+    free(b);
+    free(b_greedy);
+    free(c);
+    json_decref(g);
+    tiny_close(&w, r);
+}
+
+/* A bad batch is an error with a message, never a read or write out of bounds. */
+Test(golden, rejects_bad_batches) {
+    ModelWeights w;
+    Runner *r;
+    tiny_open(&w, &r, 16, 64);
+    int32_t ids[70] = {0}, table[8] = {0, 1, 2, 3, 4, 5, 6, 7}, tok;
+    Error err = {{0}};
+    struct {
+        RunnerSeq seq;
+        const char *expect;
+    } cases[] = {
+        {{ids, 0, 0, table, 8, true}, "empty step"},
+        {{ids, 70, 0, table, 8, true}, "max_num_batched_tokens"},
+        {{ids, 20, 0, table, 1, true}, "KV blocks cannot hold"},
+        {{ids, 1, -1, table, 8, true}, "negative start"},
+        {{ids, 1, 40960, table, 8, true}, "max_model_len"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RunnerBatch batch = {.seqs = &cases[i].seq, .num_seqs = 1};
+        cr_expect(runner_step(r, &batch, &tok, &err) == -1);
+        cr_expect(strstr(err.msg, cases[i].expect), "case %zu: '%s'", i, err.msg);
+    }
+    ids[3] = VOCAB;
+    RunnerSeq bad_token = {ids, 4, 0, table, 8, true};
+    RunnerBatch batch = {.seqs = &bad_token, .num_seqs = 1};
+    cr_expect(runner_step(r, &batch, &tok, &err) == -1 && strstr(err.msg, "vocabulary"));
+    ids[3] = 0;
+    table[0] = r->num_kv_blocks;
+    cr_expect(runner_step(r, &batch, &tok, &err) == -1 && strstr(err.msg, "KV block id"));
+    batch.num_seqs = 17;
+    cr_expect(runner_step(r, &batch, &tok, &err) == -1 && strstr(err.msg, "sequences"));
+    tiny_close(&w, r);
+}
