@@ -1,0 +1,131 @@
+/*
+ * test_model_config.c - config.json parsing: defaults, eos forms, and a clear
+ * error naming the field for everything unsupported or missing.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../config/model_config.h"
+#include "helpers.h"
+
+#define BASE_FIELDS                                                                               \
+    "\"model_type\": \"qwen3\", \"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 1000, " \
+    "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "                  \
+    "\"num_attention_heads\": 4"
+
+static void expect_error(const char *json, const char *needle) {
+    ModelConfig c;
+    Error err = {{0}};
+    cr_expect(model_config_parse(&c, json, NULL, &err) == -1, "accepted: %s", json);
+    cr_expect(strstr(err.msg, needle), "error '%s' does not mention '%s'", err.msg, needle);
+}
+
+Test(model_config, tiny_fixture) {
+    ModelConfig c;
+    Error err = {{0}};
+    cr_assert(model_config_load(&c, TINY_MODEL, &err) == 0, "%s", err.msg);
+    cr_expect_eq(c.vocab_size, 151936);
+    cr_expect_eq(c.hidden_size, 32);
+    cr_expect_eq(c.intermediate_size, 96);
+    cr_expect_eq(c.num_layers, 3);
+    cr_expect_eq(c.num_heads, 4);
+    cr_expect_eq(c.num_kv_heads, 2);
+    cr_expect_eq(c.head_dim, 128);
+    cr_expect_eq(c.max_position_embeddings, 40960);
+    cr_expect_float_eq(c.rms_norm_eps, 1e-6, 1e-12);
+    cr_expect_float_eq(c.rope_theta, 1e6, 1e-6);
+    cr_expect(c.tie_word_embeddings);
+    cr_expect_eq(c.num_eos_ids, 1);
+    cr_expect_eq(c.eos_ids[0], 151645);
+    cr_expect_eq(c.bos_token_id, 151643);
+    cr_expect_str_eq(c.torch_dtype, "bfloat16");
+}
+
+Test(model_config, defaults_follow_transformers) {
+    ModelConfig c;
+    Error err = {{0}};
+    cr_assert(model_config_parse(&c, "{" BASE_FIELDS "}", NULL, &err) == 0, "%s", err.msg);
+    cr_expect_eq(c.head_dim, 16, "head_dim defaults to hidden_size / num_attention_heads");
+    cr_expect_eq(c.num_kv_heads, 4, "num_key_value_heads defaults to num_attention_heads");
+    cr_expect_eq(c.max_position_embeddings, 32768);
+    cr_expect_float_eq(c.rope_theta, 10000.0, 1e-9);
+    cr_expect(!c.tie_word_embeddings);
+    cr_expect_eq(c.num_eos_ids, 0);
+}
+
+Test(model_config, eos_int_list_and_generation_config) {
+    ModelConfig c;
+    Error err = {{0}};
+    cr_assert(model_config_parse(&c, "{" BASE_FIELDS ", \"eos_token_id\": [7, 9]}",
+                                 "{\"eos_token_id\": [9, 11], \"bos_token_id\": 1}", &err) == 0,
+              "%s", err.msg);
+    cr_expect_eq(c.num_eos_ids, 3);
+    cr_expect(model_config_is_eos(&c, 7) && model_config_is_eos(&c, 9) &&
+              model_config_is_eos(&c, 11));
+    cr_expect(!model_config_is_eos(&c, 8));
+    cr_assert(model_config_parse(&c, "{" BASE_FIELDS ", \"eos_token_id\": 5}", "{\"eos_token_id\": 6}",
+                                 &err) == 0);
+    cr_expect(c.num_eos_ids == 2 && c.eos_ids[0] == 5 && c.eos_ids[1] == 6);
+}
+
+Test(model_config, generation_config_file_is_read) {
+    char *dir = make_temp_dir();
+    char path[512];
+    copy_tiny_config(dir);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    write_text(path, "{\"eos_token_id\": [151645, 151643]}");
+    ModelConfig c;
+    Error err = {{0}};
+    cr_assert(model_config_load(&c, dir, &err) == 0, "%s", err.msg);
+    cr_expect(model_config_is_eos(&c, 151643) && model_config_is_eos(&c, 151645));
+    write_text(path, "{not json");
+    cr_expect(model_config_load(&c, dir, &err) == -1 && strstr(err.msg, "generation_config.json"));
+    rm_rf(dir);
+    free(dir);
+}
+
+Test(model_config, missing_required_fields_are_named) {
+    const char *fields[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads"};
+    for (size_t i = 0; i < 5; i++) {
+        char json[1024] = "{\"model_type\": \"qwen3\"";
+        for (size_t j = 0; j < 5; j++)
+            if (j != i) snprintf(json + strlen(json), sizeof json - strlen(json), ", \"%s\": 8", fields[j]);
+        strcat(json, "}");
+        expect_error(json, fields[i]);
+    }
+    expect_error("{\"vocab_size\": 8}", "model_type");
+}
+
+Test(model_config, unsupported_models_and_features) {
+    expect_error("{\"model_type\": \"llama\", \"vocab_size\": 8}", "'llama'");
+    expect_error("{\"model_type\": \"qwen3\", \"architectures\": [\"LlamaForCausalLM\"]}",
+                 "LlamaForCausalLM");
+    expect_error("{" BASE_FIELDS ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+                 "rope_scaling");
+    expect_error("{" BASE_FIELDS ", \"use_sliding_window\": true}", "use_sliding_window");
+    expect_error("{" BASE_FIELDS ", \"attention_bias\": true}", "attention_bias");
+    expect_error("{" BASE_FIELDS ", \"hidden_act\": \"gelu\"}", "hidden_act");
+}
+
+Test(model_config, bad_values) {
+    expect_error("{" BASE_FIELDS ", \"num_key_value_heads\": 3}", "multiple");
+    expect_error("{" BASE_FIELDS ", \"head_dim\": 15}", "head_dim");
+    expect_error("{\"model_type\": \"qwen3\", \"vocab_size\": -5, \"hidden_size\": 8, "
+                 "\"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 1}",
+                 "vocab_size");
+    expect_error("{" BASE_FIELDS ", \"rms_norm_eps\": \"small\"}", "rms_norm_eps");
+    expect_error("{" BASE_FIELDS ", \"eos_token_id\": \"</s>\"}", "eos_token_id");
+    expect_error("{" BASE_FIELDS ", \"eos_token_id\": 5000}", "outside the vocabulary");
+    expect_error("{" BASE_FIELDS ", \"tie_word_embeddings\": 1}", "tie_word_embeddings");
+    expect_error("{" BASE_FIELDS, "invalid JSON");
+    expect_error("[1, 2]", "not a JSON object");
+}
+
+Test(model_config, missing_folder) {
+    ModelConfig c;
+    Error err = {{0}};
+    cr_expect(model_config_load(&c, "/nonexistent/model", &err) == -1);
+    cr_expect(strstr(err.msg, "no config.json"), "%s", err.msg);
+}
