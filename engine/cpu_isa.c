@@ -3,6 +3,8 @@
  */
 #include "cpu_isa.h"
 
+#include "cpu_matmul_amx.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +15,7 @@ CpuIsa cpu_isa_detect(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
-        return CPU_ISA_AVX512;
+        return amx_available() ? CPU_ISA_AMX : CPU_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CPU_ISA_AVX2;
 #endif
     return CPU_ISA_SCALAR;
@@ -30,7 +32,7 @@ CpuIsa cpu_isa_active(void) {
         CpuIsa isa = cpu_isa_detect();
         const char *env = getenv("NANOVLLM_CPU_ISA");
         if (env) {
-            for (int i = CPU_ISA_SCALAR; i <= CPU_ISA_AVX512; i++)
+            for (int i = CPU_ISA_SCALAR; i <= CPU_ISA_AMX; i++)
                 if (strcmp(env, cpu_isa_name((CpuIsa)i)) == 0 && i < (int)isa) isa = (CpuIsa)i;
         }
         active = (int)isa;
@@ -40,6 +42,7 @@ CpuIsa cpu_isa_active(void) {
 
 const char *cpu_isa_name(CpuIsa isa) {
     switch (isa) {
+    case CPU_ISA_AMX: return "amx";
     case CPU_ISA_AVX512: return "avx512";
     case CPU_ISA_AVX2: return "avx2";
     default: return "scalar";

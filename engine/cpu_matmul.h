@@ -1,17 +1,18 @@
 /*
  * cpu_matmul.h - y = x . W^T for float32 activations and bf16 or f32 weights.
  *
- * Every projection of the CPU forward pass goes through cpu_matmul(). Two
- * strategies, chosen by the number of activation rows M:
- *  - small M (decode): our own SIMD kernels read each weight row once,
- *    widen bf16 to f32 in registers and feed all M rows from it. This is
- *    memory-bound, so reading bf16 (half of f32) is what sets the speed;
- *    no BLAS has a f32 x bf16 kernel.
- *  - large M (prefill): weight rows are widened to f32 in per-thread panels
- *    and multiplied by OpenBLAS sgemm (single-threaded inside each of our
- *    tasks, so only one thread pool runs). The widening is O(N*K) against
- *    O(M*N*K) of arithmetic.
- * The crossover, panel size and measurements are in cpu_matmul.c.
+ * Every projection of the CPU forward pass goes through here. Three
+ * strategies, chosen by the number of activation rows M and the CPU:
+ *  - rows (small M, decode): our own SIMD kernels stream each weight row
+ *    once, widening bf16 to f32 in registers, for up to four activation
+ *    rows per pass. Memory-bound, so reading bf16 (half of f32) is what sets
+ *    the speed; no BLAS has a f32 x bf16 kernel.
+ *  - amx (larger M, where the CPU has AMX): tile multiplies on bf16 terms
+ *    that add up exactly to the float32 activations (cpu_matmul_amx.h).
+ *  - blas (larger M elsewhere): weight rows widened to f32 in per-thread
+ *    panels and multiplied by OpenBLAS sgemm, single-threaded inside each of
+ *    our tasks so that only one thread pool runs.
+ * All three compute in float32; they differ only in summation order.
  */
 #ifndef NANOVLLM_CPU_MATMUL_H
 #define NANOVLLM_CPU_MATMUL_H
@@ -22,16 +23,28 @@
 
 typedef struct CpuMatmul CpuMatmul;
 
-/* max_cols: the largest K (W.cols) that will be passed. */
-CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_cols, Error *err);
+typedef enum MatmulStrategy { MATMUL_AUTO, MATMUL_ROWS, MATMUL_BLAS, MATMUL_AMX } MatmulStrategy;
+
+/* max_rows: the largest M; max_cols: the largest K (W.cols) that will be passed. */
+CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error *err);
 void cpu_matmul_destroy(CpuMatmul *mm);
 
 /* y[M, w->rows] = x[M, w->cols] . w^T; rows of x and y are contiguous. */
 void cpu_matmul(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w);
 
-/* The same product with a forced strategy and SIMD level, for tests and the
- * benchmark: use_blas 0 = own kernels, 1 = widened panels + sgemm. */
-void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w, int use_blas,
-                     CpuIsa isa);
+/* ys[i] = x . ws[i]^T for `count` weights of the same width sharing one
+ * input (q/k/v, gate/up): one pass of preparation and one parallel loop. */
+void cpu_matmul_multi(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
+                      float *const *ys, int count);
+
+/* The same with a forced strategy and SIMD level (tests, benchmarks). A
+ * strategy the CPU or the weight cannot use falls back to MATMUL_ROWS. */
+void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w,
+                     MatmulStrategy strategy, CpuIsa isa);
+
+/* The strategy MATMUL_AUTO picks for these arguments. */
+MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa);
+
+const char *matmul_strategy_name(MatmulStrategy s);
 
 #endif

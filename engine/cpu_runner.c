@@ -12,6 +12,7 @@
 #include "cpu_runner.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,24 @@
 #include "cpu_isa.h"
 #include "cpu_matmul.h"
 #include "cpu_ops.h"
+#include "log.h"
 #include "thread_pool.h"
+
+/* Where a step's time goes, kept when NANOVLLM_PROFILE is set and printed
+ * when the runner is destroyed (for tuning; see docs/performance.md). */
+typedef enum Phase {
+    PHASE_QKV,
+    PHASE_ATTENTION,
+    PHASE_O_PROJ,
+    PHASE_GATE_UP,
+    PHASE_DOWN,
+    PHASE_ELEMENTWISE, /* embedding, norms, RoPE, KV store, SiLU, residuals */
+    PHASE_LM_HEAD,
+    NUM_PHASES
+} Phase;
+
+static const char *const PHASE_NAMES[NUM_PHASES] = {"qkv", "attention", "o_proj", "gate_up",
+                                                    "down", "elementwise", "lm_head"};
 
 typedef struct CpuRunner {
     Runner base;
@@ -43,6 +61,10 @@ typedef struct CpuRunner {
     float *normed;   /* [max rows, hidden]: final-normed rows for the lm_head */
     float *logits;   /* [max_num_seqs, vocab] */
 
+    bool profile;
+    double phase_seconds[NUM_PHASES];
+    double phase_start;
+
     /* per step */
     const RunnerBatch *batch;
     int num_tokens;
@@ -57,6 +79,14 @@ size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size) {
 static float *k_layer(CpuRunner *r, int l) { return r->kv + (size_t)l * r->layer_floats; }
 static float *v_layer(CpuRunner *r, int l) {
     return r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_floats;
+}
+
+/* Charges the time since the previous mark to `phase`. */
+static void mark(CpuRunner *r, Phase phase) {
+    if (!r->profile) return;
+    double t = now_seconds();
+    r->phase_seconds[phase] += t - r->phase_start;
+    r->phase_start = t;
 }
 
 /* ---- per-token stages, run over token ranges by the pool ---------------- */
@@ -158,18 +188,28 @@ static void forward_layer(CpuRunner *r, int l) {
     const LayerWeights *L = &r->base.model->layers[l];
     int T = r->num_tokens;
     r->layer = l;
-    cpu_matmul(r->matmul, r->q, r->h, T, &L->q_proj);
-    cpu_matmul(r->matmul, r->k, r->h, T, &L->k_proj);
-    cpu_matmul(r->matmul, r->v, r->h, T, &L->v_proj);
+    const Weight *qkv[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
+    float *qkv_out[3] = {r->q, r->k, r->v};
+    cpu_matmul_multi(r->matmul, r->h, T, qkv, qkv_out, 3);
+    mark(r, PHASE_QKV);
     for_each_token(r, qk_norm_rope_store);
+    mark(r, PHASE_ELEMENTWISE);
     cpu_attention(r->attention, r->attn, r->q, k_layer(r, l), v_layer(r, l), r->batch);
+    mark(r, PHASE_ATTENTION);
     cpu_matmul(r->matmul, r->tmp, r->attn, T, &L->o_proj);
+    mark(r, PHASE_O_PROJ);
     for_each_token(r, attn_residual_norm);
-    cpu_matmul(r->matmul, r->gate, r->h, T, &L->gate_proj);
-    cpu_matmul(r->matmul, r->up, r->h, T, &L->up_proj);
+    mark(r, PHASE_ELEMENTWISE);
+    const Weight *gate_up[2] = {&L->gate_proj, &L->up_proj};
+    float *gate_up_out[2] = {r->gate, r->up};
+    cpu_matmul_multi(r->matmul, r->h, T, gate_up, gate_up_out, 2);
+    mark(r, PHASE_GATE_UP);
     for_each_token(r, silu_mul_token);
+    mark(r, PHASE_ELEMENTWISE);
     cpu_matmul(r->matmul, r->tmp, r->gate, T, &L->down_proj);
+    mark(r, PHASE_DOWN);
     for_each_token(r, mlp_residual_norm); /* leaves h = next input (or final) norm */
+    mark(r, PHASE_ELEMENTWISE);
 }
 
 /* lm_head over the rows that need logits, written to dst [rows, vocab]. */
@@ -184,8 +224,10 @@ static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err
     CpuRunner *r = (CpuRunner *)base;
     if (runner_validate_batch(base, b, err)) return -1;
     r->batch = b;
+    if (r->profile) r->phase_start = now_seconds();
     prepare_tokens(r, b);
     for_each_token(r, embed_token);
+    mark(r, PHASE_ELEMENTWISE);
     for (int l = 0; l < r->cfg.num_layers; l++) forward_layer(r, l);
 
     size_t V = (size_t)r->cfg.vocab_size;
@@ -203,6 +245,7 @@ static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err
         if (b->seqs[s].compute_logits) r->logit_rows[n++] = last;
     }
     if (!b->all_logits) compute_logits(r, r->logits, r->logit_rows, n);
+    mark(r, PHASE_LM_HEAD);
 
     int row = 0;
     for (int s = 0; s < b->num_seqs; s++) {
@@ -219,8 +262,19 @@ static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err
 
 /* ---- creation ------------------------------------------------------------ */
 
+static void print_profile(const CpuRunner *r) {
+    double total = 0;
+    for (int i = 0; i < NUM_PHASES; i++) total += r->phase_seconds[i];
+    fprintf(stderr, "nanovllm profile (cpu runner, %.3f s in steps):", total);
+    for (int i = 0; i < NUM_PHASES; i++)
+        fprintf(stderr, " %s %.3f s (%.0f%%)", PHASE_NAMES[i], r->phase_seconds[i],
+                total > 0 ? 100 * r->phase_seconds[i] / total : 0.0);
+    fputc('\n', stderr);
+}
+
 static void cpu_destroy(Runner *base) {
     CpuRunner *r = (CpuRunner *)base;
+    if (r->profile) print_profile(r);
     cpu_attention_destroy(r->attention);
     cpu_matmul_destroy(r->matmul);
     thread_pool_destroy(r->pool);
@@ -279,6 +333,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->base.device = "cpu";
     r->base.model = model;
     r->cfg = *c;
+    r->profile = getenv("NANOVLLM_PROFILE") != NULL;
     r->base.num_kv_blocks = (int)num_blocks;
     r->base.kv_cache_bytes = num_blocks * block_bytes;
     r->layer_floats = num_blocks * (size_t)o.block_size * c->num_kv_heads * c->head_dim;
@@ -330,7 +385,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     o.num_threads = thread_pool_size(r->pool);
     int max_cols = (int)(H > Q ? H : Q);
     if ((int)I > max_cols) max_cols = (int)I;
-    r->matmul = cpu_matmul_create(r->pool, max_cols, err);
+    r->matmul = cpu_matmul_create(r->pool, (int)(T > max_logit_rows ? T : max_logit_rows), max_cols, err);
     AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
     if (r->matmul)
         r->attention = cpu_attention_create(r->pool, shape, o.max_num_seqs, (int)T, err);

@@ -79,7 +79,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         }
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
-    if (!a->model_dir) return error_set(err, "--model is required");
+    if (!a->model_dir && !a->matmul) return error_set(err, "--model is required");
     return 0;
 }
 
@@ -133,7 +133,7 @@ static double weight_read_bandwidth(const ModelWeights *w, ThreadPool *pool, siz
 /* float32 GFLOP/s of prefill's matmul path on a Qwen3-0.6B-sized projection. */
 static double sgemm_gflops(ThreadPool *pool, Error *err) {
     enum { M = 512, K = 1024, N = 3072 };
-    CpuMatmul *mm = cpu_matmul_create(pool, K, err);
+    CpuMatmul *mm = cpu_matmul_create(pool, M, K, err);
     float *x = malloc(sizeof(float) * M * K), *y = malloc(sizeof(float) * M * N);
     uint16_t *wdata = malloc(sizeof(uint16_t) * N * K);
     double gflops = 0;
@@ -144,7 +144,7 @@ static double sgemm_gflops(ThreadPool *pool, Error *err) {
         double best = 1e30;
         for (int i = 0; i < 4; i++) {
             double t0 = now_seconds();
-            cpu_matmul_with(mm, y, x, M, &w, 1, cpu_isa_active());
+            cpu_matmul(mm, y, x, M, &w);
             double dt = now_seconds() - t0;
             if (dt < best) best = dt;
         }
@@ -251,8 +251,8 @@ static void print_results(const BenchArgs *a, const BenchResult *r, const Runner
 
 static int bench_matmul(const BenchArgs *a, Error *err) {
     ThreadPool *pool = thread_pool_create(a->runner.num_threads, err);
-    enum { K = 1024, N = 3072, MAX_M = 64 };
-    CpuMatmul *mm = pool ? cpu_matmul_create(pool, K, err) : NULL;
+    enum { K = 1024, N = 3072, MAX_M = 512 };
+    CpuMatmul *mm = pool ? cpu_matmul_create(pool, MAX_M, K, err) : NULL;
     float *x = malloc(sizeof(float) * MAX_M * K), *y = malloc(sizeof(float) * MAX_M * N);
     uint16_t *w = malloc(sizeof(uint16_t) * N * K);
     int rc = (mm && x && y && w) ? 0 : error_set(err, "out of memory");
@@ -262,18 +262,20 @@ static int bench_matmul(const BenchArgs *a, Error *err) {
         Weight wt = {w, WEIGHT_BF16, N, K};
         printf("bf16 weight %dx%d, %s kernels, %d threads: microseconds per matmul\n", N, K,
                cpu_isa_name(cpu_isa_active()), thread_pool_size(pool));
-        printf("%6s %12s %12s\n", "rows", "own", "sgemm");
+        MatmulStrategy strategies[3] = {MATMUL_ROWS, MATMUL_BLAS, MATMUL_AMX};
+        printf("%6s %10s %10s %10s   auto\n", "rows", "rows", "blas", "amx");
         for (int M = 1; M <= MAX_M; M *= 2) {
-            double best[2] = {1e30, 1e30};
-            for (int s = 0; s < 2; s++) {
+            double best[3] = {1e30, 1e30, 1e30};
+            for (int s = 0; s < 3; s++) {
                 for (int rep = 0; rep < 20; rep++) {
                     double t0 = now_seconds();
-                    cpu_matmul_with(mm, y, x, M, &wt, s, cpu_isa_active());
+                    cpu_matmul_with(mm, y, x, M, &wt, strategies[s], cpu_isa_active());
                     double dt = now_seconds() - t0;
                     if (dt < best[s]) best[s] = dt;
                 }
             }
-            printf("%6d %12.1f %12.1f\n", M, best[0] * 1e6, best[1] * 1e6);
+            printf("%6d %10.1f %10.1f %10.1f   %s\n", M, best[0] * 1e6, best[1] * 1e6, best[2] * 1e6,
+                   matmul_strategy_name(cpu_matmul_choose(M, &wt, cpu_isa_active())));
         }
     }
     free(x);
