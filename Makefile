@@ -16,7 +16,7 @@ CUDA    ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 WARN     = -Wall -Wextra -Werror
-CFLAGS  += -std=c11 -D_GNU_SOURCE -O2 -g -pthread $(WARN) -MMD -MP $(EXTRA_CFLAGS)
+CFLAGS  += -std=c11 -D_GNU_SOURCE -O3 -g -pthread $(WARN) -MMD -MP $(EXTRA_CFLAGS)
 LDLIBS   = -ljansson -lopenblas -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 

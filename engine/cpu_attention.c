@@ -12,6 +12,8 @@
  */
 #include "cpu_attention.h"
 
+#include "cpu_ops.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -86,15 +88,10 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
                 memset(sc, 0, sizeof(float) * (size_t)n);
                 continue;
             }
-            float mx = sc[0];
-            for (int j = 1; j < visible; j++) mx = sc[j] > mx ? sc[j] : mx;
+            float mx = max_of(sc, visible);
             float new_max = mx > s->row_max[r] ? mx : s->row_max[r];
             float correction = expf(s->row_max[r] - new_max); /* 0 on the first block */
-            float sum = 0.0f;
-            for (int j = 0; j < visible; j++) {
-                sc[j] = expf(sc[j] - new_max);
-                sum += sc[j];
-            }
+            float sum = exp_shifted_sum(sc, visible, new_max);
             for (int j = visible; j < n; j++) sc[j] = 0.0f;
             s->row_sum[r] = s->row_sum[r] * correction + sum;
             s->row_max[r] = new_max;

@@ -4,6 +4,9 @@
  * Each works on one row (a token's vector) or a range of rows, so the CPU
  * runner can hand row ranges to its thread pool. float32 throughout; the
  * formulas are those of Hugging Face's Qwen3 (and ../shared/tools/qwen3_ref.py).
+ * The ones that run over whole activations or attention scores (norms,
+ * SiLU, softmax) have AVX-512 versions chosen at run time (cpu_isa.h); the
+ * exponential there is a Cephes-style polynomial accurate to ~1 ulp.
  */
 #ifndef NANOVLLM_CPU_OPS_H
 #define NANOVLLM_CPU_OPS_H
@@ -30,6 +33,12 @@ void rope_apply(float *head, int head_dim, const float *cos_sin);
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 void silu_mul(float *gate, const float *up, size_t n);
+
+/* Largest of x[0..n), n >= 1. */
+float max_of(const float *x, int n);
+
+/* x[i] = exp(x[i] - shift) for i < n; returns the sum of the new values. */
+float exp_shifted_sum(float *x, int n, float shift);
 
 /* Index of the largest value; the lowest index among equals (as numpy's argmax). */
 int argmax(const float *x, int n);
