@@ -20,7 +20,7 @@
 #include <string.h>
 
 /* Query rows (tokens x heads of a group) per task. */
-#define TILE_ROWS 64
+#define TILE_ROWS 128
 
 typedef struct AttnTask {
     int seq;

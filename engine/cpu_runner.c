@@ -22,6 +22,7 @@
 #include "cpu_isa.h"
 #include "cpu_matmul.h"
 #include "cpu_ops.h"
+#include "cpu_weights.h"
 #include "log.h"
 #include "thread_pool.h"
 
@@ -45,6 +46,7 @@ typedef struct CpuRunner {
     Runner base;
     ModelConfig cfg;
     ThreadPool *pool;
+    CpuWeights weights; /* the matrices the forward pass reads (cpu_weights.h) */
     CpuMatmul *matmul;
     CpuAttention *attention;
     double *inv_freq; /* [head_dim / 2] */
@@ -117,15 +119,15 @@ static void for_each_token(CpuRunner *r, TokenFn fn) {
 
 static void embed_token(CpuRunner *r, int t) {
     int H = r->cfg.hidden_size;
-    embed_row(r->x + (size_t)t * H, &r->base.model->embed_tokens, r->tokens[t]);
-    rmsnorm(r->h + (size_t)t * H, r->x + (size_t)t * H, r->base.model->layers[0].input_norm, H,
+    embed_row(r->x + (size_t)t * H, &r->weights.embed_tokens, r->tokens[t]);
+    rmsnorm(r->h + (size_t)t * H, r->x + (size_t)t * H, r->weights.layers[0].input_norm, H,
             (float)r->cfg.rms_norm_eps);
 }
 
 /* q/k RMSNorm per head, RoPE, and the store of K and V into the cache. */
 static void qk_norm_rope_store(CpuRunner *r, int t) {
     const ModelConfig *c = &r->cfg;
-    const LayerWeights *L = &r->base.model->layers[r->layer];
+    const LayerWeights *L = &r->weights.layers[r->layer];
     int D = c->head_dim;
     float eps = (float)c->rms_norm_eps;
     const float *cs = r->cos_sin + (size_t)t * D;
@@ -149,7 +151,7 @@ static void qk_norm_rope_store(CpuRunner *r, int t) {
 static void attn_residual_norm(CpuRunner *r, int t) {
     int H = r->cfg.hidden_size;
     add_rmsnorm(r->x + (size_t)t * H, r->tmp + (size_t)t * H, r->h + (size_t)t * H,
-                r->base.model->layers[r->layer].post_attention_norm, H, (float)r->cfg.rms_norm_eps);
+                r->weights.layers[r->layer].post_attention_norm, H, (float)r->cfg.rms_norm_eps);
 }
 
 static void silu_mul_token(CpuRunner *r, int t) {
@@ -159,10 +161,9 @@ static void silu_mul_token(CpuRunner *r, int t) {
 
 /* residual += MLP output; h = next layer's input norm (or the final norm). */
 static void mlp_residual_norm(CpuRunner *r, int t) {
-    const ModelWeights *m = r->base.model;
     int H = r->cfg.hidden_size;
-    const float *w = r->layer + 1 < r->cfg.num_layers ? m->layers[r->layer + 1].input_norm
-                                                      : m->final_norm;
+    const float *w = r->layer + 1 < r->cfg.num_layers ? r->weights.layers[r->layer + 1].input_norm
+                                                      : r->base.model->final_norm;
     add_rmsnorm(r->x + (size_t)t * H, r->tmp + (size_t)t * H, r->h + (size_t)t * H, w, H,
                 (float)r->cfg.rms_norm_eps);
 }
@@ -185,7 +186,7 @@ static void prepare_tokens(CpuRunner *r, const RunnerBatch *b) {
 }
 
 static void forward_layer(CpuRunner *r, int l) {
-    const LayerWeights *L = &r->base.model->layers[l];
+    const LayerWeights *L = &r->weights.layers[l];
     int T = r->num_tokens;
     r->layer = l;
     const Weight *qkv[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
@@ -217,7 +218,7 @@ static void compute_logits(CpuRunner *r, float *dst, const int *rows, int n) {
     int H = r->cfg.hidden_size;
     for (int i = 0; i < n; i++)
         memcpy(r->normed + (size_t)i * H, r->h + (size_t)rows[i] * H, sizeof(float) * H);
-    cpu_matmul(r->matmul, dst, r->normed, n, &r->base.model->lm_head);
+    cpu_matmul(r->matmul, dst, r->normed, n, &r->weights.lm_head);
 }
 
 static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
@@ -277,6 +278,7 @@ static void cpu_destroy(Runner *base) {
     if (r->profile) print_profile(r);
     cpu_attention_destroy(r->attention);
     cpu_matmul_destroy(r->matmul);
+    cpu_weights_free(&r->weights);
     thread_pool_destroy(r->pool);
     if (r->kv) munmap(r->kv, 2 * (size_t)r->cfg.num_layers * r->layer_floats * sizeof(float));
     free(r->inv_freq);
@@ -348,6 +350,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
         return NULL;
     }
     r->kv = kv;
+    madvise(kv, r->base.kv_cache_bytes, MADV_HUGEPAGE); /* a hint: attention streams the cache */
 
     size_t T = (size_t)o.max_num_batched_tokens, H = (size_t)c->hidden_size;
     size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
@@ -383,6 +386,10 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
         return NULL;
     }
     o.num_threads = thread_pool_size(r->pool);
+    if (cpu_weights_init(&r->weights, model, r->pool, err)) {
+        cpu_destroy(&r->base);
+        return NULL;
+    }
     int max_cols = (int)(H > Q ? H : Q);
     if ((int)I > max_cols) max_cols = (int)I;
     r->matmul = cpu_matmul_create(r->pool, (int)(T > max_logit_rows ? T : max_logit_rows), max_cols, err);
@@ -395,8 +402,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     }
     r->base.options = o;
     snprintf(r->base.description, sizeof r->base.description,
-             "cpu (%d threads, %s kernels), float32 activations, %s weights", o.num_threads,
-             cpu_isa_name(cpu_isa_active()),
-             model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32");
+             "cpu (%d threads, %s kernels), float32 activations, %s weights %s", o.num_threads,
+             cpu_isa_name(cpu_isa_active()), model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32",
+             r->weights.memory ? "in huge pages" : "mapped in place");
     return &r->base;
 }

@@ -3,10 +3,13 @@
  */
 #include "model_weights.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "half.h"
 
@@ -184,19 +187,46 @@ void model_weights_free(ModelWeights *w) {
     memset(w, 0, sizeof *w);
 }
 
-static size_t matrix_bytes(const Weight *m) {
+size_t weight_bytes(const Weight *m) {
     return (size_t)m->rows * (size_t)m->cols * (m->type == WEIGHT_BF16 ? 2 : 4);
+}
+
+int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst, Error *err) {
+    size_t n = weight_bytes(w);
+    const char *p = w->data;
+    for (int i = 0; i < m->checkpoint.num_files; i++) {
+        const MappedFile *f = &m->checkpoint.files[i];
+        const char *base = f->map;
+        if (p < base || p + n > base + f->size) continue;
+        int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return error_set(err, "cannot reopen %s: %s", f->path, strerror(errno));
+        size_t done = 0;
+        while (done < n) {
+            ssize_t got = pread(fd, (char *)dst + done, n - done, (off_t)(p - base + done));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                int e = got < 0 ? errno : EIO;
+                close(fd);
+                return error_set(err, "cannot read %s: %s", f->path, strerror(e));
+            }
+            done += (size_t)got;
+        }
+        close(fd);
+        return 0;
+    }
+    memcpy(dst, w->data, n); /* converted at load time: not in any file */
+    return 0;
 }
 
 size_t model_weights_bytes(const ModelWeights *w) {
     const ModelConfig *c = &w->config;
-    size_t bytes = matrix_bytes(&w->embed_tokens) + sizeof(float) * (size_t)c->hidden_size;
-    if (w->lm_head.data != w->embed_tokens.data) bytes += matrix_bytes(&w->lm_head);
+    size_t bytes = weight_bytes(&w->embed_tokens) + sizeof(float) * (size_t)c->hidden_size;
+    if (w->lm_head.data != w->embed_tokens.data) bytes += weight_bytes(&w->lm_head);
     for (int i = 0; i < c->num_layers; i++) {
         const LayerWeights *L = &w->layers[i];
-        bytes += matrix_bytes(&L->q_proj) + matrix_bytes(&L->k_proj) + matrix_bytes(&L->v_proj) +
-                 matrix_bytes(&L->o_proj) + matrix_bytes(&L->gate_proj) +
-                 matrix_bytes(&L->up_proj) + matrix_bytes(&L->down_proj);
+        bytes += weight_bytes(&L->q_proj) + weight_bytes(&L->k_proj) + weight_bytes(&L->v_proj) +
+                 weight_bytes(&L->o_proj) + weight_bytes(&L->gate_proj) +
+                 weight_bytes(&L->up_proj) + weight_bytes(&L->down_proj);
         bytes += sizeof(float) * (size_t)(2 * c->hidden_size + 2 * c->head_dim);
     }
     return bytes;

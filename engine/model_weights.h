@@ -59,4 +59,13 @@ void model_weights_free(ModelWeights *w);
 /* Bytes of all matrices and vectors the forward pass reads (tied counted once). */
 size_t model_weights_bytes(const ModelWeights *w);
 
+/* Bytes of one matrix as stored (bf16 or f32). */
+size_t weight_bytes(const Weight *w);
+
+/* Copies matrix w's bytes into dst. A matrix that lives in the checkpoint
+ * mapping is read from its file with pread, which never faults the mapping's
+ * pages in (a backend copying weights into memory of its own choosing pays
+ * one read, not a page fault per 4 KiB); others are copied from memory. */
+int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst, Error *err);
+
 #endif
