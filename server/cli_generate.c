@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,11 @@ int command_generate(int argc, char **argv) {
     GenerateArgs a;
     Error err = {{0}};
     int parsed = parse_args(argc, argv, &a, &err);
+    int32_t *prompt = NULL;
+    int prompt_len = 0;
+    /* The ids' syntax is checked before the model loads, their range after. */
+    if (parsed == 0)
+        parsed = parse_id_list_arg("--prompt-ids", a.prompt_ids, INT32_MAX, &prompt, &prompt_len, &err);
     if (parsed != 0) {
         if (parsed > 0) return 0;
         fprintf(stderr, "nanovllm generate: %s\n%s", err.msg, USAGE);
@@ -163,15 +169,22 @@ int command_generate(int argc, char **argv) {
     LoadedModel m;
     if (loaded_model_open(&m, a.model_dir, &a.runner, &err)) {
         fprintf(stderr, "nanovllm generate: %s\n", err.msg);
+        free(prompt);
         return 1;
     }
-    int32_t *prompt = NULL, *ids = NULL;
-    int prompt_len = 0, n = 0, status = 1;
+    int32_t *ids = NULL;
+    int n = 0, status = 1, vocab = m.weights.config.vocab_size;
     const char *finish = "length";
-    if (parse_id_list_arg("--prompt-ids", a.prompt_ids, m.weights.config.vocab_size, &prompt,
-                          &prompt_len, &err)) {
-        fprintf(stderr, "nanovllm generate: %s\n%s", err.msg, USAGE);
-        status = 2;
+    for (int i = 0; i < prompt_len; i++) {
+        if (prompt[i] >= vocab) {
+            fprintf(stderr, "nanovllm generate: --prompt-ids: token id %d is outside the "
+                            "vocabulary [0, %d)\n%s", prompt[i], vocab, USAGE);
+            status = 2;
+            break;
+        }
+    }
+    if (status == 2) {
+        /* reported above */
     } else if (!(ids = malloc(sizeof *ids * (size_t)a.max_tokens))) {
         fprintf(stderr, "nanovllm generate: out of memory\n");
     } else if (generate(m.runner, prompt, prompt_len, &a, ids, &n, &finish, &err)) {

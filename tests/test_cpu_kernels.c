@@ -252,3 +252,38 @@ Test(cpu_kernels, half_conversions) {
     cr_expect(isinf(f16_to_f32(0x7c00)));
     cr_expect(f16_to_f32(0x8000) == 0.0f && signbit(f16_to_f32(0x8000)));
 }
+
+/* The vectorized exp of softmax and SiLU against double precision. */
+Test(cpu_kernels, exp_and_silu_accuracy) {
+    enum { N = 4099 };
+    float *x = malloc(sizeof(float) * N), *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    double worst = 0, sum = 0;
+    for (int i = 0; i < N; i++) x[i] = -87.0f * i / (N - 1); /* the softmax range: <= 0 */
+    memcpy(g, x, sizeof(float) * N);
+    float got_sum = exp_shifted_sum(x, N, -0.5f);
+    for (int i = 0; i < N; i++) {
+        double want = exp((double)g[i] + 0.5);
+        sum += want;
+        if (want > 1e-30) worst = fmax(worst, fabs(x[i] - want) / want);
+    }
+    cr_expect(worst < 3e-7, "exp relative error %g", worst);
+    cr_expect(fabs(got_sum - sum) / sum < 1e-6);
+    for (int i = 0; i < N; i++) {
+        g[i] = 40.0f * uniform();
+        u[i] = uniform();
+    }
+    float *g0 = malloc(sizeof(float) * N);
+    memcpy(g0, g, sizeof(float) * N);
+    silu_mul(g, u, N);
+    worst = 0;
+    for (int i = 0; i < N; i++) {
+        double want = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+        worst = fmax(worst, fabs(g[i] - want) / (fabs(want) + 1e-30));
+    }
+    cr_expect(worst < 1e-6, "silu relative error %g", worst);
+    cr_expect_float_eq(max_of(g0, N), g0[argmax(g0, N)], 0);
+    free(x);
+    free(g);
+    free(g0);
+    free(u);
+}

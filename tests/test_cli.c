@@ -1,0 +1,143 @@
+/*
+ * test_cli.c - the nanovllm binary as a user runs it: generate's JSON output
+ * on the tiny model, and a clear message and exit status for every bad flag,
+ * value, model folder or device.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+static void expect_failure(const char *args, int status, const char *needle) {
+    char *out, *err;
+    int rc = run_nanovllm(args, &out, &err);
+    cr_expect_eq(rc, status, "`nanovllm %s` exited %d, stderr: %s", args, rc, err);
+    cr_expect(strstr(err, needle), "`nanovllm %s`: stderr lacks '%s': %s", args, needle, err);
+    cr_expect(strstr(err, "usage:") || status != 2, "no usage line: %s", err);
+    free(out);
+    free(err);
+}
+
+Test(cli, generate_json_matches_golden) {
+    json_t *g = golden_load();
+    json_t *p = golden_prompt(g, "len007");
+    char args[1024] = "generate --model " TINY_MODEL " --device cpu --json --ignore-eos --prompt-ids ";
+    size_t i;
+    json_t *id;
+    json_array_foreach(json_object_get(p, "prompt_ids"), i, id)
+        snprintf(args + strlen(args), sizeof args - strlen(args), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(id));
+    strcat(args, " --max-tokens 16");
+    char *out, *err;
+    cr_assert_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
+    json_error_t jerr;
+    json_t *res = json_loads(out, 0, &jerr);
+    cr_assert(res, "stdout is not one JSON object: %s", out);
+    cr_expect(json_equal(json_object_get(res, "prompt_ids"), json_object_get(p, "prompt_ids")));
+    cr_expect(json_equal(json_object_get(res, "ids"), json_object_get(p, "greedy_ids")),
+              "ids %s", out);
+    cr_expect_str_eq(json_string_value(json_object_get(res, "finish_reason")), "length");
+    cr_expect(strstr(err, "KV cache"), "start-up log names the KV capacity: %s", err);
+    json_decref(res);
+    json_decref(g);
+    free(out);
+    free(err);
+}
+
+Test(cli, generate_stops_at_eos) {
+    /* With the tiny model's eos (151645) as the only generation config eos,
+     * a prompt whose greedy continuation emits it stops there; without
+     * --ignore-eos, max_tokens caps runs that never emit it. */
+    char *out, *err;
+    cr_assert_eq(run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 151644 --max-tokens 3 "
+                              "--json --quiet", &out, &err), 0, "%s", err);
+    json_t *res = json_loads(out, 0, NULL);
+    cr_assert(res);
+    cr_expect_eq(json_array_size(json_object_get(res, "ids")), 3);
+    cr_expect_str_eq(err, "", "--quiet leaves stderr empty");
+    json_decref(res);
+    free(out);
+    free(err);
+}
+
+Test(cli, plain_output_is_ids) {
+    char *out, *err;
+    cr_assert_eq(run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 151644 --max-tokens 4 "
+                              "--ignore-eos --quiet", &out, &err), 0, "%s", err);
+    cr_expect_str_eq(out, "14981 106102 73229 125565\n");
+    free(out);
+    free(err);
+}
+
+Test(cli, usage_errors) {
+    expect_failure("", 2, "usage: nanovllm <command>");
+    expect_failure("frobnicate", 2, "unknown command 'frobnicate'");
+    expect_failure("generate --prompt-ids 1", 2, "--model is required");
+    expect_failure("generate --model " TINY_MODEL, 2, "--prompt-ids is required");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --bogus", 2, "invalid option");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-tokens abc", 2,
+                   "--max-tokens: 'abc' is not an integer");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-tokens 0", 2, "out of range");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --temperature 0.7", 2,
+                   "only 0 (greedy)");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --device tpu", 2,
+                   "'tpu' is not one of auto, cuda, cpu");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --block-size 48", 2,
+                   "not a power of two");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-memory 3XB", 2,
+                   "unknown unit");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,x", 2,
+                   "expected comma-separated token ids, got 'x'");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,151936", 2,
+                   "outside the vocabulary");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 extra", 2, "unexpected argument");
+    expect_failure("bench", 2, "--model is required");
+}
+
+Test(cli, runtime_errors) {
+    expect_failure("generate --model /nonexistent --prompt-ids 1", 1, "no config.json");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,2,3 --max-tokens 10 "
+                   "--max-model-len 8", 1, "exceeds max_model_len 8");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-tokens 100 "
+                   "--block-size 16 --kv-cache-memory 100KB", 1, "KV cache too small");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-memory 1KB", 1,
+                   "smaller than one block");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-model-len 50000", 1,
+                   "max_model_len 50000 is outside");
+}
+
+/* No usable GPU here (CI, this machine): cuda is refused with the reason,
+ * auto says it falls back and then runs on the CPU. On a GPU machine without
+ * the CUDA runner the message names that instead. */
+Test(cli, device_selection) {
+    char *out, *err;
+    int rc = run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 1 --device cuda", &out, &err);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(err, "--device cuda: no CUDA GPU available") ||
+                  strstr(err, "--device cuda: GPU found"), "%s", err);
+    free(out);
+    free(err);
+    rc = run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 1 --device auto --max-tokens 2",
+                      &out, &err);
+    cr_expect_eq(rc, 0, "%s", err);
+    cr_expect(strstr(err, "using the CPU"), "%s", err);
+    free(out);
+    free(err);
+}
+
+Test(cli, chunked_prefill_matches_one_step) {
+    char *one, *chunked, *err;
+    const char *base = "generate --model " TINY_MODEL " --quiet --ignore-eos --max-tokens 5 "
+                       "--prompt-ids 100,200,300,400,500,600,700,800,900,1000,1100,1200";
+    cr_assert_eq(run_nanovllm(base, &one, &err), 0, "%s", err);
+    free(err);
+    char args[512];
+    snprintf(args, sizeof args, "%s --max-num-batched-tokens 5 --block-size 16", base);
+    cr_assert_eq(run_nanovllm(args, &chunked, &err), 0, "%s", err);
+    cr_expect_str_eq(one, chunked);
+    free(one);
+    free(chunked);
+    free(err);
+}
