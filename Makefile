@@ -67,14 +67,9 @@ asan:
 	    EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	    EXTRA_LDFLAGS="-fsanitize=address,undefined" test
 
-BENCH_MODEL ?= $(BUILD)/qwen3-0.6b-random
-SHARED      ?= ../shared
-$(BENCH_MODEL)/model.safetensors:
-	/usr/bin/python3 $(SHARED)/tools/make_random_qwen3.py --preset qwen3-0.6b --out $(BENCH_MODEL) \
-	    --tokenizer-dir tests/fixtures/tiny-qwen3
-
-bench: $(BUILD)/nanovllm $(BENCH_MODEL)/model.safetensors
-	$(BUILD)/nanovllm bench --model $(BENCH_MODEL) $(BENCH_ARGS)
+# The random full-size model is generated on first use (see the script).
+bench: $(BUILD)/nanovllm
+	scripts/bench_cpu.sh $(BENCH_MODEL) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-asan

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs nanovllm's build and test dependencies from Debian packages and
+# builds build/nanovllm. Used by README's quick start and by .ci/run.
+# Runs apt-get through sudo when not root. CUDA sources are built when nvcc is
+# found (PATH or /usr/local/cuda); CUDA=0 in the environment turns that off.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential pkg-config
+  libjansson-dev     # JSON: config.json, safetensors headers, --json output
+  libopenblas-dev    # sgemm for the CPU runner
+  libcriterion-dev   # unit tests
+  python3-numpy      # ../shared/tools (reference forward, random bench model)
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+
+make -j"$(nproc)"
