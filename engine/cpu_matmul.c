@@ -30,7 +30,7 @@
 
 /* Activation rows above which the AMX tiles (where present) take over from
  * our row kernels, and above which OpenBLAS does (elsewhere). Measured with
- * `nanovllm bench --matmul`; see docs/performance.md. */
+ * `nanovllm bench --matmul`; see engine/PERFORMANCE.md. */
 #define AMX_MIN_ROWS 3
 #define SMALL_M_MAX 8
 

@@ -27,7 +27,7 @@
 #include "thread_pool.h"
 
 /* Where a step's time goes, kept when NANOVLLM_PROFILE is set and printed
- * when the runner is destroyed (for tuning; see docs/performance.md). */
+ * when the runner is destroyed (for tuning; see engine/PERFORMANCE.md). */
 typedef enum Phase {
     PHASE_QKV,
     PHASE_ATTENTION,
