@@ -267,7 +267,8 @@ Test(cpu_kernels, exp_and_silu_accuracy) {
         if (want > 1e-30) worst = fmax(worst, fabs(x[i] - want) / want);
     }
     cr_expect(worst < 3e-7, "exp relative error %g", worst);
-    cr_expect(fabs(got_sum - sum) / sum < 1e-6);
+    /* a float32 running sum of 4099 terms: ~sqrt(n) * eps on the scalar path */
+    cr_expect(fabs(got_sum - sum) / sum < 2e-5, "sum off by %g", fabs(got_sum - sum) / sum);
     for (int i = 0; i < N; i++) {
         g[i] = 40.0f * uniform();
         u[i] = uniform();
