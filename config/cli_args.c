@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../engine/log.h"
 #include "defaults.h"
 
 int parse_int_arg(const char *flag, const char *text, long lo, long hi, int *out, Error *err) {
@@ -136,4 +137,17 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *o, E
     if (strcmp(name, "gpu-memory-utilization") == 0)
         return parse_double_arg(flag, value, 0.01, 1.0, &o->gpu_memory_utilization, err) ? -1 : 1;
     return 0;
+}
+
+int parse_common_option(int c, const char *name, const char *value, RunnerOptions *opts,
+                        const char *usage, const char *help, Error *err) {
+    switch (c) {
+    case 'q': log_set_quiet(true); return 1;
+    case 'h':
+        fputs(usage, stdout);
+        fputs(help, stdout);
+        return 2;
+    case 0: return parse_runner_option(name, value, opts, err) < 0 ? -1 : 1;
+    default: return 0;
+    }
 }

@@ -43,6 +43,17 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *opts
         {"max-num-batched-tokens", required_argument, 0, 0},                                       \
         {"gpu-memory-utilization", required_argument, 0, 0}, {"threads", required_argument, 0, 0}
 
+/* Options every model command shares: --quiet, --help and the runner options. */
+#define COMMON_LONG_OPTIONS                                                                        \
+    {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, RUNNER_LONG_OPTIONS
+
+/* Handles one getopt_long result `c` (with `name`, the long option's name,
+ * when c is 0) if it is a common option. Returns 1 when handled, 0 when it
+ * is not a common option, 2 when --help was printed (usage + help on
+ * stdout), -1 on a bad value. */
+int parse_common_option(int c, const char *name, const char *value, RunnerOptions *opts,
+                        const char *usage, const char *help, Error *err);
+
 #define RUNNER_OPTIONS_USAGE                                                                       \
     "  --device auto|cuda|cpu        where to run (default auto: GPU if usable, else CPU)\n"       \
     "  --threads N                   CPU threads (default: one per core)\n"                        \

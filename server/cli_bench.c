@@ -52,8 +52,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         {"model", required_argument, 0, 'm'}, {"input-len", required_argument, 0, 'i'},
         {"output-len", required_argument, 0, 'o'}, {"seed", required_argument, 0, 's'},
         {"matmul", no_argument, 0, 'x'}, {"json", no_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
-        RUNNER_LONG_OPTIONS, {0, 0, 0, 0}};
+        COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (BenchArgs){.input_len = 512, .output_len = 64, .runner = runner_default_options()};
     optind = 0;
     int c, index;
@@ -71,12 +70,12 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
             break;
         case 'x': a->matmul = true; break;
         case 'j': a->json = true; break;
-        case 'q': log_set_quiet(true); break;
-        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 1;
-        case 0:
-            if (parse_runner_option(options[index].name, optarg, &a->runner, err) < 0) return -1;
-            break;
-        default: return error_set(err, "invalid option (see nanovllm bench --help)");
+        default: {
+            int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
+                                             &a->runner, USAGE, HELP, err);
+            if (common == 0) return error_set(err, "invalid option (see nanovllm bench --help)");
+            if (common != 1) return common < 0 ? -1 : 1;
+        }
         }
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);

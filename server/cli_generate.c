@@ -17,7 +17,6 @@
 
 #include "../config/cli_args.h"
 #include "../config/defaults.h"
-#include "../engine/log.h"
 #include "commands.h"
 #include "model_setup.h"
 
@@ -49,8 +48,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         {"model", required_argument, 0, 'm'}, {"prompt-ids", required_argument, 0, 'p'},
         {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
         {"ignore-eos", no_argument, 0, 'e'}, {"json", no_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
-        RUNNER_LONG_OPTIONS, {0, 0, 0, 0}};
+        COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (GenerateArgs){.max_tokens = DEFAULT_MAX_TOKENS, .runner = runner_default_options()};
     optind = 0;
     int c, index;
@@ -70,12 +68,12 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
             break;
         case 'e': a->ignore_eos = true; break;
         case 'j': a->json = true; break;
-        case 'q': log_set_quiet(true); break;
-        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 1;
-        case 0:
-            if (parse_runner_option(options[index].name, optarg, &a->runner, err) < 0) return -1;
-            break;
-        default: return error_set(err, "invalid option (see nanovllm generate --help)");
+        default: {
+            int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
+                                             &a->runner, USAGE, HELP, err);
+            if (common == 0) return error_set(err, "invalid option (see nanovllm generate --help)");
+            if (common != 1) return common < 0 ? -1 : 1;
+        }
         }
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
