@@ -193,11 +193,11 @@ size_t weight_bytes(const Weight *m) {
 
 int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst, Error *err) {
     size_t n = weight_bytes(w);
-    const char *p = w->data;
+    uintptr_t p = (uintptr_t)w->data;
     for (int i = 0; i < m->checkpoint.num_files; i++) {
         const MappedFile *f = &m->checkpoint.files[i];
-        const char *base = f->map;
-        if (p < base || p + n > base + f->size) continue;
+        uintptr_t base = (uintptr_t)f->map;
+        if (p < base || p - base > f->size || n > f->size - (p - base)) continue;
         int fd = open(f->path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) return error_set(err, "cannot reopen %s: %s", f->path, strerror(errno));
         size_t done = 0;

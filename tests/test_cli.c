@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -46,20 +47,38 @@ Test(cli, generate_json_matches_golden) {
     free(err);
 }
 
+/* generation_config.json's eos ids stop generation: make the tiny model's
+ * first greedy token (14981 after <|im_start|>) an end-of-sequence id. */
 Test(cli, generate_stops_at_eos) {
-    /* With the tiny model's eos (151645) as the only generation config eos,
-     * a prompt whose greedy continuation emits it stops there; without
-     * --ignore-eos, max_tokens caps runs that never emit it. */
+    char *dir = make_temp_dir(), cwd[1024], path[1200], args[2048];
+    cr_assert(getcwd(cwd, sizeof cwd));
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char target[1200];
+        snprintf(target, sizeof target, "%s/" TINY_MODEL "/%s", cwd, files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        cr_assert(symlink(target, path) == 0);
+    }
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    write_text(path, "{\"eos_token_id\": [151643, 14981]}");
     char *out, *err;
-    cr_assert_eq(run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 151644 --max-tokens 3 "
-                              "--json --quiet", &out, &err), 0, "%s", err);
+    snprintf(args, sizeof args, "generate --model %s --prompt-ids 151644 --max-tokens 8 --json --quiet", dir);
+    cr_assert_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
+    cr_expect_str_eq(out, "{\"prompt_ids\":[151644],\"ids\":[14981],\"finish_reason\":\"stop\"}\n");
+    cr_expect_str_eq(err, "", "--quiet leaves stderr empty");
+    free(out);
+    free(err);
+    strcat(args, " --ignore-eos");
+    cr_assert_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
     json_t *res = json_loads(out, 0, NULL);
     cr_assert(res);
-    cr_expect_eq(json_array_size(json_object_get(res, "ids")), 3);
-    cr_expect_str_eq(err, "", "--quiet leaves stderr empty");
+    cr_expect_eq(json_array_size(json_object_get(res, "ids")), 8);
+    cr_expect_str_eq(json_string_value(json_object_get(res, "finish_reason")), "length");
     json_decref(res);
     free(out);
     free(err);
+    rm_rf(dir);
+    free(dir);
 }
 
 Test(cli, plain_output_is_ids) {
