@@ -112,7 +112,8 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *o, E
     char flag[64];
     snprintf(flag, sizeof flag, "--%s", name);
     if (strcmp(name, "device") == 0) {
-        if (strcmp(value, "auto") && strcmp(value, "cuda") && strcmp(value, "cpu"))
+        if (strcmp(value, "auto") && strcmp(value, "cuda") && strcmp(value, "cpu") &&
+            strcmp(value, "null"))
             return error_set(err, "--device: '%s' is not one of auto, cuda, cpu", value);
         o->device = value;
         return 1;

@@ -36,11 +36,13 @@ typedef enum Phase {
     PHASE_DOWN,
     PHASE_ELEMENTWISE, /* embedding, norms, RoPE, KV store, SiLU, residuals */
     PHASE_LM_HEAD,
+    PHASE_SAMPLE,
     NUM_PHASES
 } Phase;
 
 static const char *const PHASE_NAMES[NUM_PHASES] = {"qkv", "attention", "o_proj", "gate_up",
-                                                    "down", "elementwise", "lm_head"};
+                                                    "down", "elementwise", "lm_head",
+                                                    "sample"};
 
 typedef struct CpuRunner {
     Runner base;
@@ -60,8 +62,11 @@ typedef struct CpuRunner {
     int32_t *slots;  /* KV slot of each new token */
     int32_t *tokens; /* the batch's new tokens, flattened */
     int *logit_rows; /* token index whose logits are computed, per logits row */
+    int *sample_rows; /* per sequence: its row of `logits`, or -1 */
+    int32_t *tokens_out;
     float *normed;   /* [max rows, hidden]: final-normed rows for the lm_head */
     float *logits;   /* [max_num_seqs, vocab] */
+    SamplerScratch *samplers; /* one per thread */
 
     bool profile;
     double phase_seconds[NUM_PHASES];
@@ -213,6 +218,20 @@ static void forward_layer(CpuRunner *r, int l) {
     mark(r, PHASE_ELEMENTWISE);
 }
 
+static void sample_task(void *ctx, int s, int thread) {
+    CpuRunner *r = ctx;
+    int row = r->sample_rows[s];
+    if (row < 0) return;
+    const RunnerBatch *b = r->batch;
+    const RunnerSeq *q = &b->seqs[s];
+    SamplingParams greedy = sampling_params_default();
+    SampleInput in = q->sample;
+    if (!in.params) in.params = &greedy;
+    SampleLogprobs *lp = b->logprobs ? &b->logprobs[s] : NULL;
+    r->tokens_out[s] = sampler_sample(r->logits + (size_t)row * r->cfg.vocab_size, &in,
+                                      &r->samplers[thread], lp);
+}
+
 /* lm_head over the rows that need logits, written to dst [rows, vocab]. */
 static void compute_logits(CpuRunner *r, float *dst, const int *rows, int n) {
     int H = r->cfg.hidden_size;
@@ -248,16 +267,23 @@ static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err
     if (!b->all_logits) compute_logits(r, r->logits, r->logit_rows, n);
     mark(r, PHASE_LM_HEAD);
 
+    /* Each sequence's row: copy out the raw logits if asked, then sample. */
     int row = 0;
     for (int s = 0; s < b->num_seqs; s++) {
+        r->sample_rows[s] = -1;
         out[s] = -1;
         if (!b->seqs[s].compute_logits) continue;
-        const float *lg = b->all_logits ? b->all_logits + (size_t)r->logit_rows[row] * V
-                                        : r->logits + (size_t)row * V;
-        out[s] = argmax(lg, (int)V);
+        float *lg = b->all_logits ? b->all_logits + (size_t)r->logit_rows[row] * V
+                                  : r->logits + (size_t)row * V;
         if (b->last_logits) memcpy(b->last_logits + (size_t)s * V, lg, sizeof(float) * V);
-        row++;
+        if (b->all_logits) { /* sample from a copy: the caller's logits stay raw */
+            memcpy(r->logits + (size_t)row * V, lg, sizeof(float) * V);
+        }
+        r->sample_rows[s] = row++;
     }
+    r->tokens_out = out;
+    thread_pool_run(r->pool, b->num_seqs, sample_task, r);
+    mark(r, PHASE_SAMPLE);
     return 0;
 }
 
@@ -288,6 +314,10 @@ static void cpu_destroy(Runner *base) {
     free(r->slots);
     free(r->tokens);
     free(r->logit_rows);
+    free(r->sample_rows);
+    if (r->samplers)
+        for (int i = 0; i < r->base.options.num_threads; i++) sampler_scratch_free(&r->samplers[i]);
+    free(r->samplers);
     free(r);
 }
 
@@ -372,8 +402,9 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->slots = malloc(sizeof(int32_t) * T);
     r->tokens = malloc(sizeof(int32_t) * T);
     r->logit_rows = malloc(sizeof(int) * (T > max_logit_rows ? T : max_logit_rows));
+    r->sample_rows = malloc(sizeof(int) * max_logit_rows);
     r->inv_freq = malloc(sizeof(double) * (size_t)(c->head_dim / 2));
-    if (!ok || !r->slots || !r->tokens || !r->logit_rows || !r->inv_freq) {
+    if (!ok || !r->slots || !r->tokens || !r->logit_rows || !r->sample_rows || !r->inv_freq) {
         cpu_destroy(&r->base);
         error_set(err, "out of memory (activations for %zu tokens)", T);
         return NULL;
@@ -386,6 +417,19 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
         return NULL;
     }
     o.num_threads = thread_pool_size(r->pool);
+    r->base.options.num_threads = o.num_threads; /* cpu_destroy frees one sampler per thread */
+    r->samplers = calloc((size_t)o.num_threads, sizeof *r->samplers);
+    if (!r->samplers) {
+        cpu_destroy(&r->base);
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < o.num_threads; i++) {
+        if (sampler_scratch_init(&r->samplers[i], c->vocab_size, err)) {
+            cpu_destroy(&r->base);
+            return NULL;
+        }
+    }
     if (cpu_weights_init(&r->weights, model, r->pool, err)) {
         cpu_destroy(&r->base);
         return NULL;

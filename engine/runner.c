@@ -9,6 +9,7 @@
 #include "../config/defaults.h"
 #include "../cuda/cuda_device.h"
 #include "cpu_runner.h"
+#include "null_runner.h"
 
 RunnerOptions runner_default_options(void) {
     return (RunnerOptions){
@@ -32,6 +33,7 @@ Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char
     write_note(note, note_size, "");
     const char *device = opts->device ? opts->device : "auto";
     bool want_cuda = strcmp(device, "cuda") == 0, want_auto = strcmp(device, "auto") == 0;
+    if (strcmp(device, "null") == 0) return null_runner_create(model, opts, err);
     if (!want_cuda && !want_auto && strcmp(device, "cpu") != 0) {
         error_set(err, "unknown device '%s' (expected auto, cuda or cpu)", device);
         return NULL;

@@ -7,7 +7,8 @@
  * it runs the model over the new tokens, writes their K/V into those blocks
  * and returns one sampled token per sequence. Prefill, prefill on top of a
  * cached prefix, chunked prefill and decode are the same call with different
- * numbers. Both backends (CPU here, CUDA in cuda/) fill the same vtable, so
+ * numbers. Sampling happens inside the runner (logits never leave the
+ * device), with the semantics of sampler.h. Both backends (CPU here, CUDA in cuda/) fill the same vtable, so
  * nothing above this file knows which one runs.
  *
  * KV layout (both backends): per layer, K and V are
@@ -23,6 +24,7 @@
 #include <stdint.h>
 
 #include "model_weights.h"
+#include "sampler.h"
 
 typedef struct RunnerSeq {
     const int32_t *tokens;      /* the new tokens of this step */
@@ -31,6 +33,7 @@ typedef struct RunnerSeq {
     const int32_t *block_table; /* KV block ids covering positions [0, start_pos + num_tokens) */
     int num_blocks;
     bool compute_logits; /* false for a prefill chunk that is not the prompt's last */
+    SampleInput sample;  /* how to choose the token; sample.params NULL means greedy */
 } RunnerSeq;
 
 typedef struct RunnerBatch {
@@ -42,6 +45,8 @@ typedef struct RunnerBatch {
      * [total new tokens, vocab], every new token of every sequence, in order. */
     float *last_logits;
     float *all_logits;
+    /* Optional [num_seqs]: filled for sequences whose params ask for logprobs. */
+    SampleLogprobs *logprobs;
 } RunnerBatch;
 
 typedef struct RunnerOptions {
@@ -58,7 +63,8 @@ typedef struct RunnerOptions {
 typedef struct Runner Runner;
 
 typedef struct RunnerOps {
-    /* tokens_out[i]: greedy token of sequence i, or -1 without compute_logits. */
+    /* tokens_out[i]: the token sampled for sequence i (sampler.h), or -1
+     * without compute_logits. */
     int (*step)(Runner *r, const RunnerBatch *batch, int32_t *tokens_out, Error *err);
     void (*destroy)(Runner *r);
 } RunnerOps;

@@ -200,19 +200,19 @@ static int run_model(Runner *r, const BenchArgs *a, BenchResult *res, Error *err
     /* Warm-up: one short step touches every weight page once. */
     int32_t next;
     int warm = a->input_len < 16 ? a->input_len : 16;
-    RunnerSeq seq = {tokens, warm, 0, table, blocks, true};
+    RunnerSeq seq = {.tokens = tokens, .num_tokens = warm, .start_pos = 0, .block_table = table, .num_blocks = blocks, .compute_logits = true};
     RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
     int rc = runner_step(r, &batch, &next, err);
 
     double t0 = now_seconds();
-    seq = (RunnerSeq){tokens, a->input_len, 0, table, blocks, true};
+    seq = (RunnerSeq){.tokens = tokens, .num_tokens = a->input_len, .start_pos = 0, .block_table = table, .num_blocks = blocks, .compute_logits = true};
     if (rc == 0) rc = runner_step(r, &batch, &next, err);
     res->prefill_s = now_seconds() - t0;
 
     t0 = now_seconds();
     for (int i = 0; rc == 0 && i < a->output_len; i++) {
         tokens[a->input_len + i] = next;
-        seq = (RunnerSeq){&tokens[a->input_len + i], 1, a->input_len + i, table, blocks, true};
+        seq = (RunnerSeq){.tokens = &tokens[a->input_len + i], .num_tokens = 1, .start_pos = a->input_len + i, .block_table = table, .num_blocks = blocks, .compute_logits = true};
         rc = runner_step(r, &batch, &next, err);
     }
     res->decode_s = now_seconds() - t0;

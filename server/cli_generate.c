@@ -105,7 +105,7 @@ static int generate(Runner *r, const int32_t *prompt, int prompt_len, const Gene
     while (pos < prompt_len && rc == 0) { /* prefill, chunked by the token budget */
         int chunk = prompt_len - pos < o->max_num_batched_tokens ? prompt_len - pos
                                                                  : o->max_num_batched_tokens;
-        RunnerSeq seq = {prompt + pos, chunk, pos, table, blocks, pos + chunk == prompt_len};
+        RunnerSeq seq = {.tokens = prompt + pos, .num_tokens = chunk, .start_pos = pos, .block_table = table, .num_blocks = blocks, .compute_logits = pos + chunk == prompt_len};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
         rc = runner_step(r, &batch, &next, err);
         pos += chunk;
@@ -117,7 +117,7 @@ static int generate(Runner *r, const int32_t *prompt, int prompt_len, const Gene
             break;
         }
         if (n == a->max_tokens) break;
-        RunnerSeq seq = {&out[n - 1], 1, prompt_len + n - 1, table, blocks, true};
+        RunnerSeq seq = {.tokens = &out[n - 1], .num_tokens = 1, .start_pos = prompt_len + n - 1, .block_table = table, .num_blocks = blocks, .compute_logits = true};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
         rc = runner_step(r, &batch, &next, err);
     }

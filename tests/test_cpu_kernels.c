@@ -160,7 +160,7 @@ Test(cpu_kernels, paged_attention) {
     int32_t dummy[256] = {0};
     int T = 0;
     for (int s = 0; s < 3; s++) {
-        seqs[s] = (RunnerSeq){dummy, lens[s], starts[s], tables[s], 16, true};
+        seqs[s] = (RunnerSeq){.tokens = dummy, .num_tokens = lens[s], .start_pos = starts[s], .block_table = tables[s], .num_blocks = 16, .compute_logits = true};
         T += lens[s];
     }
     RunnerBatch batch = {.seqs = seqs, .num_seqs = 3};

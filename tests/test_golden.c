@@ -94,7 +94,7 @@ static void all_prompts_every_position(int block_size) {
         int nb = blocks_for(r, n);
         int32_t *table = make_table(r, nb, (int)i);
         float *all = malloc(sizeof(float) * (size_t)n * VOCAB);
-        RunnerSeq seq = {ids, n, 0, table, nb, true};
+        RunnerSeq seq = {.tokens = ids, .num_tokens = n, .start_pos = 0, .block_table = table, .num_blocks = nb, .compute_logits = true};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = all};
         int32_t next;
         Error err = {{0}};
@@ -127,12 +127,12 @@ static void greedy_through_cache(int block_size) {
         int nb = blocks_for(r, n + steps);
         int32_t *table = make_table(r, nb, 3 * (int)i + 1);
         int32_t got[16];
-        RunnerSeq seq = {prompt, n, 0, table, nb, true};
+        RunnerSeq seq = {.tokens = prompt, .num_tokens = n, .start_pos = 0, .block_table = table, .num_blocks = nb, .compute_logits = true};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
         Error err = {{0}};
         cr_assert(runner_step(r, &batch, &got[0], &err) == 0, "%s", err.msg);
         for (int s = 1; s < steps; s++) {
-            seq = (RunnerSeq){&got[s - 1], 1, n + s - 1, table, nb, true};
+            seq = (RunnerSeq){.tokens = &got[s - 1], .num_tokens = 1, .start_pos = n + s - 1, .block_table = table, .num_blocks = nb, .compute_logits = true};
             cr_assert(runner_step(r, &batch, &got[s], &err) == 0, "%s", err.msg);
         }
         for (int s = 0; s < steps; s++)
@@ -171,16 +171,16 @@ static void shared_prefix(int block_size) {
     float *prefixed = malloc(sizeof(float) * VOCAB), *scratch = malloc(sizeof(float) * VOCAB);
     int32_t tok;
     Error err = {{0}};
-    RunnerSeq seq = {a, na, 0, table_a, blocks_for(r, na), true};
+    RunnerSeq seq = {.tokens = a, .num_tokens = na, .start_pos = 0, .block_table = table_a, .num_blocks = blocks_for(r, na), .compute_logits = true};
     RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
     cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
-    seq = (RunnerSeq){b + 256, nb - 256, 256, table_b, blocks_for(r, nb), true};
+    seq = (RunnerSeq){.tokens = b + 256, .num_tokens = nb - 256, .start_pos = 256, .block_table = table_b, .num_blocks = blocks_for(r, nb), .compute_logits = true};
     batch.last_logits = prefixed;
     cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
 
     /* From scratch, in blocks no one else used. */
     int32_t *table_c = make_table(r, blocks_for(r, nb), 200);
-    seq = (RunnerSeq){b, nb, 0, table_c, blocks_for(r, nb), true};
+    seq = (RunnerSeq){.tokens = b, .num_tokens = nb, .start_pos = 0, .block_table = table_c, .num_blocks = blocks_for(r, nb), .compute_logits = true};
     batch.last_logits = scratch;
     cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
 
@@ -219,7 +219,7 @@ Test(golden, chunked_prefill) {
     for (int pos = 0; pos < n; pos += 64) {
         int len = n - pos < 64 ? n - pos : 64;
         int32_t tok;
-        RunnerSeq seq = {ids + pos, len, pos, table, nb, pos + len == n};
+        RunnerSeq seq = {.tokens = ids + pos, .num_tokens = len, .start_pos = pos, .block_table = table, .num_blocks = nb, .compute_logits = pos + len == n};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .last_logits = last};
         cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
         cr_expect((tok == -1) == (pos + len != n));
@@ -252,15 +252,15 @@ Test(golden, mixed_prefill_and_decode) {
     Error err = {{0}};
     int32_t tok[3];
 
-    RunnerSeq first = {b, nb, 0, tb, 8, true};
+    RunnerSeq first = {.tokens = b, .num_tokens = nb, .start_pos = 0, .block_table = tb, .num_blocks = 8, .compute_logits = true};
     RunnerBatch batch = {.seqs = &first, .num_seqs = 1};
     cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
     cr_assert_eq(tok[0], b_greedy[0]);
 
     RunnerSeq seqs[3] = {
-        {a, na, 0, ta, 8, true},
-        {&b_greedy[0], 1, nb, tb, 8, true},
-        {c, 40, 0, tc, 8, false},
+        {.tokens = a, .num_tokens = na, .start_pos = 0, .block_table = ta, .num_blocks = 8, .compute_logits = true},
+        {.tokens = &b_greedy[0], .num_tokens = 1, .start_pos = nb, .block_table = tb, .num_blocks = 8, .compute_logits = true},
+        {.tokens = c, .num_tokens = 40, .start_pos = 0, .block_table = tc, .num_blocks = 8, .compute_logits = false},
     };
     float *last = malloc(sizeof(float) * 3 * VOCAB);
     batch = (RunnerBatch){.seqs = seqs, .num_seqs = 3, .last_logits = last};
@@ -271,7 +271,7 @@ Test(golden, mixed_prefill_and_decode) {
     cr_expect_eq(tok[2], -1);
 
     /* The no-logits chunk's KV is real: finishing len064 on top of it matches golden. */
-    RunnerSeq rest = {c + 40, nc - 40, 40, tc, 8, true};
+    RunnerSeq rest = {.tokens = c + 40, .num_tokens = nc - 40, .start_pos = 40, .block_table = tc, .num_blocks = 8, .compute_logits = true};
     batch = (RunnerBatch){.seqs = &rest, .num_seqs = 1, .last_logits = last};
     cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
     free(golden);
@@ -302,11 +302,11 @@ Test(golden, rejects_bad_batches) {
         RunnerSeq seq;
         const char *expect;
     } cases[] = {
-        {{ids, 0, 0, table, 8, true}, "empty step"},
-        {{ids, 70, 0, table, 8, true}, "max_num_batched_tokens"},
-        {{ids, 20, 0, table, 1, true}, "KV blocks cannot hold"},
-        {{ids, 1, -1, table, 8, true}, "negative start"},
-        {{ids, 1, 40960, table, 8, true}, "max_model_len"},
+        {{.tokens = ids, .num_tokens = 0, .start_pos = 0, .block_table = table, .num_blocks = 8, .compute_logits = true}, "empty step"},
+        {{.tokens = ids, .num_tokens = 70, .start_pos = 0, .block_table = table, .num_blocks = 8, .compute_logits = true}, "max_num_batched_tokens"},
+        {{.tokens = ids, .num_tokens = 20, .start_pos = 0, .block_table = table, .num_blocks = 1, .compute_logits = true}, "KV blocks cannot hold"},
+        {{.tokens = ids, .num_tokens = 1, .start_pos = -1, .block_table = table, .num_blocks = 8, .compute_logits = true}, "negative start"},
+        {{.tokens = ids, .num_tokens = 1, .start_pos = 40960, .block_table = table, .num_blocks = 8, .compute_logits = true}, "max_model_len"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RunnerBatch batch = {.seqs = &cases[i].seq, .num_seqs = 1};
@@ -314,7 +314,7 @@ Test(golden, rejects_bad_batches) {
         cr_expect(strstr(err.msg, cases[i].expect), "case %zu: '%s'", i, err.msg);
     }
     ids[3] = VOCAB;
-    RunnerSeq bad_token = {ids, 4, 0, table, 8, true};
+    RunnerSeq bad_token = {.tokens = ids, .num_tokens = 4, .start_pos = 0, .block_table = table, .num_blocks = 8, .compute_logits = true};
     RunnerBatch batch = {.seqs = &bad_token, .num_seqs = 1};
     cr_expect(runner_step(r, &batch, &tok, &err) == -1 && strstr(err.msg, "vocabulary"));
     ids[3] = 0;

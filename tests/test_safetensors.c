@@ -219,7 +219,7 @@ static void run_prompt(const char *model_dir, float *logits, int32_t *tok) {
     Runner *r = runner_create(&w, &o, NULL, 0, &err);
     cr_assert(r, "%s", err.msg);
     int32_t ids[7] = {9707, 11, 1879, 151643, 100000, 151935, 785}, table[1] = {0};
-    RunnerSeq seq = {ids, 7, 0, table, 1, true};
+    RunnerSeq seq = {.tokens = ids, .num_tokens = 7, .start_pos = 0, .block_table = table, .num_blocks = 1, .compute_logits = true};
     RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .last_logits = logits};
     cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
     runner_destroy(r);
