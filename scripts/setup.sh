@@ -10,6 +10,7 @@ PACKAGES=(
   build-essential pkg-config
   libjansson-dev     # JSON: config.json, safetensors headers, --json output
   libopenblas-dev    # sgemm for the CPU runner
+  libxxhash-dev      # prefix-cache block hashes
   libcriterion-dev   # unit tests
   python3-numpy      # ../shared/tools (reference forward, random bench model)
 )
