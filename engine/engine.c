@@ -1,0 +1,517 @@
+/*
+ * engine.c - requests, the step loop, and delivery of tokens (see engine.h).
+ *
+ * Threads: engine_submit and engine_abort run on any thread and touch only
+ * the intake queue (under `lock`). Everything else - requests, sequences,
+ * the scheduler, the block manager, the runner - belongs to the one thread
+ * that steps, so none of it needs a lock, and no lock is held while the
+ * runner computes or a callback runs.
+ */
+#include "engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "scheduler.h"
+
+typedef struct Request {
+    uint64_t id;
+    SamplingParams params;
+    int32_t *prompt;
+    int prompt_len;
+    EngineOutputFn on_output;
+    void *user;
+    uint64_t seed;
+    Sequence *seqs; /* [params.n]; seqs[0] starts, the others fork from it */
+    int num_started, num_live;
+    bool closed; /* no further samples will start (aborted or failed) */
+    struct Request *prev, *next;
+} Request;
+
+struct Engine {
+    ModelWeights weights; /* when the engine loaded the model itself */
+    const ModelWeights *model;
+    Runner *runner;
+    bool owns_model_and_runner;
+    double load_seconds;
+    BlockManager *bm;
+    Scheduler *sched;
+    int block_size;
+
+    Request *live; /* admitted requests (engine thread only) */
+
+    pthread_mutex_t lock; /* guards the intake fields below */
+    pthread_cond_t wake;
+    Request *intake_head, *intake_tail;
+    uint64_t *aborts;
+    int num_aborts, cap_aborts;
+    uint64_t next_id;
+    bool stopping;
+    pthread_t thread;
+    bool thread_started;
+    uint64_t seed_state;
+
+    RunnerSeq *batch_seqs; /* step buffers, [max_num_seqs] */
+    int32_t *tokens_out;
+    SampleLogprobs *logprobs;
+
+    long long prompt_tokens, generation_tokens, steps; /* engine thread's counters */
+    pthread_mutex_t stats_lock; /* guards `stats`, the copy other threads read */
+    EngineStats stats;
+};
+
+/* ---- requests and sequences ---------------------------------------------- */
+
+static void free_request(Request *r) {
+    for (int i = 0; r->seqs && i < r->params.n; i++) { /* unstarted samples are zeroed */
+        free(r->seqs[i].tokens);
+        block_table_free(&r->seqs[i].blocks);
+    }
+    free(r->seqs);
+    free(r->prompt);
+    free(r);
+}
+
+static int init_sequence(Request *r, int index) {
+    Sequence *s = &r->seqs[index];
+    memset(s, 0, sizeof *s);
+    s->owner = r;
+    s->sample_index = index;
+    s->capacity = r->prompt_len + r->params.max_tokens;
+    s->tokens = malloc(sizeof(int32_t) * (size_t)s->capacity);
+    if (!s->tokens) return -1;
+    memcpy(s->tokens, r->prompt, sizeof(int32_t) * (size_t)r->prompt_len);
+    s->num_tokens = s->num_prompt_tokens = r->prompt_len;
+    s->params = &r->params;
+    s->seed = r->seed;
+    r->num_started++;
+    r->num_live++;
+    return 0;
+}
+
+static void emit(Request *r, Sequence *s, bool has_token, int32_t token,
+                 const SampleLogprobs *lp, FinishReason finish, const char *error) {
+    EngineOutput out = {
+        .request_id = r->id,
+        .sample_index = s->sample_index,
+        .has_token = has_token,
+        .token = token,
+        .logprobs = lp,
+        .finish = finish,
+        .error = error,
+        .num_prompt_tokens = r->prompt_len,
+        .num_cached_tokens = r->seqs[0].num_cached_prompt,
+        .num_output_tokens = sequence_num_output(s),
+    };
+    r->on_output(&out, r->user);
+}
+
+static void unlink_live(Engine *e, Request *r) {
+    if (r->prev) r->prev->next = r->next; else e->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+}
+
+/* Ends one sample: out of the scheduler, blocks released, the user told. The
+ * request goes when its last sample has. */
+static void finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
+                   FinishReason reason, const char *error) {
+    Request *r = s->owner;
+    scheduler_remove(e->sched, s);
+    if (reason == FINISH_ABORT || reason == FINISH_ERROR) r->closed = true;
+    r->num_live--;
+    emit(r, s, has_token, token, lp, reason, error);
+    if (r->num_live == 0 && (r->closed || r->num_started == r->params.n)) {
+        unlink_live(e, r);
+        free_request(r);
+    }
+}
+
+/* The other samples of a request start from the first one's prompt blocks:
+ * all its full blocks except one holding the last prompt token, which each
+ * sample recomputes to get its own logits (never writing a shared block). */
+static void fork_samples(Engine *e, Request *r) {
+    Sequence *first = &r->seqs[0];
+    int k = (r->prompt_len - 1) / e->block_size;
+    if (k > first->blocks.num_hashed) k = first->blocks.num_hashed;
+    for (int i = r->params.n - 1; i >= 1; i--) {
+        if (init_sequence(r, i) != 0) { /* out of memory: the samples started go on */
+            r->closed = true;
+            return;
+        }
+        if (block_manager_fork(e->bm, &first->blocks, k, &r->seqs[i].blocks) != 0) {
+            r->closed = true;
+            r->seqs[i].status = SEQ_FINISHED; /* in no queue yet */
+            finish(e, &r->seqs[i], false, 0, NULL, FINISH_ERROR, "out of memory");
+            return;
+        }
+        r->seqs[i].num_computed = k * e->block_size;
+        r->seqs[i].num_cached_prompt = first->num_cached_prompt;
+        scheduler_add_front(e->sched, &r->seqs[i]);
+    }
+}
+
+static FinishReason stop_reason(const Engine *e, const Sequence *s, int32_t token) {
+    const SamplingParams *p = s->params;
+    if (!p->ignore_eos && model_config_is_eos(&e->model->config, token)) return FINISH_STOP;
+    for (int i = 0; i < p->num_stop_token_ids; i++)
+        if (p->stop_token_ids[i] == token) return FINISH_STOP;
+    if (sequence_num_output(s) >= p->max_tokens || s->num_tokens >= s->capacity)
+        return FINISH_LENGTH;
+    return FINISH_NONE;
+}
+
+/* ---- creation -------------------------------------------------------------- */
+
+/* Everything but the model and the runner, which `e` already points to. */
+static int engine_init(Engine *e, Error *err) {
+    Runner *runner = e->runner;
+    e->block_size = runner->options.block_size;
+    e->next_id = 1;
+    e->seed_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)e;
+    int max_seqs = runner->options.max_num_seqs;
+    SchedulerOptions so = {max_seqs, runner->options.max_num_batched_tokens};
+    e->bm = block_manager_create(runner->num_kv_blocks, e->block_size, err);
+    if (!e->bm) return -1;
+    e->sched = scheduler_create(&so, e->bm, max_seqs, err);
+    if (!e->sched) return -1;
+    e->batch_seqs = malloc(sizeof *e->batch_seqs * (size_t)max_seqs);
+    e->tokens_out = malloc(sizeof *e->tokens_out * (size_t)max_seqs);
+    e->logprobs = malloc(sizeof *e->logprobs * (size_t)max_seqs);
+    if (!e->batch_seqs || !e->tokens_out || !e->logprobs) return error_set(err, "out of memory");
+    e->stats.kv_blocks_total = runner->num_kv_blocks;
+    return 0;
+}
+
+static Engine *engine_alloc(Error *err) {
+    Engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    pthread_mutex_init(&e->stats_lock, NULL);
+    return e;
+}
+
+Engine *engine_create_with_runner(const ModelWeights *model, Runner *runner, Error *err) {
+    Engine *e = engine_alloc(err);
+    if (!e) return NULL;
+    e->model = model;
+    e->runner = runner;
+    if (engine_init(e, err)) {
+        engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+Engine *engine_create(const char *model_dir, const RunnerOptions *opts, char *note,
+                      size_t note_size, Error *err) {
+    double t0 = now_seconds();
+    Engine *e = engine_alloc(err);
+    if (!e) return NULL;
+    if (model_weights_load(&e->weights, model_dir, err)) {
+        engine_destroy(e);
+        return NULL;
+    }
+    e->model = &e->weights;
+    e->owns_model_and_runner = true;
+    e->runner = runner_create(&e->weights, opts, note, note_size, err);
+    if (!e->runner || engine_init(e, err)) {
+        engine_destroy(e);
+        return NULL;
+    }
+    e->load_seconds = now_seconds() - t0;
+    return e;
+}
+
+void engine_destroy(Engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->lock);
+        e->stopping = true;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->lock);
+        pthread_join(e->thread, NULL);
+    }
+    for (Request *r = e->live, *next; r; r = next) {
+        next = r->next;
+        free_request(r);
+    }
+    for (Request *r = e->intake_head, *next; r; r = next) {
+        next = r->next;
+        free_request(r);
+    }
+    scheduler_destroy(e->sched);
+    block_manager_destroy(e->bm);
+    if (e->owns_model_and_runner) {
+        runner_destroy(e->runner); /* NULL-safe */
+        model_weights_free(&e->weights);
+    }
+    free(e->aborts);
+    free(e->batch_seqs);
+    free(e->tokens_out);
+    free(e->logprobs);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->stats_lock);
+    free(e);
+}
+
+const ModelConfig *engine_model_config(const Engine *e) { return &e->model->config; }
+const Runner *engine_runner(const Engine *e) { return e->runner; }
+double engine_load_seconds(const Engine *e) { return e->load_seconds; }
+
+/* ---- submission ------------------------------------------------------------- */
+
+int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Error *err) {
+    const ModelConfig *c = &e->model->config;
+    const SamplingParams *p = &req->params;
+    int max_len = e->runner->options.max_model_len;
+    if (!req->on_output) return error_set(err, "a request needs an output callback");
+    if (req->prompt_len < 1 || !req->prompt) return error_set(err, "the prompt is empty");
+    for (int i = 0; i < req->prompt_len; i++)
+        if (req->prompt[i] < 0 || req->prompt[i] >= c->vocab_size)
+            return error_set(err, "prompt token id %d is outside the vocabulary [0, %d)",
+                             req->prompt[i], c->vocab_size);
+    if (sampling_params_validate(p, c->vocab_size, err)) return -1;
+    if ((long)req->prompt_len + p->max_tokens > max_len)
+        return error_set(err, "this request needs %ld tokens (%d in the prompt + %d max_tokens), "
+                              "more than max_model_len %d",
+                         (long)req->prompt_len + p->max_tokens, req->prompt_len, p->max_tokens,
+                         max_len);
+    long blocks = (req->prompt_len + e->block_size) / e->block_size; /* prompt + 1 token */
+    if (blocks > e->runner->num_kv_blocks)
+        return error_set(err, "KV cache too small for this request: its prompt needs %ld blocks "
+                              "of %d tokens, the cache has %d",
+                         blocks, e->block_size, e->runner->num_kv_blocks);
+
+    Request *r = calloc(1, sizeof *r);
+    if (r) r->prompt = malloc(sizeof(int32_t) * (size_t)req->prompt_len);
+    if (r) r->seqs = calloc((size_t)p->n, sizeof *r->seqs);
+    if (!r || !r->prompt || !r->seqs) {
+        if (r) free_request(r);
+        return error_set(err, "out of memory");
+    }
+    memcpy(r->prompt, req->prompt, sizeof(int32_t) * (size_t)req->prompt_len);
+    r->prompt_len = req->prompt_len;
+    r->params = *p;
+    r->on_output = req->on_output;
+    r->user = req->user;
+    if (init_sequence(r, 0) != 0) {
+        free_request(r);
+        return error_set(err, "out of memory");
+    }
+    pthread_mutex_lock(&e->lock);
+    r->id = e->next_id++;
+    /* Unseeded requests still get a seed: it keys their sampling (philox.h). */
+    e->seed_state = e->seed_state * 6364136223846793005ull + 1442695040888963407ull;
+    r->seed = p->has_seed ? p->seed : e->seed_state ^ (e->seed_state >> 29);
+    r->seqs[0].seed = r->seed;
+    if (e->intake_tail) e->intake_tail->next = r; else e->intake_head = r;
+    e->intake_tail = r;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    if (request_id) *request_id = r->id;
+    return 0;
+}
+
+void engine_abort(Engine *e, uint64_t request_id) {
+    pthread_mutex_lock(&e->lock);
+    if (e->num_aborts == e->cap_aborts) {
+        int cap = e->cap_aborts ? 2 * e->cap_aborts : 16;
+        uint64_t *a = realloc(e->aborts, sizeof *a * (size_t)cap);
+        if (!a) { /* keep the request running rather than fail the caller */
+            pthread_mutex_unlock(&e->lock);
+            return;
+        }
+        e->aborts = a;
+        e->cap_aborts = cap;
+    }
+    e->aborts[e->num_aborts++] = request_id;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- the step --------------------------------------------------------------- */
+
+/* Moves submissions into the scheduler and carries out aborts. */
+static void take_intake(Engine *e) {
+    pthread_mutex_lock(&e->lock);
+    Request *in = e->intake_head;
+    e->intake_head = e->intake_tail = NULL;
+    int num_aborts = e->num_aborts;
+    uint64_t small[64], *aborts = num_aborts <= 64 ? small : malloc(sizeof *aborts * (size_t)num_aborts);
+    if (!aborts) num_aborts = 0; /* out of memory: the aborts wait for the next step */
+    else if (num_aborts > 0) memcpy(aborts, e->aborts, sizeof *aborts * (size_t)num_aborts);
+    e->num_aborts -= num_aborts;
+    pthread_mutex_unlock(&e->lock);
+
+    for (Request *r = in, *next; r; r = next) {
+        next = r->next;
+        r->prev = NULL;
+        r->next = e->live;
+        if (e->live) e->live->prev = r;
+        e->live = r;
+        scheduler_add(e->sched, &r->seqs[0]);
+        e->prompt_tokens += r->prompt_len;
+    }
+    for (int i = 0; i < num_aborts; i++) {
+        for (Request *r = e->live; r; r = r->next) {
+            if (r->id != aborts[i]) continue;
+            r->closed = true;
+            int started = r->num_started;
+            for (int k = 0; k < started; k++) {
+                Sequence *s = &r->seqs[k];
+                if (s->status == SEQ_FINISHED) continue;
+                bool last = r->num_live == 1;
+                finish(e, s, false, 0, NULL, FINISH_ABORT, NULL);
+                if (last) break; /* r is freed */
+            }
+            break;
+        }
+    }
+    if (aborts != small) free(aborts);
+}
+
+static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch) {
+    bool any_logprobs = false;
+    for (int i = 0; i < so->num_seqs; i++) {
+        Sequence *s = so->seqs[i].seq;
+        const Request *r = s->owner;
+        e->batch_seqs[i] = (RunnerSeq){
+            .tokens = s->tokens + s->num_computed,
+            .num_tokens = so->seqs[i].num_new_tokens,
+            .start_pos = s->num_computed,
+            .block_table = s->blocks.ids,
+            .num_blocks = s->blocks.num_blocks,
+            .compute_logits = so->seqs[i].compute_logits,
+            .sample = {.params = s->params,
+                       .seed = s->seed,
+                       .sample_index = (uint32_t)s->sample_index,
+                       .position = (uint32_t)s->num_tokens,
+                       .prompt = s->tokens,
+                       .prompt_len = s->num_prompt_tokens,
+                       .output = s->tokens + s->num_prompt_tokens,
+                       .output_len = sequence_num_output(s)},
+        };
+        any_logprobs |= r->params.logprobs >= 0;
+    }
+    *batch = (RunnerBatch){.seqs = e->batch_seqs, .num_seqs = so->num_seqs,
+                           .logprobs = any_logprobs ? e->logprobs : NULL};
+}
+
+/* After the runner: the computed KV is committed (full blocks become
+ * findable), sampled tokens appended and delivered, finished samples ended. */
+static void postprocess(Engine *e, const SchedulerOutput *so) {
+    for (int i = 0; i < so->num_seqs; i++) {
+        Sequence *s = so->seqs[i].seq;
+        s->num_computed += so->seqs[i].num_new_tokens;
+        block_manager_commit(e->bm, &s->blocks, s->tokens, s->num_computed);
+        if (!so->seqs[i].compute_logits) continue;
+        Request *r = s->owner;
+        int32_t token = e->tokens_out[i];
+        s->tokens[s->num_tokens++] = token;
+        e->generation_tokens++;
+        if (s->sample_index == 0 && r->num_started < r->params.n && !r->closed)
+            fork_samples(e, r);
+        const SampleLogprobs *lp = r->params.logprobs >= 0 ? &e->logprobs[i] : NULL;
+        FinishReason reason = stop_reason(e, s, token);
+        if (reason != FINISH_NONE) finish(e, s, true, token, lp, reason, NULL);
+        else emit(r, s, true, token, lp, FINISH_NONE, NULL);
+    }
+}
+
+static void publish_stats(Engine *e) {
+    BlockManagerStats bs = block_manager_stats(e->bm);
+    pthread_mutex_lock(&e->stats_lock);
+    e->stats.num_running = scheduler_num_running(e->sched);
+    e->stats.num_waiting = scheduler_num_waiting(e->sched);
+    e->stats.kv_blocks_used = e->stats.kv_blocks_total - bs.num_free;
+    e->stats.prefix_query_tokens = bs.prefix_query_tokens;
+    e->stats.prefix_hit_tokens = bs.prefix_hit_tokens;
+    e->stats.preemptions = scheduler_num_preemptions(e->sched);
+    e->stats.prompt_tokens = e->prompt_tokens;
+    e->stats.generation_tokens = e->generation_tokens;
+    e->stats.steps = e->steps;
+    pthread_mutex_unlock(&e->stats_lock);
+}
+
+int engine_step(Engine *e, Error *err) {
+    take_intake(e);
+    if (scheduler_num_running(e->sched) + scheduler_num_waiting(e->sched) == 0) {
+        publish_stats(e);
+        return 0;
+    }
+    SchedulerOutput so;
+    scheduler_schedule(e->sched, &so);
+    for (int i = 0; i < so.num_failed; i++) {
+        char msg[256];
+        Sequence *s = so.failed[i];
+        snprintf(msg, sizeof msg, "KV cache too small for this request: it needs more than the "
+                                  "%d blocks of %d tokens there are (%d tokens so far)",
+                 block_manager_num_blocks(e->bm), e->block_size, s->num_tokens);
+        s->status = SEQ_FINISHED; /* the scheduler already released it */
+        finish(e, s, false, 0, NULL, FINISH_ERROR, msg);
+    }
+    int rc = 0;
+    if (so.num_seqs > 0) {
+        RunnerBatch batch;
+        build_batch(e, &so, &batch);
+        if (runner_step(e->runner, &batch, e->tokens_out, err) != 0) {
+            /* The step's requests cannot trust their KV any more: end them. */
+            for (int i = 0; i < so.num_seqs; i++) {
+                Sequence *s = so.seqs[i].seq;
+                if (s->status != SEQ_FINISHED)
+                    finish(e, s, false, 0, NULL, FINISH_ERROR, err ? err->msg : "runner failure");
+            }
+            rc = -1;
+        } else {
+            postprocess(e, &so);
+        }
+    }
+    e->steps++;
+    publish_stats(e);
+    return rc < 0 ? -1 : 1;
+}
+
+bool engine_has_work(Engine *e) {
+    pthread_mutex_lock(&e->lock);
+    bool queued = e->intake_head != NULL || e->num_aborts > 0;
+    pthread_mutex_unlock(&e->lock);
+    return queued || scheduler_num_running(e->sched) + scheduler_num_waiting(e->sched) > 0;
+}
+
+static void *engine_main(void *arg) {
+    Engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        while (!e->stopping && !e->intake_head && e->num_aborts == 0 &&
+               scheduler_num_running(e->sched) + scheduler_num_waiting(e->sched) == 0)
+            pthread_cond_wait(&e->wake, &e->lock);
+        bool stop = e->stopping;
+        pthread_mutex_unlock(&e->lock);
+        if (stop) return NULL;
+        Error err = {{0}};
+        if (engine_step(e, &err) < 0) log_info("engine step failed: %s", err.msg);
+    }
+}
+
+int engine_start(Engine *e, Error *err) {
+    int rc = pthread_create(&e->thread, NULL, engine_main, e);
+    if (rc != 0) return error_set(err, "cannot start the engine thread: %s", strerror(rc));
+    e->thread_started = true;
+    return 0;
+}
+
+EngineStats engine_stats(Engine *e) {
+    pthread_mutex_lock(&e->stats_lock);
+    EngineStats s = e->stats;
+    pthread_mutex_unlock(&e->stats_lock);
+    return s;
+}

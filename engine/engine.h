@@ -1,0 +1,103 @@
+/*
+ * engine.h - the inference engine: requests in, tokens out.
+ *
+ * Owns the model weights, the runner, the block manager and the scheduler.
+ * Requests are submitted from any thread (engine_submit / engine_abort only
+ * take a lock and queue); the engine's step loop - on its own thread after
+ * engine_start(), or in the caller with engine_step() - drains them,
+ * schedules, runs one forward + sampling step on the runner and delivers
+ * each new token through the request's callback, on the stepping thread,
+ * with no engine lock held.
+ *
+ * A request with n samples is prefilled once: its first sample computes the
+ * prompt, and when it has its first token the other samples fork from it,
+ * sharing the prompt's full KV blocks.
+ */
+#ifndef NANOVLLM_ENGINE_H
+#define NANOVLLM_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runner.h"
+#include "sampling_params.h"
+
+typedef enum FinishReason {
+    FINISH_NONE,   /* not finished */
+    FINISH_STOP,   /* an end-of-sequence or stop token */
+    FINISH_LENGTH, /* max_tokens */
+    FINISH_ABORT,  /* engine_abort */
+    FINISH_ERROR,  /* could not be served (error says why) */
+} FinishReason;
+
+typedef struct EngineOutput {
+    uint64_t request_id;
+    int sample_index;
+    bool has_token; /* false only on a finish without a new token (abort, error) */
+    int32_t token;
+    const SampleLogprobs *logprobs; /* when the request asked for logprobs */
+    FinishReason finish;            /* FINISH_NONE while the sample goes on */
+    const char *error;              /* for FINISH_ERROR */
+    int num_prompt_tokens;
+    int num_cached_tokens; /* prompt tokens served from the prefix cache */
+    int num_output_tokens; /* of this sample, so far */
+} EngineOutput;
+
+/* Called on the stepping thread. The request is forgotten after its last
+ * sample's output with finish != FINISH_NONE. */
+typedef void (*EngineOutputFn)(const EngineOutput *out, void *user);
+
+typedef struct EngineRequest {
+    const int32_t *prompt; /* copied at submission */
+    int prompt_len;
+    SamplingParams params; /* copied at submission */
+    EngineOutputFn on_output;
+    void *user;
+} EngineRequest;
+
+typedef struct EngineStats {
+    int num_running, num_waiting;
+    int kv_blocks_total, kv_blocks_used;
+    long long prefix_query_tokens, prefix_hit_tokens;
+    long long preemptions;
+    long long prompt_tokens, generation_tokens;
+    long long steps;
+} EngineStats;
+
+typedef struct Engine Engine;
+
+/* Loads the model in model_dir and creates the runner (runner.h options). */
+Engine *engine_create(const char *model_dir, const RunnerOptions *opts, char *note,
+                      size_t note_size, Error *err);
+
+/* Same on a model already loaded and a runner already created (tests,
+ * benchmarks with a null runner); the engine takes neither. */
+Engine *engine_create_with_runner(const ModelWeights *model, Runner *runner, Error *err);
+
+void engine_destroy(Engine *e); /* stops the thread; pending requests are dropped silently */
+
+const ModelConfig *engine_model_config(const Engine *e);
+const Runner *engine_runner(const Engine *e);
+double engine_load_seconds(const Engine *e);
+
+/* Validates and queues a request; -1 with a message (too long for
+ * max_model_len, larger than the KV cache, bad ids or parameters). */
+int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Error *err);
+
+/* Stops a request at the next step; its samples finish with FINISH_ABORT. */
+void engine_abort(Engine *e, uint64_t request_id);
+
+/* One step in the calling thread: takes submissions, schedules, runs.
+ * Returns 1 if work was done, 0 when idle, -1 on a runner failure (every
+ * request in the step then finishes with FINISH_ERROR). */
+int engine_step(Engine *e, Error *err);
+
+/* Whether any request is queued or running. */
+bool engine_has_work(Engine *e);
+
+/* Runs steps on a background thread until engine_destroy. */
+int engine_start(Engine *e, Error *err);
+
+EngineStats engine_stats(Engine *e);
+
+#endif

@@ -1,0 +1,183 @@
+/*
+ * scheduler.c - one step's batch (see scheduler.h for the policy).
+ */
+#include "scheduler.h"
+
+#include <stdlib.h>
+
+typedef struct Queue {
+    Sequence *head, *tail;
+    int size;
+} Queue;
+
+struct Scheduler {
+    SchedulerOptions opts;
+    BlockManager *bm;
+    Queue waiting, running;
+    ScheduledSeq *scheduled;
+    Sequence **failed;
+    int capacity; /* most sequences that can be scheduled or fail in one step */
+    long long preemptions;
+};
+
+static void queue_unlink(Queue *q, Sequence *s) {
+    if (s->prev) s->prev->next = s->next; else q->head = s->next;
+    if (s->next) s->next->prev = s->prev; else q->tail = s->prev;
+    s->prev = s->next = NULL;
+    q->size--;
+}
+
+static void queue_push_back(Queue *q, Sequence *s) {
+    s->next = NULL;
+    s->prev = q->tail;
+    if (q->tail) q->tail->next = s; else q->head = s;
+    q->tail = s;
+    q->size++;
+}
+
+static void queue_push_front(Queue *q, Sequence *s) {
+    s->prev = NULL;
+    s->next = q->head;
+    if (q->head) q->head->prev = s; else q->tail = s;
+    q->head = s;
+    q->size++;
+}
+
+Scheduler *scheduler_create(const SchedulerOptions *opts, BlockManager *bm, int max_sequences,
+                            Error *err) {
+    Scheduler *s = calloc(1, sizeof *s);
+    if (!s) {
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    s->opts = *opts;
+    s->bm = bm;
+    s->capacity = max_sequences > opts->max_num_seqs ? max_sequences : opts->max_num_seqs;
+    s->scheduled = malloc(sizeof *s->scheduled * (size_t)s->capacity);
+    s->failed = malloc(sizeof *s->failed * (size_t)s->capacity);
+    if (!s->scheduled || !s->failed) {
+        scheduler_destroy(s);
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    return s;
+}
+
+void scheduler_destroy(Scheduler *s) {
+    if (!s) return;
+    free(s->scheduled);
+    free(s->failed);
+    free(s);
+}
+
+void scheduler_add(Scheduler *s, Sequence *seq) {
+    seq->status = SEQ_WAITING;
+    queue_push_back(&s->waiting, seq);
+}
+
+void scheduler_add_front(Scheduler *s, Sequence *seq) {
+    seq->status = SEQ_WAITING;
+    queue_push_front(&s->waiting, seq);
+}
+
+void scheduler_remove(Scheduler *s, Sequence *seq) {
+    if (seq->status == SEQ_WAITING) queue_unlink(&s->waiting, seq);
+    else if (seq->status == SEQ_RUNNING) queue_unlink(&s->running, seq);
+    block_manager_release(s->bm, &seq->blocks);
+    seq->num_computed = 0;
+    seq->status = SEQ_FINISHED;
+}
+
+static void preempt(Scheduler *s, Sequence *seq) {
+    queue_unlink(&s->running, seq);
+    block_manager_release(s->bm, &seq->blocks);
+    seq->num_computed = 0;
+    queue_push_front(&s->waiting, seq);
+    seq->status = SEQ_WAITING;
+    s->preemptions++;
+}
+
+static void fail(Scheduler *s, Sequence *seq, SchedulerOutput *out) {
+    scheduler_remove(s, seq);
+    out->failed[out->num_failed++] = seq;
+}
+
+static void add_scheduled(SchedulerOutput *out, Sequence *seq, int num_new) {
+    out->seqs[out->num_seqs++] = (ScheduledSeq){seq, num_new,
+                                                seq->num_computed + num_new == seq->num_tokens};
+    out->num_tokens += num_new;
+}
+
+/* Running sequences, oldest first; returns whether anything was preempted. */
+static bool schedule_running(Scheduler *s, SchedulerOutput *out, int *budget) {
+    bool preempted = false;
+    Sequence *seq = s->running.head;
+    while (seq && *budget > 0) {
+        int num_new = seq->num_tokens - seq->num_computed;
+        if (num_new > *budget) num_new = *budget;
+        bool fits = true;
+        while (block_manager_grow(s->bm, &seq->blocks, seq->num_computed + num_new) != 0) {
+            Sequence *victim = s->running.tail;
+            if (victim == seq) {
+                /* Everything newer is gone. If nothing older holds blocks either,
+                 * all the cache there is cannot hold this sequence. */
+                if (seq == s->running.head) fail(s, seq, out);
+                else preempt(s, seq);
+                fits = false;
+                break;
+            }
+            preempt(s, victim);
+            preempted = true;
+        }
+        if (!fits) break; /* seq was the tail: nothing follows it */
+        add_scheduled(out, seq, num_new);
+        *budget -= num_new;
+        seq = seq->next;
+    }
+    return preempted;
+}
+
+/* Waiting sequences, head first, while blocks, tokens and sequence slots last. */
+static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
+    int bs = block_manager_block_size(s->bm);
+    while (s->waiting.head && *budget > 0 && s->running.size < s->opts.max_num_seqs) {
+        Sequence *seq = s->waiting.head;
+        PrefixMatch match = {0};
+        int cached = seq->num_computed; /* forked samples arrive holding blocks */
+        if (seq->blocks.num_blocks == 0) {
+            /* The block holding the last token is never reused, so at least
+             * that token is computed and gives logits. */
+            match = block_manager_match(s->bm, seq->tokens, seq->num_tokens,
+                                        (seq->num_tokens - 1) / bs, true);
+            cached = match.num_blocks * bs;
+        }
+        int num_new = seq->num_tokens - cached;
+        if (num_new > *budget) num_new = *budget;
+        int held = seq->blocks.num_blocks + match.num_blocks;
+        int need = (cached + num_new + bs - 1) / bs - held;
+        if (need > block_manager_num_free(s->bm) - match.num_free) {
+            if (s->running.size == 0 && out->num_seqs == 0) fail(s, seq, out); /* even an empty cache is too small */
+            break;
+        }
+        if (match.num_blocks > 0) block_manager_take_match(s->bm, &seq->blocks, &match);
+        if (block_manager_grow(s->bm, &seq->blocks, cached + num_new) != 0) break; /* out of memory */
+        queue_unlink(&s->waiting, seq);
+        seq->num_computed = cached;
+        if (seq->num_tokens == seq->num_prompt_tokens && seq->sample_index == 0)
+            seq->num_cached_prompt = cached;
+        seq->status = SEQ_RUNNING;
+        queue_push_back(&s->running, seq);
+        add_scheduled(out, seq, num_new);
+        *budget -= num_new;
+    }
+}
+
+void scheduler_schedule(Scheduler *s, SchedulerOutput *out) {
+    *out = (SchedulerOutput){.seqs = s->scheduled, .failed = s->failed};
+    int budget = s->opts.max_num_batched_tokens;
+    if (!schedule_running(s, out, &budget)) schedule_waiting(s, out, &budget);
+}
+
+int scheduler_num_running(const Scheduler *s) { return s->running.size; }
+int scheduler_num_waiting(const Scheduler *s) { return s->waiting.size; }
+long long scheduler_num_preemptions(const Scheduler *s) { return s->preemptions; }

@@ -1,0 +1,39 @@
+/*
+ * sequence.h - one stream of tokens the engine is generating.
+ *
+ * A request becomes one sequence per sample (n). A sequence owns its tokens
+ * (prompt, then output), the KV blocks that hold their keys and values, and
+ * how far the KV has been computed. The scheduler moves it between the
+ * waiting and running queues (intrusive links: no allocation per move).
+ */
+#ifndef NANOVLLM_SEQUENCE_H
+#define NANOVLLM_SEQUENCE_H
+
+#include <stdint.h>
+
+#include "block_manager.h"
+#include "sampling_params.h"
+
+typedef enum SeqStatus { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED } SeqStatus;
+
+typedef struct Sequence {
+    void *owner;      /* the engine's request */
+    int sample_index; /* which of the request's n samples */
+    int32_t *tokens;  /* [capacity]: prompt, then generated tokens */
+    int num_tokens;
+    int capacity;
+    int num_prompt_tokens;
+    int num_computed;      /* tokens whose KV is in the cache */
+    int num_cached_prompt; /* prompt tokens found in the prefix cache when first admitted */
+    BlockTable blocks;
+    SeqStatus status;
+    const SamplingParams *params;
+    uint64_t seed;
+    struct Sequence *prev, *next; /* queue links */
+} Sequence;
+
+static inline int sequence_num_output(const Sequence *s) {
+    return s->num_tokens - s->num_prompt_tokens;
+}
+
+#endif

@@ -1,0 +1,436 @@
+/*
+ * test_engine.c - the engine (scheduler + block manager + sampler) on the CPU
+ * runner with the tiny model: batching, preemption and chunking never change
+ * what a request gets; bad requests fail alone and clearly.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/cpu_runner.h"
+#include "../engine/engine.h"
+#include "helpers.h"
+
+#define MAX_SAMPLES 4
+#define MAX_OUT 64
+
+typedef struct Collected {
+    int32_t ids[MAX_SAMPLES][MAX_OUT];
+    int num[MAX_SAMPLES];
+    FinishReason finish[MAX_SAMPLES];
+    char error[256];
+    int cached;
+    int finished; /* samples finished */
+} Collected;
+
+static void collect(const EngineOutput *o, void *user) {
+    Collected *c = user;
+    cr_assert_lt(o->sample_index, MAX_SAMPLES);
+    if (o->has_token) {
+        cr_assert_lt(c->num[o->sample_index], MAX_OUT);
+        c->ids[o->sample_index][c->num[o->sample_index]++] = o->token;
+        cr_assert_eq(o->num_output_tokens, c->num[o->sample_index]);
+    }
+    c->cached = o->num_cached_tokens;
+    if (o->finish != FINISH_NONE) {
+        c->finish[o->sample_index] = o->finish;
+        c->finished++;
+        if (o->error) snprintf(c->error, sizeof c->error, "%s", o->error);
+    }
+}
+
+typedef struct TinyEngine {
+    ModelWeights w;
+    Runner *runner;
+    Engine *e;
+} TinyEngine;
+
+static void open_engine(TinyEngine *t, int block_size, int num_blocks, int max_batched) {
+    Error err = {{0}};
+    cr_assert(model_weights_load(&t->w, TINY_MODEL, &err) == 0, "%s", err.msg);
+    RunnerOptions o = runner_default_options();
+    o.device = "cpu";
+    o.block_size = block_size;
+    o.kv_cache_bytes = cpu_runner_block_bytes(&t->w.config, block_size) * (size_t)num_blocks;
+    o.max_num_batched_tokens = max_batched;
+    o.max_num_seqs = 32;
+    o.max_model_len = 1024;
+    t->runner = runner_create(&t->w, &o, NULL, 0, &err);
+    cr_assert(t->runner, "%s", err.msg);
+    t->e = engine_create_with_runner(&t->w, t->runner, &err);
+    cr_assert(t->e, "%s", err.msg);
+}
+
+static void close_engine(TinyEngine *t) {
+    engine_destroy(t->e);
+    runner_destroy(t->runner);
+    model_weights_free(&t->w);
+}
+
+static void run_to_completion(Engine *e) {
+    Error err = {{0}};
+    int steps = 0;
+    while (engine_has_work(e)) {
+        cr_assert(engine_step(e, &err) >= 0, "%s", err.msg);
+        cr_assert_lt(++steps, 100000, "the engine does not finish");
+    }
+}
+
+static uint64_t submit(Engine *e, const int32_t *prompt, int len, const SamplingParams *p,
+                       Collected *c) {
+    EngineRequest req = {prompt, len, *p, collect, c};
+    Error err = {{0}};
+    uint64_t id = 0;
+    cr_assert(engine_submit(e, &req, &id, &err) == 0, "%s", err.msg);
+    return id;
+}
+
+static int32_t *random_prompt(int len, uint64_t seed) {
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)len);
+    for (int i = 0; i < len; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (int32_t)((seed >> 33) % 151000);
+    }
+    return p;
+}
+
+static SamplingParams greedy(int max_tokens) {
+    SamplingParams p = sampling_params_default();
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+/* Each prompt alone, one request at a time. */
+static void run_alone(const int32_t *const *prompts, const int *lens, int n, const SamplingParams *p,
+                      Collected *out) {
+    TinyEngine t;
+    open_engine(&t, 16, 256, 512);
+    for (int i = 0; i < n; i++) {
+        submit(t.e, prompts[i], lens[i], p, &out[i]);
+        run_to_completion(t.e);
+    }
+    close_engine(&t);
+}
+
+static void expect_same(const Collected *a, const Collected *b, int samples, const char *what) {
+    for (int s = 0; s < samples; s++) {
+        cr_expect_eq(a->num[s], b->num[s], "%s: sample %d lengths %d vs %d", what, s, a->num[s], b->num[s]);
+        cr_expect(memcmp(a->ids[s], b->ids[s], sizeof(int32_t) * (size_t)a->num[s]) == 0,
+                  "%s: sample %d tokens differ", what, s);
+        cr_expect_eq(a->finish[s], b->finish[s], "%s: sample %d finish", what, s);
+    }
+}
+
+#define N 8
+static const int LENS[N] = {1, 7, 16, 31, 40, 64, 90, 130};
+
+Test(engine, batch_equals_sequential_and_golden) {
+    int32_t *prompts[N];
+    for (int i = 0; i < N; i++) prompts[i] = random_prompt(LENS[i], 100 + i);
+    SamplingParams p = greedy(12);
+    Collected alone[N] = {0}, together[N] = {0};
+    run_alone((const int32_t *const *)prompts, LENS, N, &p, alone);
+    TinyEngine t;
+    open_engine(&t, 16, 256, 512);
+    for (int i = 0; i < N; i++) submit(t.e, prompts[i], LENS[i], &p, &together[i]);
+    run_to_completion(t.e);
+    for (int i = 0; i < N; i++) {
+        expect_same(&alone[i], &together[i], 1, "batched");
+        cr_expect_eq(together[i].finish[0], FINISH_LENGTH);
+    }
+    /* and the golden greedy tokens through the engine */
+    json_t *g = golden_load();
+    int n, steps;
+    json_t *gp = golden_prompt(g, "len300");
+    int32_t *prompt = json_ids(json_object_get(gp, "prompt_ids"), &n);
+    int32_t *want = json_ids(json_object_get(gp, "greedy_ids"), &steps);
+    Collected c = {0};
+    SamplingParams p16 = greedy(16);
+    submit(t.e, prompt, n, &p16, &c);
+    run_to_completion(t.e);
+    cr_expect(c.num[0] == 16 && memcmp(c.ids[0], want, sizeof(int32_t) * 16) == 0);
+    free(prompt);
+    free(want);
+    json_decref(g);
+    close_engine(&t);
+    for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+/* Short prompts, long outputs: 16 requests are admitted at once (a block
+ * each), then outgrow the 12 blocks (up to 5 each would be needed):
+ * preemption after preemption, and every request still gets exactly its
+ * tokens. */
+#define P 16
+Test(engine, preemption_under_a_tiny_cache) {
+    int lens[P];
+    int32_t *prompts[P];
+    for (int i = 0; i < P; i++) {
+        lens[i] = 3 + (i * 7) % 15;
+        prompts[i] = random_prompt(lens[i], 200 + i);
+    }
+    SamplingParams p = greedy(60);
+    Collected *alone = calloc(P, sizeof *alone), *squeezed = calloc(P, sizeof *squeezed);
+    run_alone((const int32_t *const *)prompts, lens, P, &p, alone);
+    TinyEngine t;
+    open_engine(&t, 16, 12, 64);
+    for (int i = 0; i < P; i++) submit(t.e, prompts[i], lens[i], &p, &squeezed[i]);
+    run_to_completion(t.e);
+    EngineStats st = engine_stats(t.e);
+    cr_expect_geq(st.preemptions, 10, "only %lld preemptions", st.preemptions);
+    for (int i = 0; i < P; i++) {
+        expect_same(&alone[i], &squeezed[i], 1, "preempted");
+        cr_expect_eq(squeezed[i].finish[0], FINISH_LENGTH);
+    }
+    cr_expect_eq(st.kv_blocks_used, 0, "every block is free again");
+    cr_log_info("tiny cache: %lld preemptions in %lld steps", st.preemptions, st.steps);
+    close_engine(&t);
+    for (int i = 0; i < P; i++) free(prompts[i]);
+    free(alone);
+    free(squeezed);
+}
+
+Test(engine, chunked_prefill_equals_unchunked) {
+    int32_t *prompt = random_prompt(300, 7);
+    SamplingParams p = greedy(10);
+    Collected one = {0}, chunked = {0};
+    TinyEngine t;
+    open_engine(&t, 16, 256, 512);
+    submit(t.e, prompt, 300, &p, &one);
+    run_to_completion(t.e);
+    close_engine(&t);
+    open_engine(&t, 16, 256, 24); /* 24 tokens a step: 13 chunks, and decodes ride along */
+    submit(t.e, prompt, 300, &p, &chunked);
+    int32_t *other = random_prompt(50, 8);
+    Collected c2 = {0};
+    submit(t.e, other, 50, &p, &c2);
+    run_to_completion(t.e);
+    expect_same(&one, &chunked, 1, "chunked");
+    cr_expect_eq(c2.num[0], 10);
+    close_engine(&t);
+    free(prompt);
+    free(other);
+}
+
+Test(engine, seeded_sampling_ignores_the_batch) {
+    int32_t *prompt = random_prompt(20, 9);
+    SamplingParams p = greedy(20);
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.top_k = 50;
+    p.has_seed = true;
+    p.seed = 42;
+    Collected alone = {0}, crowd = {0}, again = {0};
+    TinyEngine t;
+    open_engine(&t, 16, 256, 512);
+    submit(t.e, prompt, 20, &p, &alone);
+    run_to_completion(t.e);
+    int32_t *others[5];
+    Collected *oc = calloc(5, sizeof *oc);
+    for (int i = 0; i < 5; i++) {
+        others[i] = random_prompt(10 + 13 * i, 300 + i);
+        SamplingParams q = p;
+        q.seed = 1000 + (uint64_t)i;
+        submit(t.e, others[i], 10 + 13 * i, &q, &oc[i]);
+    }
+    submit(t.e, prompt, 20, &p, &crowd);
+    run_to_completion(t.e);
+    expect_same(&alone, &crowd, 1, "seeded in a crowd");
+    p.seed = 43;
+    submit(t.e, prompt, 20, &p, &again);
+    run_to_completion(t.e);
+    cr_expect(memcmp(alone.ids[0], again.ids[0], sizeof(int32_t) * 20) != 0,
+              "another seed gives other tokens");
+    close_engine(&t);
+    free(prompt);
+    for (int i = 0; i < 5; i++) free(others[i]);
+    free(oc);
+}
+
+/* The same prompt twice: the second is served from the prefix cache, except
+ * the block holding its last token, and gets the same tokens. */
+static void cached_prompt(int len) {
+    int32_t *prompt = random_prompt(len, 11);
+    SamplingParams p = greedy(8);
+    Collected first = {0}, second = {0};
+    TinyEngine t;
+    open_engine(&t, 16, 256, 512);
+    submit(t.e, prompt, len, &p, &first);
+    run_to_completion(t.e);
+    submit(t.e, prompt, len, &p, &second);
+    run_to_completion(t.e);
+    cr_expect_eq(first.cached, 0);
+    cr_expect_eq(second.cached, (len - 1) / 16 * 16, "len %d: %d cached", len, second.cached);
+    expect_same(&first, &second, 1, "cached");
+    EngineStats st = engine_stats(t.e);
+    cr_expect_eq(st.prefix_hit_tokens, (len - 1) / 16 * 16);
+    close_engine(&t);
+    free(prompt);
+}
+
+Test(engine, fully_cached_prompt) { cached_prompt(45); }
+Test(engine, prompt_a_multiple_of_the_block_size) { cached_prompt(64); }
+
+Test(engine, too_large_for_the_cache_fails_alone) {
+    TinyEngine t;
+    open_engine(&t, 16, 10, 512); /* 160 tokens of KV in all */
+    int32_t *big = random_prompt(100, 12), *small = random_prompt(20, 13);
+    SamplingParams p_big = greedy(200), p_small = greedy(10);
+    Collected cb = {0}, cs = {0}, alone = {0};
+    submit(t.e, big, 100, &p_big, &cb);
+    submit(t.e, small, 20, &p_small, &cs);
+    run_to_completion(t.e);
+    cr_expect_eq(cb.finish[0], FINISH_ERROR);
+    cr_expect(strstr(cb.error, "KV cache too small"), "%s", cb.error);
+    cr_expect_gt(cb.num[0], 0, "it ran until it could not grow");
+    cr_expect_eq(cs.finish[0], FINISH_LENGTH);
+    const int32_t *sp[1] = {small};
+    int sl[1] = {20};
+    run_alone(sp, sl, 1, &p_small, &alone);
+    expect_same(&alone, &cs, 1, "neighbour of a failed request");
+
+    /* rejected at submission: a prompt larger than the cache, or than max_model_len */
+    int32_t *huge = random_prompt(200, 14);
+    EngineRequest req = {huge, 200, greedy(4), collect, &cb};
+    Error err = {{0}};
+    cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "KV cache too small"),
+              "%s", err.msg);
+    req = (EngineRequest){small, 20, greedy(1010), collect, &cb};
+    cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "max_model_len"), "%s",
+              err.msg);
+    req.params.max_tokens = 4;
+    req.params.temperature = -1;
+    cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "temperature"), "%s",
+              err.msg);
+    req.params = greedy(4);
+    req.prompt_len = 0;
+    cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "empty"), "%s", err.msg);
+    close_engine(&t);
+    free(big);
+    free(small);
+    free(huge);
+}
+
+Test(engine, abort_frees_everything) {
+    TinyEngine t;
+    open_engine(&t, 16, 64, 512);
+    int32_t *a = random_prompt(30, 15), *b = random_prompt(40, 16);
+    SamplingParams p = greedy(40);
+    Collected ca = {0}, cb = {0};
+    uint64_t ida = submit(t.e, a, 30, &p, &ca);
+    submit(t.e, b, 40, &p, &cb);
+    Error err = {{0}};
+    for (int i = 0; i < 5; i++) cr_assert(engine_step(t.e, &err) > 0);
+    engine_abort(t.e, ida);
+    engine_abort(t.e, 999999); /* unknown ids are ignored */
+    run_to_completion(t.e);
+    cr_expect_eq(ca.finish[0], FINISH_ABORT);
+    cr_expect_lt(ca.num[0], 40);
+    cr_expect_eq(cb.finish[0], FINISH_LENGTH);
+    cr_expect_eq(cb.num[0], 40);
+    EngineStats st = engine_stats(t.e);
+    cr_expect_eq(st.kv_blocks_used, 0);
+    cr_expect_eq(st.num_running + st.num_waiting, 0);
+    close_engine(&t);
+    free(a);
+    free(b);
+}
+
+Test(engine, stop_token_ids_and_eos) {
+    int32_t *prompt = random_prompt(12, 17);
+    SamplingParams p = greedy(20);
+    Collected full = {0}, stopped = {0};
+    TinyEngine t;
+    open_engine(&t, 16, 64, 512);
+    submit(t.e, prompt, 12, &p, &full);
+    run_to_completion(t.e);
+    p.stop_token_ids[0] = full.ids[0][4];
+    p.num_stop_token_ids = 1;
+    submit(t.e, prompt, 12, &p, &stopped);
+    run_to_completion(t.e);
+    int first = 0;
+    while (full.ids[0][first] != p.stop_token_ids[0]) first++;
+    cr_expect_eq(stopped.num[0], first + 1, "stops at (and includes) the stop token");
+    cr_expect_eq(stopped.finish[0], FINISH_STOP);
+    close_engine(&t);
+    free(prompt);
+}
+
+Test(engine, parallel_samples_share_the_prompt) {
+    int32_t *prompt = random_prompt(70, 18);
+    TinyEngine t;
+    open_engine(&t, 16, 128, 512);
+    SamplingParams p = greedy(10);
+    p.n = 3;
+    Collected g3 = {0}, g1 = {0};
+    submit(t.e, prompt, 70, &p, &g3);
+    run_to_completion(t.e);
+    cr_expect_eq(g3.finished, 3);
+    p.n = 1;
+    submit(t.e, prompt, 70, &p, &g1);
+    run_to_completion(t.e);
+    for (int s = 0; s < 3; s++)
+        cr_expect(g3.num[s] == 10 && memcmp(g3.ids[s], g1.ids[0], sizeof(int32_t) * 10) == 0,
+                  "greedy sample %d equals the single run", s);
+
+    p.n = 3;
+    p.temperature = 1.0f;
+    p.has_seed = true;
+    p.seed = 5;
+    Collected r1 = {0}, r2 = {0};
+    submit(t.e, prompt, 70, &p, &r1);
+    run_to_completion(t.e);
+    submit(t.e, prompt, 70, &p, &r2);
+    run_to_completion(t.e);
+    expect_same(&r1, &r2, 3, "seeded n=3 twice");
+    cr_expect(memcmp(r1.ids[0], r1.ids[1], sizeof(int32_t) * 10) != 0, "samples differ");
+    EngineStats st = engine_stats(t.e);
+    cr_expect_eq(st.kv_blocks_used, 0);
+    close_engine(&t);
+    free(prompt);
+}
+
+/* ---- the engine on its own thread ------------------------------------------ */
+
+typedef struct Waiter {
+    Collected c;
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+} Waiter;
+
+static void collect_and_signal(const EngineOutput *o, void *user) {
+    Waiter *w = user;
+    pthread_mutex_lock(&w->lock);
+    collect(o, &w->c);
+    pthread_cond_signal(&w->done);
+    pthread_mutex_unlock(&w->lock);
+}
+
+Test(engine, background_thread) {
+    int32_t *prompts[N];
+    for (int i = 0; i < N; i++) prompts[i] = random_prompt(LENS[i], 400 + i);
+    SamplingParams p = greedy(9);
+    Collected alone[N] = {0};
+    run_alone((const int32_t *const *)prompts, LENS, N, &p, alone);
+    TinyEngine t;
+    open_engine(&t, 16, 256, 512);
+    Error err = {{0}};
+    cr_assert(engine_start(t.e, &err) == 0, "%s", err.msg);
+    Waiter *w = calloc(N, sizeof *w);
+    for (int i = 0; i < N; i++) {
+        pthread_mutex_init(&w[i].lock, NULL);
+        pthread_cond_init(&w[i].done, NULL);
+        EngineRequest req = {prompts[i], LENS[i], p, collect_and_signal, &w[i]};
+        cr_assert(engine_submit(t.e, &req, NULL, &err) == 0, "%s", err.msg);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_mutex_lock(&w[i].lock);
+        while (w[i].c.finished < 1) pthread_cond_wait(&w[i].done, &w[i].lock);
+        pthread_mutex_unlock(&w[i].lock);
+        expect_same(&alone[i], &w[i].c, 1, "threaded");
+    }
+    close_engine(&t); /* joins the thread */
+    free(w);
+    for (int i = 0; i < N; i++) free(prompts[i]);
+}
