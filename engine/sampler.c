@@ -138,6 +138,90 @@ static int compare_ids(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The draw walks probabilities in chunks of this many tokens: a chunk's sum
+ * (8 double accumulators, combined in a fixed order) either stays below the
+ * target, or the walk steps through that chunk one token at a time. */
+#define CHUNK 64
+
+static double chunk_sum(const float *p, int n) {
+    double a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += p[i + j];
+    double s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
+static double dense_total(const float *p, int vocab) {
+    double total = 0;
+    for (int c = 0; c < vocab; c += CHUNK) total += chunk_sum(p + c, vocab - c < CHUNK ? vocab - c : CHUNK);
+    return total;
+}
+
+/* The token where the running sum of p passes target (< total). */
+static int32_t dense_walk(const float *p, int vocab, double target) {
+    double cum = 0;
+    for (int c = 0; c < vocab; c += CHUNK) {
+        int n = vocab - c < CHUNK ? vocab - c : CHUNK;
+        double s = chunk_sum(p + c, n);
+        if (cum + s > target) {
+            for (int i = c; i < vocab; i++) { /* rounding may carry it past the chunk */
+                cum += p[i];
+                if (target < cum) return i;
+            }
+            break;
+        }
+        cum += s;
+    }
+    for (int i = vocab - 1; i > 0; i--) /* target at the very top: the last possible token */
+        if (p[i] > 0) return i;
+    return 0;
+}
+
+/* min-p, top-k, top-p over the probabilities, then the draw over the kept
+ * tokens in ascending id order. Only a reordered (hence small) set is sorted. */
+static int32_t sample_filtered(float *prob, int vocab, const SamplingParams *p, double u,
+                               SamplerScratch *s) {
+    int n = 0;
+    float floor_p = p->min_p > 0.0f ? p->min_p : 0.0f; /* relative to the max, which is 1 */
+    for (int i = 0; i < vocab; i++)
+        if (prob[i] >= floor_p) s->ids[n++] = i;
+    bool reordered = false;
+    if (p->top_k > 0 && p->top_k < n) {
+        n = keep_top_k(prob, s->ids, n, p->top_k);
+        reordered = true;
+    }
+    if (p->top_p < 1.0f) {
+        double total = 0;
+        for (int i = 0; i < n; i++) total += prob[s->ids[i]];
+        /* Tokens below this cannot be in the nucleus: together they hold
+         * less than the (1 - top_p) share left outside it. */
+        double cut = (1.0 - p->top_p) * total / n;
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (prob[s->ids[i]] >= cut) s->ids[m++] = s->ids[i];
+        qsort_r(s->ids, (size_t)m, sizeof *s->ids, by_value_desc, prob);
+        double cum = 0, target = p->top_p * total;
+        int keep = 0;
+        while (keep < m) {
+            cum += prob[s->ids[keep++]];
+            if (cum >= target) break;
+        }
+        n = keep;
+        reordered = true;
+    }
+    if (reordered) qsort(s->ids, (size_t)n, sizeof *s->ids, compare_ids);
+    double total = 0;
+    for (int i = 0; i < n; i++) total += prob[s->ids[i]];
+    double target = u * total, cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += prob[s->ids[i]];
+        if (target < cum) return s->ids[i];
+    }
+    return s->ids[n - 1];
+}
+
 int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, SampleLogprobs *lp) {
     const SamplingParams *p = in->params;
     int vocab = s->vocab;
@@ -154,41 +238,11 @@ int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, 
         for (int i = 0; i < vocab; i++) logits[i] *= inv_t;
         float mx = max_of(logits, vocab);
         exp_shifted_sum(logits, vocab, mx); /* logits[i] = exp(l_i - max): max maps to 1 */
-
-        int n = 0;
-        float floor_p = p->min_p > 0.0f ? p->min_p : 0.0f; /* relative to the max, which is 1 */
-        for (int i = 0; i < vocab; i++)
-            if (logits[i] >= floor_p) s->ids[n++] = i;
-        n = keep_top_k(logits, s->ids, n, p->top_k);
-        if (p->top_p < 1.0f) {
-            double total = 0;
-            for (int i = 0; i < n; i++) total += logits[s->ids[i]];
-            /* Tokens below this cannot be in the nucleus: together they hold
-             * less than the (1 - top_p) share left outside it. */
-            double cut = (1.0 - p->top_p) * total / n;
-            int m = 0;
-            for (int i = 0; i < n; i++)
-                if (logits[s->ids[i]] >= cut) s->ids[m++] = s->ids[i];
-            qsort_r(s->ids, (size_t)m, sizeof *s->ids, by_value_desc, logits);
-            double cum = 0, target = p->top_p * total;
-            int keep = 0;
-            while (keep < m) {
-                cum += logits[s->ids[keep++]];
-                if (cum >= target) break;
-            }
-            n = keep;
-        }
-        qsort(s->ids, (size_t)n, sizeof *s->ids, compare_ids);
-        double total = 0;
-        for (int i = 0; i < n; i++) total += logits[s->ids[i]];
-        double u = philox_uniform(in->seed, in->sample_index, in->position) * total, cum = 0;
-        chosen = s->ids[n - 1];
-        for (int i = 0; i < n; i++) {
-            cum += logits[s->ids[i]];
-            if (u < cum) {
-                chosen = s->ids[i];
-                break;
-            }
+        double u = philox_uniform(in->seed, in->sample_index, in->position);
+        if (p->top_k <= 0 && p->top_p >= 1.0f && p->min_p <= 0.0f) {
+            chosen = dense_walk(logits, vocab, u * dense_total(logits, vocab));
+        } else {
+            chosen = sample_filtered(logits, vocab, p, u, s);
         }
     }
     if (want_logprobs) fill_logprobs(s->values, vocab, p->logprobs, chosen, lp);

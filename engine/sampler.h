@@ -5,7 +5,8 @@
  * repetition, frequency and presence penalties; then, unless greedy,
  * temperature, min-p, top-k, top-p; then one uniform draw from
  * philox_uniform(seed, sample index, position), walked through the kept
- * tokens in ascending id order with double accumulation. The result is a pure
+ * tokens in ascending id order with double accumulation (in fixed chunks of
+ * 64). The result is a pure
  * function of (logits, parameters, seed, position), whatever shares the batch,
  * and the CUDA sampler implements the same steps.
  */

@@ -21,7 +21,7 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
 fi
 [ -x build/nanovllm ] || make -j"$(nproc)" build/nanovllm >&2
 
-json=$(build/nanovllm bench --model "$MODEL" --input-len 512 --output-len 64 \
+json=$(build/nanovllm bench --latency --model "$MODEL" --input-len 512 --output-len 64 \
        --kv-cache-memory 1GiB --json --quiet "$@")
 echo "$json"
 /usr/bin/python3 - "$json" <<'PY'

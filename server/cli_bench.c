@@ -1,9 +1,16 @@
 /*
- * cli_bench.c - `nanovllm bench`: single-stream load, prefill and decode timings.
+ * cli_bench.c - `nanovllm bench`: throughput, latency and matmul benchmarks.
  *
- * Reports model load time, prefill tokens/s for one prompt of --input-len
- * random tokens, single-stream decode tokens/s over --output-len tokens and
- * the peak resident memory. Beside them it measures this machine's own
+ * Default (throughput): nano-vllm's bench.py workload (bench_workload.h):
+ * --num-seqs requests with prompt and output lengths drawn uniformly from
+ * the ranges, temperature 0.6, ignore_eos, all submitted at once; reports
+ * output tokens/s and, for the engine itself, the mean time of a step in
+ * which every running sequence decodes (with --device null that is the
+ * scheduling + block management + batch building cost alone).
+ *
+ * --latency: model load time, prefill tokens/s for one prompt of
+ * --input-len random tokens, single-stream decode tokens/s over --output-len
+ * tokens and the peak resident memory. Beside them it measures this machine's own
  * limits in the same run, so results read as ratios rather than absolute
  * numbers: the bandwidth of reading a weights-sized buffer from huge pages
  * (decode must read every matrix per token, so bytes / bandwidth is its
@@ -24,53 +31,81 @@
 #include "../engine/cpu_matmul.h"
 #include "../engine/log.h"
 #include "../engine/thread_pool.h"
+#include "bench_throughput.h"
 #include "commands.h"
 #include "model_setup.h"
 
 static const char USAGE[] = "usage: nanovllm bench --model DIR [options]\n";
 
 static const char HELP[] =
-    "Times model load, prefill and single-stream decode on random token ids.\n"
+    "Benchmarks generation (default), single-stream latency (--latency) or the matmul (--matmul).\n"
     "\n"
     "  --model DIR                   Hugging Face model folder\n"
-    "  --input-len N                 prompt tokens to prefill (default 512)\n"
-    "  --output-len N                tokens to decode (default 64)\n"
-    "  --seed N                      seed of the random prompt (default 0)\n"
-    "  --matmul                      time the two matmul strategies instead\n"
+    "throughput (nano-vllm's bench.py workload, prompt ids uniform in [0, 10000]):\n"
+    "  --num-seqs N                  requests (default 256)\n"
+    "  --min-input N --max-input N   prompt lengths (default 100, 1024)\n"
+    "  --min-output N --max-output N output lengths (default 100, 1024)\n"
+    "  --seed N                      workload seed (default 0: bench.py's)\n"
+    "latency:\n"
+    "  --latency                     load, one prefill, single-stream decode, peak RSS\n"
+    "  --input-len N --output-len N  prompt and decode lengths (default 512, 64)\n"
+    "  --matmul                      time the matmul strategies instead\n"
     "  --json                        print one JSON object with the results\n"
-    "  --quiet                       no start-up log on stderr\n" RUNNER_OPTIONS_USAGE;
+    "  --quiet                       no log or progress on stderr\n" RUNNER_OPTIONS_USAGE;
+
+typedef enum BenchMode { BENCH_THROUGHPUT, BENCH_LATENCY, BENCH_MATMUL } BenchMode;
 
 typedef struct BenchArgs {
     const char *model_dir;
+    BenchMode mode;
+    int num_seqs, min_input, max_input, min_output, max_output;
     int input_len, output_len, seed;
-    bool json, matmul;
+    bool json, quiet;
     RunnerOptions runner;
 } BenchArgs;
 
 static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
     static const struct option options[] = {
-        {"model", required_argument, 0, 'm'}, {"input-len", required_argument, 0, 'i'},
-        {"output-len", required_argument, 0, 'o'}, {"seed", required_argument, 0, 's'},
+        {"model", required_argument, 0, 'm'}, {"num-seqs", required_argument, 0, 'N'},
+        {"min-input", required_argument, 0, 'a'}, {"max-input", required_argument, 0, 'b'},
+        {"min-output", required_argument, 0, 'c'}, {"max-output", required_argument, 0, 'd'},
+        {"input-len", required_argument, 0, 'i'}, {"output-len", required_argument, 0, 'o'},
+        {"seed", required_argument, 0, 's'}, {"latency", no_argument, 0, 'l'},
         {"matmul", no_argument, 0, 'x'}, {"json", no_argument, 0, 'j'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
-    *a = (BenchArgs){.input_len = 512, .output_len = 64, .runner = runner_default_options()};
+    *a = (BenchArgs){.num_seqs = 256, .min_input = 100, .max_input = 1024, .min_output = 100,
+                     .max_output = 1024, .input_len = 512, .output_len = 64,
+                     .runner = runner_default_options()};
     optind = 0;
     int c, index;
+    struct {
+        int flag;
+        const char *name;
+        long lo, hi;
+        int *dst;
+    } ints[] = {{'N', "--num-seqs", 1, 1 << 20, &a->num_seqs},
+                {'a', "--min-input", 1, 1 << 20, &a->min_input},
+                {'b', "--max-input", 1, 1 << 20, &a->max_input},
+                {'c', "--min-output", 1, 1 << 20, &a->min_output},
+                {'d', "--max-output", 1, 1 << 20, &a->max_output},
+                {'i', "--input-len", 1, 1 << 20, &a->input_len},
+                {'o', "--output-len", 1, 1 << 20, &a->output_len},
+                {'s', "--seed", 0, 0x7fffffff, &a->seed}};
     while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
+        bool handled = false;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+            if (ints[k].flag != c) continue;
+            if (parse_int_arg(ints[k].name, optarg, ints[k].lo, ints[k].hi, ints[k].dst, err)) return -1;
+            handled = true;
+        }
+        if (handled) continue;
         switch (c) {
         case 'm': a->model_dir = optarg; break;
-        case 'i':
-            if (parse_int_arg("--input-len", optarg, 1, 1 << 20, &a->input_len, err)) return -1;
-            break;
-        case 'o':
-            if (parse_int_arg("--output-len", optarg, 1, 1 << 20, &a->output_len, err)) return -1;
-            break;
-        case 's':
-            if (parse_int_arg("--seed", optarg, 0, 1L << 31, &a->seed, err)) return -1;
-            break;
-        case 'x': a->matmul = true; break;
+        case 'l': a->mode = BENCH_LATENCY; break;
+        case 'x': a->mode = BENCH_MATMUL; break;
         case 'j': a->json = true; break;
         default: {
+            if (c == 'q') a->quiet = true;
             int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
                                              &a->runner, USAGE, HELP, err);
             if (common == 0) return error_set(err, "invalid option (see nanovllm bench --help)");
@@ -79,7 +114,9 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         }
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
-    if (!a->model_dir && !a->matmul) return error_set(err, "--model is required");
+    if (!a->model_dir && a->mode != BENCH_MATMUL) return error_set(err, "--model is required");
+    if (a->min_input > a->max_input || a->min_output > a->max_output)
+        return error_set(err, "each --min-* must be at most its --max-*");
     return 0;
 }
 
@@ -291,6 +328,43 @@ static int bench_matmul(const BenchArgs *a, Error *err) {
     return rc;
 }
 
+static int bench_latency(const BenchArgs *a, Error *err) {
+    LoadedModel m;
+    if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
+    BenchResult res = {.load_s = m.load_seconds, .weight_bytes = model_weights_bytes(&m.weights)};
+    int rc = run_model(m.runner, a, &res, err);
+    if (rc == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        res.peak_rss = (size_t)ru.ru_maxrss * 1024;
+        ThreadPool *pool = thread_pool_create(m.runner->options.num_threads, err);
+        if (pool) {
+            res.stream_bytes = streamed_bytes_per_token(&m.weights);
+            res.bandwidth = stream_bandwidth(pool, res.stream_bytes);
+            res.gflops = sgemm_gflops(pool, err);
+            thread_pool_destroy(pool);
+        }
+        print_results(a, &res, m.runner);
+    }
+    loaded_model_close(&m);
+    return rc;
+}
+
+static int bench_engine(const BenchArgs *a, Error *err) {
+    LoadedModel m;
+    if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
+    Engine *e = engine_create_with_runner(&m.weights, m.runner, err);
+    int rc = -1;
+    if (e) {
+        ThroughputConfig c = {a->num_seqs, a->min_input, a->max_input, a->min_output,
+                              a->max_output, a->seed, a->json, !a->quiet};
+        rc = bench_throughput(e, &c, err);
+        engine_destroy(e);
+    }
+    loaded_model_close(&m);
+    return rc;
+}
+
 int command_bench(int argc, char **argv) {
     BenchArgs a;
     Error err = {{0}};
@@ -300,33 +374,12 @@ int command_bench(int argc, char **argv) {
         fprintf(stderr, "nanovllm bench: %s\n%s", err.msg, USAGE);
         return 2;
     }
-    if (a.matmul) {
-        if (bench_matmul(&a, &err) == 0) return 0;
+    int rc = a.mode == BENCH_MATMUL    ? bench_matmul(&a, &err)
+             : a.mode == BENCH_LATENCY ? bench_latency(&a, &err)
+                                       : bench_engine(&a, &err);
+    if (rc != 0) {
         fprintf(stderr, "nanovllm bench: %s\n", err.msg);
         return 1;
     }
-    LoadedModel m;
-    if (loaded_model_open(&m, a.model_dir, &a.runner, &err)) {
-        fprintf(stderr, "nanovllm bench: %s\n", err.msg);
-        return 1;
-    }
-    BenchResult res = {.load_s = m.load_seconds, .weight_bytes = model_weights_bytes(&m.weights)};
-    int rc = run_model(m.runner, &a, &res, &err);
-    if (rc == 0) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        res.peak_rss = (size_t)ru.ru_maxrss * 1024;
-        ThreadPool *pool = thread_pool_create(m.runner->options.num_threads, &err);
-        if (pool) {
-            res.stream_bytes = streamed_bytes_per_token(&m.weights);
-            res.bandwidth = stream_bandwidth(pool, res.stream_bytes);
-            res.gflops = sgemm_gflops(pool, &err);
-            thread_pool_destroy(pool);
-        }
-        print_results(&a, &res, m.runner);
-    } else {
-        fprintf(stderr, "nanovllm bench: %s\n", err.msg);
-    }
-    loaded_model_close(&m);
-    return rc == 0 ? 0 : 1;
+    return 0;
 }

@@ -1,11 +1,9 @@
 /*
- * cli_generate.c - `nanovllm generate`: offline greedy decoding of one prompt.
+ * cli_generate.c - `nanovllm generate`: offline generation for one prompt.
  *
- * Runs the prompt through the runner (in chunks of max_num_batched_tokens,
- * each chunk on top of the previous one's KV blocks), then decodes one token
- * per step until max_tokens or an end-of-sequence token. The KV blocks of
- * the single sequence are simply 0, 1, 2, ...; the block manager and the
- * scheduler take over this loop when the engine lands.
+ * Submits one request (n samples) to the engine and steps it in this thread
+ * until it finishes: the same scheduler, block manager and sampler as the
+ * server, without the HTTP part.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -17,6 +15,7 @@
 
 #include "../config/cli_args.h"
 #include "../config/defaults.h"
+#include "../engine/engine.h"
 #include "commands.h"
 #include "model_setup.h"
 
@@ -24,50 +23,94 @@ static const char USAGE[] =
     "usage: nanovllm generate --model DIR --prompt-ids 1,2,3 [options]\n";
 
 static const char HELP[] =
-    "Greedy-decodes a prompt given as token ids and prints the new ids.\n"
+    "Generates a completion of a prompt given as token ids and prints the new ids.\n"
     "\n"
     "  --model DIR                   Hugging Face model folder (config.json, model.safetensors)\n"
     "  --prompt-ids IDS              prompt as comma-separated token ids\n"
     "  --max-tokens N                tokens to generate (default 16)\n"
-    "  --temperature T               0 = greedy (the only mode until the sampler lands)\n"
+    "  --temperature T               0 = greedy (default), else sampling\n"
+    "  --top-p P  --top-k K  --min-p P\n"
+    "  --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
+    "  --seed S                      makes sampling reproducible\n"
+    "  --n N                         independent samples of the prompt (default 1)\n"
     "  --ignore-eos                  do not stop at end-of-sequence tokens\n"
-    "  --json                        print one JSON object {\"prompt_ids\", \"ids\", ...}\n"
+    "  --json                        print one JSON object (see README)\n"
     "  --quiet                       no start-up log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 typedef struct GenerateArgs {
     const char *model_dir;
     const char *prompt_ids;
-    int max_tokens;
-    bool ignore_eos, json;
+    SamplingParams sampling;
+    bool json;
     RunnerOptions runner;
 } GenerateArgs;
+
+/* Sampling flags: one table row per flag, parsed the same way. */
+static int parse_sampling_flag(int c, const char *value, SamplingParams *p, Error *err) {
+    double d;
+    int i;
+    switch (c) {
+    case 'n': return parse_int_arg("--max-tokens", value, 1, 1 << 24, &p->max_tokens, err);
+    case 't':
+        if (parse_double_arg("--temperature", value, 0, 100, &d, err)) return -1;
+        p->temperature = (float)d;
+        return 0;
+    case 'P':
+        if (parse_double_arg("--top-p", value, 1e-6, 1, &d, err)) return -1;
+        p->top_p = (float)d;
+        return 0;
+    case 'K': return parse_int_arg("--top-k", value, -1, 1 << 24, &p->top_k, err);
+    case 'M':
+        if (parse_double_arg("--min-p", value, 0, 1, &d, err)) return -1;
+        p->min_p = (float)d;
+        return 0;
+    case 'R':
+        if (parse_double_arg("--repetition-penalty", value, 1e-6, 100, &d, err)) return -1;
+        p->repetition_penalty = (float)d;
+        return 0;
+    case 'E':
+        if (parse_double_arg("--presence-penalty", value, -2, 2, &d, err)) return -1;
+        p->presence_penalty = (float)d;
+        return 0;
+    case 'F':
+        if (parse_double_arg("--frequency-penalty", value, -2, 2, &d, err)) return -1;
+        p->frequency_penalty = (float)d;
+        return 0;
+    case 'S':
+        if (parse_int_arg("--seed", value, 0, 0x7fffffff, &i, err)) return -1;
+        p->seed = (uint64_t)i;
+        p->has_seed = true;
+        return 0;
+    case 'N': return parse_int_arg("--n", value, 1, 128, &p->n, err);
+    default: return error_set(err, "internal: unknown sampling flag");
+    }
+}
 
 /* Returns 0 to run, 1 when --help was printed, -1 on a usage error. */
 static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'}, {"prompt-ids", required_argument, 0, 'p'},
         {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
-        {"ignore-eos", no_argument, 0, 'e'}, {"json", no_argument, 0, 'j'},
-        COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
-    *a = (GenerateArgs){.max_tokens = DEFAULT_MAX_TOKENS, .runner = runner_default_options()};
+        {"top-p", required_argument, 0, 'P'}, {"top-k", required_argument, 0, 'K'},
+        {"min-p", required_argument, 0, 'M'}, {"repetition-penalty", required_argument, 0, 'R'},
+        {"presence-penalty", required_argument, 0, 'E'},
+        {"frequency-penalty", required_argument, 0, 'F'}, {"seed", required_argument, 0, 'S'},
+        {"n", required_argument, 0, 'N'}, {"ignore-eos", no_argument, 0, 'e'},
+        {"json", no_argument, 0, 'j'}, COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
+    *a = (GenerateArgs){.sampling = sampling_params_default(), .runner = runner_default_options()};
+    a->sampling.max_tokens = DEFAULT_MAX_TOKENS;
     optind = 0;
     int c, index;
-    double temperature;
     while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
         switch (c) {
         case 'm': a->model_dir = optarg; break;
         case 'p': a->prompt_ids = optarg; break;
-        case 'n':
-            if (parse_int_arg("--max-tokens", optarg, 1, 1 << 24, &a->max_tokens, err)) return -1;
-            break;
-        case 't':
-            if (parse_double_arg("--temperature", optarg, 0.0, 100.0, &temperature, err)) return -1;
-            if (temperature != 0.0)
-                return error_set(err, "--temperature: only 0 (greedy) is supported until the "
-                                      "sampler is implemented");
-            break;
-        case 'e': a->ignore_eos = true; break;
+        case 'e': a->sampling.ignore_eos = true; break;
         case 'j': a->json = true; break;
+        case 'n': case 't': case 'P': case 'K': case 'M': case 'R': case 'E': case 'F': case 'S':
+        case 'N':
+            if (parse_sampling_flag(c, optarg, &a->sampling, err)) return -1;
+            break;
         default: {
             int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
                                              &a->runner, USAGE, HELP, err);
@@ -82,48 +125,37 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
     return 0;
 }
 
-/* Greedy decoding of one sequence; out receives up to max_tokens ids. */
-static int generate(Runner *r, const int32_t *prompt, int prompt_len, const GenerateArgs *a,
-                    int32_t *out, int *out_len, const char **finish, Error *err) {
-    const RunnerOptions *o = &r->options;
-    long total = (long)prompt_len + a->max_tokens;
-    if (total > o->max_model_len)
-        return error_set(err, "prompt (%d tokens) + max_tokens (%d) exceeds max_model_len %d",
-                         prompt_len, a->max_tokens, o->max_model_len);
-    int blocks = (int)((total + o->block_size - 1) / o->block_size);
-    if (blocks > r->num_kv_blocks)
-        return error_set(err, "KV cache too small for this request: it needs %d blocks of %d "
-                              "tokens, the cache has %d (raise --kv-cache-memory)",
-                         blocks, o->block_size, r->num_kv_blocks);
-    int32_t *table = malloc(sizeof *table * (size_t)blocks);
-    if (!table) return error_set(err, "out of memory");
-    for (int i = 0; i < blocks; i++) table[i] = i;
+typedef struct Sample {
+    int32_t *ids;
+    int num_ids;
+    FinishReason finish;
+} Sample;
 
-    int rc = 0, n = 0, pos = 0;
-    int32_t next = -1;
-    *finish = "length";
-    while (pos < prompt_len && rc == 0) { /* prefill, chunked by the token budget */
-        int chunk = prompt_len - pos < o->max_num_batched_tokens ? prompt_len - pos
-                                                                 : o->max_num_batched_tokens;
-        RunnerSeq seq = {.tokens = prompt + pos, .num_tokens = chunk, .start_pos = pos, .block_table = table, .num_blocks = blocks, .compute_logits = pos + chunk == prompt_len};
-        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
-        rc = runner_step(r, &batch, &next, err);
-        pos += chunk;
+typedef struct Result {
+    Sample *samples;
+    int finished;
+    char error[512];
+} Result;
+
+static void on_output(const EngineOutput *o, void *user) {
+    Result *r = user;
+    Sample *s = &r->samples[o->sample_index];
+    if (o->has_token) s->ids[s->num_ids++] = o->token;
+    if (o->finish != FINISH_NONE) {
+        s->finish = o->finish;
+        r->finished++;
+        if (o->error) snprintf(r->error, sizeof r->error, "%s", o->error);
     }
-    while (rc == 0) {
-        out[n++] = next;
-        if (!a->ignore_eos && model_config_is_eos(&r->model->config, next)) {
-            *finish = "stop";
-            break;
-        }
-        if (n == a->max_tokens) break;
-        RunnerSeq seq = {.tokens = &out[n - 1], .num_tokens = 1, .start_pos = prompt_len + n - 1, .block_table = table, .num_blocks = blocks, .compute_logits = true};
-        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
-        rc = runner_step(r, &batch, &next, err);
+}
+
+static const char *finish_name(FinishReason f) {
+    switch (f) {
+    case FINISH_STOP: return "stop";
+    case FINISH_LENGTH: return "length";
+    case FINISH_ABORT: return "abort";
+    case FINISH_ERROR: return "error";
+    default: return "none";
     }
-    free(table);
-    *out_len = n;
-    return rc;
 }
 
 static json_t *ids_to_json(const int32_t *ids, int n) {
@@ -132,11 +164,25 @@ static json_t *ids_to_json(const int32_t *ids, int n) {
     return arr;
 }
 
+/* n = 1: {"prompt_ids", "ids", "finish_reason"}; n > 1: {"prompt_ids",
+ * "choices": [{"ids", "finish_reason"}, ...]}. */
 static int print_result(const GenerateArgs *a, const int32_t *prompt, int prompt_len,
-                        const int32_t *ids, int n, const char *finish) {
+                        const Result *r) {
+    int n = a->sampling.n;
     if (a->json) {
-        json_t *o = json_pack("{s:o, s:o, s:s}", "prompt_ids", ids_to_json(prompt, prompt_len),
-                              "ids", ids_to_json(ids, n), "finish_reason", finish);
+        json_t *o;
+        if (n == 1) {
+            o = json_pack("{s:o, s:o, s:s}", "prompt_ids", ids_to_json(prompt, prompt_len), "ids",
+                          ids_to_json(r->samples[0].ids, r->samples[0].num_ids), "finish_reason",
+                          finish_name(r->samples[0].finish));
+        } else {
+            json_t *choices = json_array();
+            for (int i = 0; i < n; i++)
+                json_array_append_new(choices, json_pack("{s:o, s:s}", "ids",
+                                                         ids_to_json(r->samples[i].ids, r->samples[i].num_ids),
+                                                         "finish_reason", finish_name(r->samples[i].finish)));
+            o = json_pack("{s:o, s:o}", "prompt_ids", ids_to_json(prompt, prompt_len), "choices", choices);
+        }
         if (!o || json_dumpf(o, stdout, JSON_COMPACT) != 0) {
             json_decref(o);
             return -1;
@@ -144,10 +190,22 @@ static int print_result(const GenerateArgs *a, const int32_t *prompt, int prompt
         json_decref(o);
         putchar('\n');
     } else {
-        for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
-        printf("\n");
+        for (int s = 0; s < n; s++) {
+            for (int i = 0; i < r->samples[s].num_ids; i++) printf("%s%d", i ? " " : "", r->samples[s].ids[i]);
+            printf("\n");
+        }
     }
     return fflush(stdout) == 0 ? 0 : -1;
+}
+
+static int run(Engine *e, const GenerateArgs *a, const int32_t *prompt, int prompt_len, Result *r,
+               Error *err) {
+    EngineRequest req = {prompt, prompt_len, a->sampling, on_output, r};
+    if (engine_submit(e, &req, NULL, err)) return -1;
+    while (r->finished < a->sampling.n)
+        if (engine_step(e, err) < 0) return -1;
+    if (r->error[0]) return error_set(err, "%s", r->error);
+    return 0;
 }
 
 int command_generate(int argc, char **argv) {
@@ -170,9 +228,7 @@ int command_generate(int argc, char **argv) {
         free(prompt);
         return 1;
     }
-    int32_t *ids = NULL;
-    int n = 0, status = 1, vocab = m.weights.config.vocab_size;
-    const char *finish = "length";
+    int status = 1, vocab = m.weights.config.vocab_size;
     for (int i = 0; i < prompt_len; i++) {
         if (prompt[i] >= vocab) {
             fprintf(stderr, "nanovllm generate: --prompt-ids: token id %d is outside the "
@@ -181,19 +237,26 @@ int command_generate(int argc, char **argv) {
             break;
         }
     }
-    if (status == 2) {
-        /* reported above */
-    } else if (!(ids = malloc(sizeof *ids * (size_t)a.max_tokens))) {
-        fprintf(stderr, "nanovllm generate: out of memory\n");
-    } else if (generate(m.runner, prompt, prompt_len, &a, ids, &n, &finish, &err)) {
-        fprintf(stderr, "nanovllm generate: %s\n", err.msg);
-    } else if (print_result(&a, prompt, prompt_len, ids, n, finish)) {
-        fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
-    } else {
-        status = 0;
+    Result r = {0};
+    Engine *e = NULL;
+    if (status != 2) {
+        r.samples = calloc((size_t)a.sampling.n, sizeof *r.samples);
+        for (int i = 0; r.samples && i < a.sampling.n; i++)
+            if (!(r.samples[i].ids = malloc(sizeof(int32_t) * (size_t)a.sampling.max_tokens))) break;
+        e = engine_create_with_runner(&m.weights, m.runner, &err);
+        if (!r.samples || !r.samples[a.sampling.n - 1].ids)
+            fprintf(stderr, "nanovllm generate: out of memory\n");
+        else if (!e || run(e, &a, prompt, prompt_len, &r, &err))
+            fprintf(stderr, "nanovllm generate: %s\n", err.msg);
+        else if (print_result(&a, prompt, prompt_len, &r))
+            fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
+        else
+            status = 0;
     }
+    engine_destroy(e);
+    for (int i = 0; r.samples && i < a.sampling.n; i++) free(r.samples[i].ids);
+    free(r.samples);
     free(prompt);
-    free(ids);
     loaded_model_close(&m);
     return status;
 }

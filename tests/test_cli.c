@@ -99,8 +99,9 @@ Test(cli, usage_errors) {
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-tokens abc", 2,
                    "--max-tokens: 'abc' is not an integer");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-tokens 0", 2, "out of range");
-    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --temperature 0.7", 2,
-                   "only 0 (greedy)");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --top-p 1.5", 2,
+                   "--top-p: 1.5 is out of range");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --n 0", 2, "--n: 0 is out of range");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --device tpu", 2,
                    "'tpu' is not one of auto, cuda, cpu");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --block-size 48", 2,
@@ -118,7 +119,7 @@ Test(cli, usage_errors) {
 Test(cli, runtime_errors) {
     expect_failure("generate --model /nonexistent --prompt-ids 1", 1, "no config.json");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,2,3 --max-tokens 10 "
-                   "--max-model-len 8", 1, "exceeds max_model_len 8");
+                   "--max-model-len 8", 1, "more than max_model_len 8");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-tokens 100 "
                    "--block-size 16 --kv-cache-memory 100KB", 1, "KV cache too small");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-memory 1KB", 1,
@@ -159,4 +160,30 @@ Test(cli, chunked_prefill_matches_one_step) {
     free(one);
     free(chunked);
     free(err);
+}
+
+/* Seeded sampling through the CLI: n samples, reproducible, JSON "choices". */
+Test(cli, seeded_samples) {
+    const char *args = "generate --model " TINY_MODEL " --prompt-ids 9707,11,1879 --max-tokens 6 "
+                       "--temperature 0.8 --top-k 40 --seed 1 --n 3 --json --quiet";
+    char *out1, *out2, *err;
+    cr_assert_eq(run_nanovllm(args, &out1, &err), 0, "%s", err);
+    free(err);
+    cr_assert_eq(run_nanovllm(args, &out2, &err), 0, "%s", err);
+    free(err);
+    cr_expect_str_eq(out1, out2, "the same seed gives the same samples");
+    json_t *res = json_loads(out1, 0, NULL);
+    cr_assert(res, "%s", out1);
+    json_t *choices = json_object_get(res, "choices");
+    cr_assert_eq(json_array_size(choices), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = json_array_get(choices, i);
+        cr_expect_eq(json_array_size(json_object_get(c, "ids")), 6);
+        cr_expect_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+    }
+    cr_expect(!json_equal(json_object_get(json_array_get(choices, 0), "ids"),
+                          json_object_get(json_array_get(choices, 1), "ids")));
+    json_decref(res);
+    free(out1);
+    free(out2);
 }
