@@ -434,3 +434,36 @@ Test(engine, background_thread) {
     free(w);
     for (int i = 0; i < N; i++) free(prompts[i]);
 }
+
+typedef struct LogprobCheck {
+    int tokens;
+    bool ok;
+} LogprobCheck;
+
+static void check_logprobs(const EngineOutput *o, void *user) {
+    LogprobCheck *c = user;
+    if (!o->has_token) return;
+    c->tokens++;
+    const SampleLogprobs *lp = o->logprobs;
+    bool ok = lp && lp->num_top == 3 && lp->top_ids[0] == o->token && /* greedy: the top one */
+              lp->logprob == lp->top_logprobs[0] && lp->logprob <= 0.0f &&
+              lp->top_logprobs[0] >= lp->top_logprobs[1] && lp->top_logprobs[1] >= lp->top_logprobs[2];
+    if (!ok) c->ok = false;
+}
+
+Test(engine, logprobs_reach_the_caller) {
+    TinyEngine t;
+    open_engine(&t, 16, 64, 512);
+    int32_t *prompt = random_prompt(10, 19);
+    SamplingParams p = greedy(6);
+    p.logprobs = 3;
+    LogprobCheck c = {0, true};
+    EngineRequest req = {prompt, 10, p, check_logprobs, &c};
+    Error err = {{0}};
+    cr_assert(engine_submit(t.e, &req, NULL, &err) == 0, "%s", err.msg);
+    run_to_completion(t.e);
+    cr_expect_eq(c.tokens, 6);
+    cr_expect(c.ok, "every token carries consistent logprobs");
+    close_engine(&t);
+    free(prompt);
+}
