@@ -1,0 +1,72 @@
+/*
+ * http_server.h - HTTP/1.1 on libmicrohttpd, driven by a libuv loop.
+ *
+ * libmicrohttpd runs in external-polling mode: its epoll descriptor is one
+ * uv_poll on our loop and its timeout one uv_timer, so the loop thread owns
+ * every connection and nothing here is called from any other thread.
+ *
+ * Each request is an HttpExchange. When its body has arrived the handler
+ * gets it and answers in one of three ways:
+ *   - http_respond(): a complete response now (or later, after http_defer);
+ *   - http_defer(): the connection is suspended until the handler answers
+ *     (work on another thread, tokenization, a whole completion);
+ *   - http_stream_begin(): a streamed body (SSE), fed with
+ *     http_stream_write() and closed with http_stream_end(); while no bytes
+ *     are waiting the connection is suspended, and a write resumes it.
+ * MHD does not notice a client hanging up while its connection is
+ * suspended, so suspended sockets are watched (UV_DISCONNECT) and the
+ * handler's on_closed runs as soon as the peer is gone - mid-stream
+ * included - so the work behind it can be aborted.
+ */
+#ifndef NANOVLLM_HTTP_SERVER_H
+#define NANOVLLM_HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "../engine/error.h"
+
+typedef struct HttpServer HttpServer;
+typedef struct HttpExchange HttpExchange;
+
+typedef struct HttpHandlers {
+    /* The request is complete (method, path, headers, body). Must answer
+     * with http_respond, http_defer or http_stream_begin before returning. */
+    void (*on_request)(void *ctx, HttpExchange *ex);
+    /* The exchange is over (response sent, client gone, or server stopping).
+     * `user` is what the handler attached; the exchange is freed after. */
+    void (*on_closed)(void *ctx, HttpExchange *ex, void *user, bool completed);
+} HttpHandlers;
+
+typedef struct HttpServerOptions {
+    const char *host;
+    int port; /* 0: any free port (see http_server_port) */
+    size_t max_body_bytes;
+} HttpServerOptions;
+
+HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
+                              const HttpHandlers *handlers, void *ctx, Error *err);
+int http_server_port(const HttpServer *s);
+/* Stops accepting and ends every exchange (on_closed with completed false). */
+void http_server_stop(HttpServer *s);
+
+/* ---- the request ---------------------------------------------------------- */
+const char *http_method(const HttpExchange *ex);
+const char *http_path(const HttpExchange *ex); /* without the query string */
+const char *http_header(const HttpExchange *ex, const char *name); /* NULL if absent */
+const char *http_body(const HttpExchange *ex, size_t *len);
+bool http_body_too_large(const HttpExchange *ex);
+void http_set_user(HttpExchange *ex, void *user);
+void *http_user(const HttpExchange *ex);
+
+/* ---- the response ----------------------------------------------------------- */
+/* extra_headers: NULL or "Name: value" strings, NULL-terminated. */
+int http_respond(HttpExchange *ex, unsigned status, const char *content_type, const char *body,
+                 size_t len, const char *const *extra_headers);
+void http_defer(HttpExchange *ex);
+int http_stream_begin(HttpExchange *ex, unsigned status, const char *content_type);
+int http_stream_write(HttpExchange *ex, const char *data, size_t len);
+void http_stream_end(HttpExchange *ex);
+
+#endif
