@@ -11,6 +11,8 @@ PACKAGES=(
   libjansson-dev     # JSON: config.json, safetensors headers, --json output
   libopenblas-dev    # sgemm for the CPU runner
   libxxhash-dev      # prefix-cache block hashes
+  libmicrohttpd-dev  # HTTP server
+  libuv1-dev         # the server's event loop
   libcriterion-dev   # unit tests
   python3-numpy      # ../shared/tools (reference forward, random bench model)
 )
