@@ -17,7 +17,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 WARN     = -Wall -Wextra -Werror
 CFLAGS  += -std=c11 -D_GNU_SOURCE -O3 -g -pthread $(WARN) -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS   = -ljansson -lopenblas -lm -lpthread
+LDLIBS   = -ljansson -lpcre2-8 -lutf8proc -lopenblas -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
 LIB_SRC  = $(wildcard engine/*.c) $(wildcard config/*.c)

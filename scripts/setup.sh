@@ -10,6 +10,9 @@ PACKAGES=(
   build-essential pkg-config
   libjansson-dev     # JSON: config.json, safetensors headers, --json output
   libopenblas-dev    # sgemm for the CPU runner
+  libpcre2-dev       # tokenizer: pre-tokenizer regexes other than Qwen's (PCRE2 JIT)
+  libutf8proc-dev    # tokenizer: NFC and Unicode categories
+  clang-14 libclang-rt-14-dev  # make fuzz: clang with the libFuzzer runtime
   libcriterion-dev   # unit tests
   python3-numpy      # ../shared/tools (reference forward, random bench model)
 )
