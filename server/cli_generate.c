@@ -14,29 +14,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../config/cli_args.h"
 #include "../config/defaults.h"
+#include "../engine/tokenizer.h"
 #include "commands.h"
 #include "model_setup.h"
 
 static const char USAGE[] =
-    "usage: nanovllm generate --model DIR --prompt-ids 1,2,3 [options]\n";
+    "usage: nanovllm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n";
 
 static const char HELP[] =
-    "Greedy-decodes a prompt given as token ids and prints the new ids.\n"
+    "Greedy-decodes a prompt (text or token ids) and prints the new ids.\n"
     "\n"
     "  --model DIR                   Hugging Face model folder (config.json, model.safetensors)\n"
+    "  --prompt TEXT                 prompt as text, encoded with the model's tokenizer\n"
     "  --prompt-ids IDS              prompt as comma-separated token ids\n"
     "  --max-tokens N                tokens to generate (default 16)\n"
     "  --temperature T               0 = greedy (the only mode until the sampler lands)\n"
     "  --ignore-eos                  do not stop at end-of-sequence tokens\n"
-    "  --json                        print one JSON object {\"prompt_ids\", \"ids\", ...}\n"
+    "  --json                        print one JSON object {\"prompt_ids\", \"ids\", \"text\", ...}\n"
     "  --quiet                       no start-up log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 typedef struct GenerateArgs {
     const char *model_dir;
     const char *prompt_ids;
+    const char *prompt_text;
     int max_tokens;
     bool ignore_eos, json;
     RunnerOptions runner;
@@ -46,6 +50,7 @@ typedef struct GenerateArgs {
 static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'}, {"prompt-ids", required_argument, 0, 'p'},
+        {"prompt", required_argument, 0, 'P'},
         {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
         {"ignore-eos", no_argument, 0, 'e'}, {"json", no_argument, 0, 'j'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
@@ -57,6 +62,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         switch (c) {
         case 'm': a->model_dir = optarg; break;
         case 'p': a->prompt_ids = optarg; break;
+        case 'P': a->prompt_text = optarg; break;
         case 'n':
             if (parse_int_arg("--max-tokens", optarg, 1, 1 << 24, &a->max_tokens, err)) return -1;
             break;
@@ -78,7 +84,8 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
     if (!a->model_dir) return error_set(err, "--model is required");
-    if (!a->prompt_ids) return error_set(err, "--prompt-ids is required");
+    if (!a->prompt_ids == !a->prompt_text)
+        return error_set(err, "give exactly one of --prompt and --prompt-ids");
     return 0;
 }
 
@@ -132,11 +139,18 @@ static json_t *ids_to_json(const int32_t *ids, int n) {
     return arr;
 }
 
-static int print_result(const GenerateArgs *a, const int32_t *prompt, int prompt_len,
-                        const int32_t *ids, int n, const char *finish) {
+static int print_result(const GenerateArgs *a, const Tokenizer *tok, const int32_t *prompt,
+                        int prompt_len, const int32_t *ids, int n, const char *finish) {
     if (a->json) {
         json_t *o = json_pack("{s:o, s:o, s:s}", "prompt_ids", ids_to_json(prompt, prompt_len),
                               "ids", ids_to_json(ids, n), "finish_reason", finish);
+        char *text = NULL;
+        size_t len;
+        Error err;
+        /* The completion as text, special tokens (<|im_end|>) left out. */
+        if (o && tok && tokenizer_decode(tok, ids, (size_t)n, true, &text, &len, &err) == 0)
+            json_object_set_new(o, "text", json_stringn(text, len));
+        free(text);
         if (!o || json_dumpf(o, stdout, JSON_COMPACT) != 0) {
             json_decref(o);
             return -1;
@@ -150,6 +164,27 @@ static int print_result(const GenerateArgs *a, const int32_t *prompt, int prompt
     return fflush(stdout) == 0 ? 0 : -1;
 }
 
+/* The model's tokenizer: needed for --prompt; otherwise loaded only when
+ * the folder has one (it adds "text" to --json output). */
+static Tokenizer *open_tokenizer(const GenerateArgs *a, int vocab, Error *err) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/tokenizer.json", a->model_dir);
+    if (!a->prompt_text && stat(path, &st) != 0) return NULL;
+    return tokenizer_load(a->model_dir, vocab, err);
+}
+
+/* Encodes --prompt into *prompt (malloc'ed). */
+static int encode_prompt(const Tokenizer *tok, const char *text, int32_t **prompt, int *len,
+                         Error *err) {
+    size_t n;
+    if (tokenizer_encode(tok, text, strlen(text), prompt, &n, err)) return -1;
+    if (n == 0) return error_set(err, "--prompt: the text encodes to no tokens");
+    if (n > INT32_MAX) return error_set(err, "--prompt: too long");
+    *len = (int)n;
+    return 0;
+}
+
 int command_generate(int argc, char **argv) {
     GenerateArgs a;
     Error err = {{0}};
@@ -157,7 +192,7 @@ int command_generate(int argc, char **argv) {
     int32_t *prompt = NULL;
     int prompt_len = 0;
     /* The ids' syntax is checked before the model loads, their range after. */
-    if (parsed == 0)
+    if (parsed == 0 && a.prompt_ids)
         parsed = parse_id_list_arg("--prompt-ids", a.prompt_ids, INT32_MAX, &prompt, &prompt_len, &err);
     if (parsed != 0) {
         if (parsed > 0) return 0;
@@ -173,6 +208,20 @@ int command_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int n = 0, status = 1, vocab = m.weights.config.vocab_size;
     const char *finish = "length";
+    Error tok_err = {{0}};
+    Tokenizer *tok = open_tokenizer(&a, vocab, &tok_err);
+    if (!tok && tok_err.msg[0]) {
+        fprintf(stderr, "nanovllm generate: %s\n", tok_err.msg);
+        loaded_model_close(&m);
+        free(prompt);
+        return 1;
+    }
+    if (a.prompt_text && encode_prompt(tok, a.prompt_text, &prompt, &prompt_len, &tok_err)) {
+        fprintf(stderr, "nanovllm generate: %s\n", tok_err.msg);
+        tokenizer_free(tok);
+        loaded_model_close(&m);
+        return 1;
+    }
     for (int i = 0; i < prompt_len; i++) {
         if (prompt[i] >= vocab) {
             fprintf(stderr, "nanovllm generate: --prompt-ids: token id %d is outside the "
@@ -187,13 +236,14 @@ int command_generate(int argc, char **argv) {
         fprintf(stderr, "nanovllm generate: out of memory\n");
     } else if (generate(m.runner, prompt, prompt_len, &a, ids, &n, &finish, &err)) {
         fprintf(stderr, "nanovllm generate: %s\n", err.msg);
-    } else if (print_result(&a, prompt, prompt_len, ids, n, finish)) {
+    } else if (print_result(&a, tok, prompt, prompt_len, ids, n, finish)) {
         fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
     } else {
         status = 0;
     }
     free(prompt);
     free(ids);
+    tokenizer_free(tok);
     loaded_model_close(&m);
     return status;
 }
