@@ -132,8 +132,8 @@ oom:
 
 int bpe_add_token(Bpe *b, const char *tok, size_t len, int64_t id, Error *err) {
     if (id < 0 || id >= MAX_TOKEN_ID)
-        return error_set(err, "vocabulary token '%.60s' has id %lld, outside [0, %d)", tok,
-                         (long long)id, MAX_TOKEN_ID);
+        return error_set(err, "vocabulary token '%.*s' has id %lld, outside [0, %d)",
+                         (int)(len < 60 ? len : 60), tok, (long long)id, MAX_TOKEN_ID);
     if (len == 0) return error_set(err, "the vocabulary has an empty token (id %lld)", (long long)id);
     if (len > (1u << 20)) return error_set(err, "vocabulary token %lld is over 1 MiB", (long long)id);
     if (cover_id(b, (int32_t)id, err)) return -1;
@@ -252,7 +252,9 @@ static int32_t merge_side(const Bpe *b, const char *tok, size_t len, unsigned ch
     *raw_len = token_to_raw(alphabet, tok, len, raw);
     if (*raw_len < 0) return -2;
     int32_t id = *raw_len > 0 ? bpe_lookup_bytes(b, raw, (size_t)*raw_len) : -1;
-    if (id < 0) error_set(err, "merge part '%.100s' is not in the vocabulary", tok);
+    if (id < 0)
+        error_set(err, "merge part '%.*s' is not in the vocabulary", (int)(len < 100 ? len : 100),
+                  tok);
     return id;
 }
 
@@ -270,8 +272,9 @@ int bpe_add_merge(Bpe *b, const char *left, size_t left_len, const char *right, 
     if (l == -2 || r == -2) return 0;
     int32_t merged = bpe_lookup_bytes(b, raw, (size_t)(ln + rn));
     if (merged < 0)
-        return error_set(err, "merge '%.60s' + '%.60s': the merged token is not in the vocabulary",
-                         left, right);
+        return error_set(err, "merge '%.*s' + '%.*s': the merged token is not in the vocabulary",
+                         (int)(left_len < 60 ? left_len : 60), left,
+                         (int)(right_len < 60 ? right_len : 60), right);
     if ((size_t)(rank + 1) * 5 / 3 >= b->merge_mask && merge_grow(b, err)) return -1;
     merge_insert(b->merge_slots, b->merge_mask,
                  (MergeSlot){((uint64_t)(uint32_t)l << 32) | (uint32_t)r, rank, merged});

@@ -311,8 +311,10 @@ int tokenizer_json_open(const char *text, size_t len, const TableReader *r, Toke
         return error_set(err, "not valid JSON: %s (line %d)", jerr.text, line_of(text, pos));
     }
     if (walked) { /* jansson accepted what the walker could not read */
+        bool object = json_is_object(out->doc);
         json_decref(out->doc);
         out->doc = NULL;
+        if (!object) return error_set(err, "the top level is not an object");
         return error_set(err, "cannot read the layout: %s", walk_err.msg);
     }
     out->vocab_read = f.vocab_read;
