@@ -22,7 +22,7 @@
 #include "error.h"
 
 typedef struct MergeSlot {
-    uint64_t pair; /* left id << 32 | right id; 0 with rank UINT32_MAX when empty */
+    uint64_t pair; /* left id << 32 | right id; all ones (rank UINT32_MAX) when empty */
     uint32_t rank;
     int32_t merged;
 } MergeSlot;
@@ -46,6 +46,13 @@ typedef struct Bpe {
     uint32_t merge_mask;
     uint32_t num_merges;
     int32_t byte_id[256]; /* single-byte tokens, -1 when absent */
+    /* The merge of every pair of single-byte tokens, by (first << 8 | second):
+     * a word's first lookups, from a 512 KB table that stays in cache.
+     * NULL unless all 256 byte tokens exist. */
+    struct BytePair {
+        uint32_t rank;
+        int32_t merged;
+    } *byte_pairs;
     int32_t unk_id;       /* -1 when the model has no unknown token */
     bool fuse_unk;
     bool ignore_merges;   /* a word that is itself a token is not merged */
@@ -60,13 +67,15 @@ typedef struct BpeScratch {
 } BpeScratch;
 
 /* Loading, in this order: bpe_init, bpe_add_token for every vocabulary
- * entry, bpe_finish_vocab, bpe_add_merge for every merge in rank order. */
+ * entry, bpe_finish_vocab, bpe_add_merge for every merge in rank order,
+ * bpe_finish. */
 int bpe_init(Bpe *b, Error *err);
 /* tok: the token as written in tokenizer.json (UTF-8, byte-level alphabet). */
 int bpe_add_token(Bpe *b, const char *tok, size_t len, int64_t id, Error *err);
 int bpe_finish_vocab(Bpe *b, Error *err);
 int bpe_add_merge(Bpe *b, const char *left, size_t left_len, const char *right, size_t right_len,
                   Error *err);
+int bpe_finish(Bpe *b, Error *err);
 void bpe_free(Bpe *b);
 
 /* The id of the token whose tokenizer.json text is tok, or -1. */

@@ -34,7 +34,7 @@
 #include "unicode_props.h"
 #include "utf8.h"
 
-static const char QWEN_PATTERN[] =
+const char PRETOK_QWEN_PATTERN[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char LLAMA3_PATTERN[] =
@@ -260,7 +260,7 @@ int pretokenizer_init_regex(PreTokenizer *pt, const char *pattern, bool force_pc
     pt->pattern = strdup(pattern);
     if (!pt->pattern) return error_set(err, "out of memory");
     unicode_props_init();
-    if (!force_pcre2 && strcmp(pattern, QWEN_PATTERN) == 0) {
+    if (!force_pcre2 && strcmp(pattern, PRETOK_QWEN_PATTERN) == 0) {
         pt->kind = PRETOK_NATIVE;
         pt->max_digits = 1;
         return 0;

@@ -43,8 +43,9 @@ typedef int (*PieceFn)(void *ctx, const char *piece, size_t len);
  * known pattern with PCRE2 (to compare the two; see tokenizer_bench). */
 int pretokenizer_init_regex(PreTokenizer *pt, const char *pattern, bool force_pcre2, Error *err);
 
-/* The GPT-2 regex that ByteLevel(use_regex=true) applies. */
+/* The GPT-2 regex that ByteLevel(use_regex=true) applies, and Qwen2/3's. */
 extern const char PRETOK_GPT2_PATTERN[];
+extern const char PRETOK_QWEN_PATTERN[];
 
 void pretokenizer_free(PreTokenizer *pt);
 void pretok_scratch_free(PretokScratch *s);

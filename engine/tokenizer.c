@@ -128,6 +128,7 @@ static int load_model(Tokenizer *t, json_t *model, TokenizerJson *tj, const Tabl
         if (!tj->merges.p) return error_set(err, "model.merges is missing");
         if (tokenizer_json_merges(tj->merges, r, err)) return -1;
     }
+    if (bpe_finish(&t->bpe, err)) return error_prefix(err, "model");
     json_t *unk = json_object_get(model, "unk_token");
     if (json_is_string(unk)) {
         t->bpe.unk_id = bpe_token_to_id(&t->bpe, json_string_value(unk), json_string_length(unk));

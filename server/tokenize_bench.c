@@ -21,6 +21,7 @@
 
 #include "../engine/byte_buf.h"
 #include "../engine/log.h"
+#include "../engine/pretokenizer.h"
 #include "../engine/unicode9_assigned.h"
 #include "../engine/utf8.h"
 
@@ -334,6 +335,33 @@ static int check_ids(const Corpus *c, int32_t *const *ids, const size_t *n_ids, 
 
 /* ---- timings ---- */
 
+static int count_piece(void *ctx, const char *piece, size_t len) {
+    (void)piece;
+    (void)len;
+    ++*(size_t *)ctx;
+    return 0;
+}
+
+/* The Qwen pre-tokenizer regex alone over the (valid UTF-8) documents:
+ * MB/s of the hand-written splitter (force_pcre2 false) or PCRE2's JIT. */
+static int time_split(const Corpus *c, bool force_pcre2, double *mb_per_s, Error *err) {
+    PreTokenizer pt;
+    PretokScratch scratch = {0};
+    if (pretokenizer_init_regex(&pt, PRETOK_QWEN_PATTERN, force_pcre2, err)) return -1;
+    size_t pieces = 0, bytes = 0;
+    double t0 = now_seconds();
+    int rc = 0;
+    for (size_t i = 0; i < c->count && rc == 0; i++) {
+        if (!utf8_is_valid(c->docs[i], c->lens[i])) continue;
+        rc = pretokenizer_split(&pt, c->docs[i], c->lens[i], &scratch, count_piece, &pieces, err);
+        bytes += c->lens[i];
+    }
+    *mb_per_s = bytes / 1e6 / (now_seconds() - t0);
+    pretok_scratch_free(&scratch);
+    pretokenizer_free(&pt);
+    return rc;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -384,6 +412,9 @@ int tokenize_bench(const Tokenizer *t, const char *model_dir, const TokenizeBenc
         dec[run] = now_seconds() - t0;
     }
     if (rc == 0 && a->check_path) rc = check_ids(&c, ids, n_ids, a->check_path, &differ, err);
+    double split_native = 0, split_pcre2 = 0;
+    if (rc == 0) rc = time_split(&c, false, &split_native, err);
+    if (rc == 0) rc = time_split(&c, true, &split_pcre2, err);
     if (rc == 0) {
         double mb = c.bytes / 1e6;
         if (json) {
@@ -397,6 +428,9 @@ int tokenize_bench(const Tokenizer *t, const char *model_dir, const TokenizeBenc
                                   "megabytes", mb, "documents", (json_int_t)c.count,
                                   "tokens", (json_int_t)tokens, "encode_mb_per_s", e,
                                   "decode_mb_per_s", d);
+            json_object_set_new(o, "split_only_mb_per_s",
+                                json_pack("{s:f, s:f}", "hand_written", split_native, "pcre2_jit",
+                                          split_pcre2));
             if (o && a->check_path)
                 json_object_set_new(o, "documents_with_different_ids", json_integer((json_int_t)differ));
             if (!o || json_dumpf(o, stdout, JSON_COMPACT | JSON_REAL_PRECISION(4))) rc = -1;
@@ -409,6 +443,8 @@ int tokenize_bench(const Tokenizer *t, const char *model_dir, const TokenizeBenc
             for (int i = 0; i < runs; i++)
                 printf("run %d: encode %.2f MB/s (%.0fk tokens/s), decode %.1f MB/s\n", i + 1,
                        mb / enc[i], tokens / enc[i] / 1e3, decoded_bytes / 1e6 / dec[i]);
+            printf("pre-tokenizer regex alone: hand-written %.1f MB/s, PCRE2 JIT %.1f MB/s\n",
+                   split_native, split_pcre2);
             if (a->check_path)
                 printf("ids: %zu of %zu documents differ from %s\n", differ, c.count,
                        a->check_path);
