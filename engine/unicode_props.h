@@ -24,7 +24,7 @@
 enum { CHAR_OTHER = 0, CHAR_LETTER = 1, CHAR_NUMBER = 2, CHAR_SPACE = 3 };
 enum { NFC_INERT = 0, NFC_UNSAFE = 1, NFC_BLOCKER = 2 };
 
-/* Builds the table on first use (thread-safe, ~10 ms); later calls return at once. */
+/* Builds the table on first use (thread-safe, ~7 ms); later calls return at once. */
 void unicode_props_init(void);
 
 extern uint8_t unicode_props_table[0x110000 / 2];
