@@ -20,7 +20,9 @@
 
 #define NO_RANK UINT32_MAX
 #define MAX_TOKEN_ID (1 << 24) /* far above any real vocabulary; bounds the tables */
-#define SHORT_WORD_SYMBOLS 24  /* up to here the quadratic scan wins (measured) */
+/* Words of up to this many symbols use the scan (tokenize --bench encode:
+ * 46-47 MB/s at 8, 44-45 at 24, ~40 at 64, 44-46 at 2-4). */
+#define SHORT_WORD_SYMBOLS 8
 #define ALPHABET_END (0x100 + 68)
 
 /* GPT-2's byte-level alphabet: printable Latin-1 stands for itself, the
@@ -310,6 +312,8 @@ static int scratch_reserve(BpeScratch *s, size_t n) {
     c2 = cap;
     if (array_reserve((void **)&s->next, &c2, n, sizeof *s->next)) return -1;
     c2 = cap;
+    if (array_reserve((void **)&s->merged, &c2, n, sizeof *s->merged)) return -1;
+    c2 = cap;
     if (array_reserve((void **)&s->rank, &c2, n, sizeof *s->rank)) return -1;
     s->cap = c2;
     return 0;
@@ -319,6 +323,7 @@ void bpe_scratch_free(BpeScratch *s) {
     free(s->sym);
     free(s->prev);
     free(s->next);
+    free(s->merged);
     free(s->rank);
     free(s->heap);
     memset(s, 0, sizeof *s);
@@ -359,7 +364,7 @@ static void first_ranks(const Bpe *b, const unsigned char *w, const int32_t *sym
 static size_t merge_by_scan(const Bpe *b, const unsigned char *w, int32_t *sym, size_t m,
                             BpeScratch *s) {
     uint32_t *rank = s->rank;
-    int32_t *merged = s->next;
+    int32_t *merged = s->merged;
     first_ranks(b, w, sym, m, rank, merged);
     while (m > 1) {
         size_t best = 0;
@@ -403,34 +408,40 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
     return top;
 }
 
+/* rank[p] and merged[p] always describe the current pair at position p,
+ * so a heap entry (r, p) is current exactly when rank[p] == r (a rank
+ * names one pair): stale entries are dropped without a lookup. */
 static size_t merge_by_heap(const Bpe *b, const unsigned char *w, int32_t *sym, size_t m,
                             BpeScratch *s) {
-    int32_t *prev = s->prev, *next = s->next, merged = -1;
+    int32_t *prev = s->prev, *next = s->next, *merged = s->merged;
+    uint32_t *rank = s->rank;
     /* Each merge pushes at most two pairs. */
     if (array_reserve((void **)&s->heap, &s->heap_cap, 3 * m, sizeof *s->heap)) return SIZE_MAX;
     uint64_t *heap = s->heap;
     size_t hn = 0;
-    first_ranks(b, w, sym, m, s->rank, next); /* next is overwritten below */
-    for (size_t i = 0; i + 1 < m; i++)
-        if (s->rank[i] != NO_RANK) heap_push(heap, &hn, (uint64_t)s->rank[i] << 32 | i);
+    first_ranks(b, w, sym, m, rank, merged);
+    rank[m - 1] = NO_RANK;
     for (size_t i = 0; i < m; i++) {
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < m ? (int32_t)i + 1 : -1;
+        if (rank[i] != NO_RANK) heap_push(heap, &hn, (uint64_t)rank[i] << 32 | i);
     }
     while (hn) {
         uint64_t top = heap_pop(heap, &hn);
-        int32_t p = (int32_t)(uint32_t)top, q = next[p];
-        uint32_t r = (uint32_t)(top >> 32);
-        /* Stale entries: the symbol was merged away or its pair changed. */
-        if (sym[p] < 0 || q < 0 || pair_rank(b, sym[p], sym[q], &merged) != r) continue;
-        sym[p] = merged;
+        int32_t p = (int32_t)(uint32_t)top;
+        if (sym[p] < 0 || rank[p] != (uint32_t)(top >> 32)) continue;
+        int32_t q = next[p];
+        sym[p] = merged[p];
         sym[q] = -1;
         next[p] = next[q];
         if (next[q] >= 0) prev[next[q]] = p;
-        if (prev[p] >= 0 && (r = pair_rank(b, sym[prev[p]], sym[p], &merged)) != NO_RANK)
-            heap_push(heap, &hn, (uint64_t)r << 32 | (uint32_t)prev[p]);
-        if (next[p] >= 0 && (r = pair_rank(b, sym[p], sym[next[p]], &merged)) != NO_RANK)
-            heap_push(heap, &hn, (uint64_t)r << 32 | (uint32_t)p);
+        rank[p] = next[p] >= 0 ? pair_rank(b, sym[p], sym[next[p]], &merged[p]) : NO_RANK;
+        if (rank[p] != NO_RANK) heap_push(heap, &hn, (uint64_t)rank[p] << 32 | (uint32_t)p);
+        int32_t l = prev[p];
+        if (l >= 0) {
+            rank[l] = pair_rank(b, sym[l], sym[p], &merged[l]);
+            if (rank[l] != NO_RANK) heap_push(heap, &hn, (uint64_t)rank[l] << 32 | (uint32_t)l);
+        }
     }
     size_t k = 0;
     for (int32_t i = 0; i >= 0; i = next[i]) sym[k++] = sym[i];

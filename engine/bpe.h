@@ -60,7 +60,7 @@ typedef struct Bpe {
 
 /* Work memory for merging one word (one per thread); zero-initialise. */
 typedef struct BpeScratch {
-    int32_t *sym, *prev, *next;
+    int32_t *sym, *prev, *next, *merged;
     uint32_t *rank;
     uint64_t *heap;
     size_t cap, heap_cap;
