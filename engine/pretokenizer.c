@@ -2,9 +2,9 @@
  * pretokenizer.c - the Split(regex, Isolated) pre-tokenizer (see pretokenizer.h).
  *
  * Why a hand-written splitter for the Qwen pattern: on the 5 MB mixed text
- * of `nanovllm tokenize --bench`, PCRE2's JIT splits ~90 MB/s with this
+ * of `nanovllm tokenize --bench`, PCRE2's JIT splits 89-96 MB/s with this
  * pattern (seven alternatives tried in order at each position, Unicode
- * property tests, a lookahead) and the hand-written splitter ~236 MB/s,
+ * property tests, a lookahead) and the hand-written splitter 237-256 MB/s,
  * same run, same text (BPE is the larger cost of encode either way). The
  * pattern is a decision on at most two characters of lookahead followed by
  * a run of one class, so the splitter walks the text once and looks each
