@@ -18,6 +18,7 @@ ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
 FROM ${BUILD_IMAGE} AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential libjansson-dev libopenblas-dev \
+    libpcre2-dev libutf8proc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -25,9 +26,12 @@ RUN make -j"$(nproc)" build/nanovllm
 
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libjansson4 libopenblas0-pthread \
+ && apt-get install -y --no-install-recommends libjansson4 libopenblas0-pthread libpcre2-8-0 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home nanovllm
+# utf8proc's runtime package is named by its soname (libutf8proc2, 3, ...):
+# take the library the binary was linked with instead of guessing the name.
+COPY --from=build /usr/lib/x86_64-linux-gnu/libutf8proc.so.* /usr/lib/x86_64-linux-gnu/
 COPY --from=build /src/build/nanovllm /usr/local/bin/nanovllm
 USER nanovllm
 EXPOSE 8000

@@ -4,6 +4,7 @@
 #   make test         the Criterion suite (and the binary it drives)
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
+#   make fuzz         the tokenizer's libFuzzer target, build-fuzz/fuzz_tokenizer (clang-14)
 #   CUDA=0            build without the CUDA sources even when nvcc is present
 #
 # CUDA sources build when nvcc is found (PATH or /usr/local/cuda). The CUDA
@@ -17,7 +18,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 WARN     = -Wall -Wextra -Werror
 CFLAGS  += -std=c11 -D_GNU_SOURCE -O3 -g -pthread $(WARN) -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS   = -lmicrohttpd -luv -ljansson -lopenblas -lxxhash -lm -lpthread
+LDLIBS   = -lmicrohttpd -luv -ljansson -lpcre2-8 -lutf8proc -lopenblas -lxxhash -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
 LIB_SRC  = $(wildcard engine/*.c) $(wildcard config/*.c)
@@ -37,7 +38,7 @@ LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 BIN_OBJ  = $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test asan bench clean
+.PHONY: all test asan bench fuzz clean
 
 all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
 
@@ -71,7 +72,21 @@ asan:
 bench: $(BUILD)/nanovllm
 	scripts/bench_cpu.sh $(BENCH_MODEL) $(BENCH_ARGS)
 
+# libFuzzer + ASan + UBSan on the tokenizer's sources only; not part of test.
+# Run from the repository root: build-fuzz/fuzz_tokenizer -runs=N CORPUS_DIR
+FUZZ_CC  ?= clang-14
+FUZZ_SRC  = $(addprefix engine/,added_tokens.c bpe.c byte_buf.c chat_template.c detokenizer.c \
+              error.c pretokenizer.c pyjson.c tokenizer.c tokenizer_encode.c tokenizer_json.c \
+              unicode_nfc.c unicode_props.c utf8.c word_cache.c)
+fuzz: build-fuzz/fuzz_tokenizer
+
+build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(wildcard engine/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -pthread $(WARN) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -o $@
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -13,6 +13,9 @@ PACKAGES=(
   libxxhash-dev      # prefix-cache block hashes
   libmicrohttpd-dev  # HTTP server
   libuv1-dev         # the server's event loop
+  libpcre2-dev       # tokenizer: pre-tokenizer regexes other than Qwen's (PCRE2 JIT)
+  libutf8proc-dev    # tokenizer: NFC and Unicode categories
+  clang-14 libclang-rt-14-dev  # make fuzz: clang with the libFuzzer runtime
   libcriterion-dev   # unit tests
   python3-numpy      # ../shared/tools (reference forward, random bench model)
 )

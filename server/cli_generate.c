@@ -3,7 +3,8 @@
  *
  * Submits one request (n samples) to the engine and steps it in this thread
  * until it finishes: the same scheduler, block manager and sampler as the
- * server, without the HTTP part.
+ * server, without the HTTP part. A text prompt is encoded with the model's
+ * tokenizer, which also decodes the completions for --json's "text".
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -12,20 +13,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../config/cli_args.h"
 #include "../config/defaults.h"
 #include "../engine/engine.h"
+#include "../engine/tokenizer.h"
 #include "commands.h"
 #include "model_setup.h"
 
 static const char USAGE[] =
-    "usage: nanovllm generate --model DIR --prompt-ids 1,2,3 [options]\n";
+    "usage: nanovllm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n";
 
 static const char HELP[] =
-    "Generates a completion of a prompt given as token ids and prints the new ids.\n"
+    "Generates a completion of a prompt (text or token ids) and prints the new ids.\n"
     "\n"
     "  --model DIR                   Hugging Face model folder (config.json, model.safetensors)\n"
+    "  --prompt TEXT                 prompt as text, encoded with the model's tokenizer\n"
     "  --prompt-ids IDS              prompt as comma-separated token ids\n"
     "  --max-tokens N                tokens to generate (default 16)\n"
     "  --temperature T               0 = greedy (default), else sampling\n"
@@ -40,6 +44,7 @@ static const char HELP[] =
 typedef struct GenerateArgs {
     const char *model_dir;
     const char *prompt_ids;
+    const char *prompt_text;
     SamplingParams sampling;
     bool json;
     RunnerOptions runner;
@@ -90,7 +95,7 @@ static int parse_sampling_flag(int c, const char *value, SamplingParams *p, Erro
 static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'}, {"prompt-ids", required_argument, 0, 'p'},
-        {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
+        {"prompt", required_argument, 0, 'T'}, {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
         {"top-p", required_argument, 0, 'P'}, {"top-k", required_argument, 0, 'K'},
         {"min-p", required_argument, 0, 'M'}, {"repetition-penalty", required_argument, 0, 'R'},
         {"presence-penalty", required_argument, 0, 'E'},
@@ -105,6 +110,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         switch (c) {
         case 'm': a->model_dir = optarg; break;
         case 'p': a->prompt_ids = optarg; break;
+        case 'T': a->prompt_text = optarg; break;
         case 'e': a->sampling.ignore_eos = true; break;
         case 'j': a->json = true; break;
         case 'n': case 't': case 'P': case 'K': case 'M': case 'R': case 'E': case 'F': case 'S':
@@ -121,7 +127,8 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
     if (!a->model_dir) return error_set(err, "--model is required");
-    if (!a->prompt_ids) return error_set(err, "--prompt-ids is required");
+    if (!a->prompt_ids == !a->prompt_text)
+        return error_set(err, "give exactly one of --prompt and --prompt-ids");
     return 0;
 }
 
@@ -148,6 +155,35 @@ static void on_output(const EngineOutput *o, void *user) {
     }
 }
 
+/* The tokenizer: needed for --prompt, used for "text" when the folder has one. */
+static Tokenizer *open_tokenizer(const GenerateArgs *a, int vocab, Error *err) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/tokenizer.json", a->model_dir);
+    if (!a->prompt_text && stat(path, &st) != 0) return NULL;
+    return tokenizer_load(a->model_dir, vocab, err);
+}
+
+static int encode_prompt(const Tokenizer *tok, const char *text, int32_t **prompt, int *len,
+                         Error *err) {
+    size_t n;
+    if (tokenizer_encode(tok, text, strlen(text), prompt, &n, err)) return -1;
+    if (n == 0) return error_set(err, "--prompt: the text encodes to no tokens");
+    if (n > INT32_MAX) return error_set(err, "--prompt: too long");
+    *len = (int)n;
+    return 0;
+}
+
+/* A sample's completion as text, special tokens (<|im_end|>) left out. */
+static void add_text(json_t *o, const Tokenizer *tok, const Sample *s) {
+    char *text = NULL;
+    size_t len;
+    Error err;
+    if (tok && tokenizer_decode(tok, s->ids, (size_t)s->num_ids, true, &text, &len, &err) == 0)
+        json_object_set_new(o, "text", json_stringn(text, len));
+    free(text);
+}
+
 static const char *finish_name(FinishReason f) {
     switch (f) {
     case FINISH_STOP: return "stop";
@@ -164,10 +200,11 @@ static json_t *ids_to_json(const int32_t *ids, int n) {
     return arr;
 }
 
-/* n = 1: {"prompt_ids", "ids", "finish_reason"}; n > 1: {"prompt_ids",
- * "choices": [{"ids", "finish_reason"}, ...]}. */
-static int print_result(const GenerateArgs *a, const int32_t *prompt, int prompt_len,
-                        const Result *r) {
+/* n = 1: {"prompt_ids", "ids", "text", "finish_reason"}; n > 1: {"prompt_ids",
+ * "choices": [{"ids", "text", "finish_reason"}, ...]} ("text" when the model
+ * folder has a tokenizer). */
+static int print_result(const GenerateArgs *a, const Tokenizer *tok, const int32_t *prompt,
+                        int prompt_len, const Result *r) {
     int n = a->sampling.n;
     if (a->json) {
         json_t *o;
@@ -175,12 +212,16 @@ static int print_result(const GenerateArgs *a, const int32_t *prompt, int prompt
             o = json_pack("{s:o, s:o, s:s}", "prompt_ids", ids_to_json(prompt, prompt_len), "ids",
                           ids_to_json(r->samples[0].ids, r->samples[0].num_ids), "finish_reason",
                           finish_name(r->samples[0].finish));
+            if (o) add_text(o, tok, &r->samples[0]);
         } else {
             json_t *choices = json_array();
-            for (int i = 0; i < n; i++)
-                json_array_append_new(choices, json_pack("{s:o, s:s}", "ids",
-                                                         ids_to_json(r->samples[i].ids, r->samples[i].num_ids),
-                                                         "finish_reason", finish_name(r->samples[i].finish)));
+            for (int i = 0; choices && i < n; i++) {
+                json_t *c = json_pack("{s:o, s:s}", "ids",
+                                      ids_to_json(r->samples[i].ids, r->samples[i].num_ids),
+                                      "finish_reason", finish_name(r->samples[i].finish));
+                if (c) add_text(c, tok, &r->samples[i]);
+                json_array_append_new(choices, c);
+            }
             o = json_pack("{s:o, s:o}", "prompt_ids", ids_to_json(prompt, prompt_len), "choices", choices);
         }
         if (!o || json_dumpf(o, stdout, JSON_COMPACT) != 0) {
@@ -215,7 +256,7 @@ int command_generate(int argc, char **argv) {
     int32_t *prompt = NULL;
     int prompt_len = 0;
     /* The ids' syntax is checked before the model loads, their range after. */
-    if (parsed == 0)
+    if (parsed == 0 && a.prompt_ids)
         parsed = parse_id_list_arg("--prompt-ids", a.prompt_ids, INT32_MAX, &prompt, &prompt_len, &err);
     if (parsed != 0) {
         if (parsed > 0) return 0;
@@ -229,6 +270,16 @@ int command_generate(int argc, char **argv) {
         return 1;
     }
     int status = 1, vocab = m.weights.config.vocab_size;
+    Error tok_err = {{0}};
+    Tokenizer *tok = open_tokenizer(&a, vocab, &tok_err);
+    if ((!tok && tok_err.msg[0]) ||
+        (a.prompt_text && encode_prompt(tok, a.prompt_text, &prompt, &prompt_len, &tok_err))) {
+        fprintf(stderr, "nanovllm generate: %s\n", tok_err.msg);
+        tokenizer_free(tok);
+        loaded_model_close(&m);
+        free(prompt);
+        return 1;
+    }
     for (int i = 0; i < prompt_len; i++) {
         if (prompt[i] >= vocab) {
             fprintf(stderr, "nanovllm generate: --prompt-ids: token id %d is outside the "
@@ -248,7 +299,7 @@ int command_generate(int argc, char **argv) {
             fprintf(stderr, "nanovllm generate: out of memory\n");
         else if (!e || run(e, &a, prompt, prompt_len, &r, &err))
             fprintf(stderr, "nanovllm generate: %s\n", err.msg);
-        else if (print_result(&a, prompt, prompt_len, &r))
+        else if (print_result(&a, tok, prompt, prompt_len, &r))
             fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
         else
             status = 0;
@@ -257,6 +308,7 @@ int command_generate(int argc, char **argv) {
     for (int i = 0; r.samples && i < a.sampling.n; i++) free(r.samples[i].ids);
     free(r.samples);
     free(prompt);
+    tokenizer_free(tok);
     loaded_model_close(&m);
     return status;
 }

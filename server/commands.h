@@ -10,5 +10,6 @@
 
 int command_generate(int argc, char **argv);
 int command_bench(int argc, char **argv);
+int command_tokenize(int argc, char **argv);
 
 #endif

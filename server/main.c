@@ -11,7 +11,8 @@ static const char USAGE[] =
     "\n"
     "commands:\n"
     "  generate   greedy-decode a prompt offline   (nanovllm generate --help)\n"
-    "  bench      load, prefill and decode timings (nanovllm bench --help)\n";
+    "  bench      load, prefill and decode timings (nanovllm bench --help)\n"
+    "  tokenize   text or a chat request to token ids (nanovllm tokenize --help)\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -20,6 +21,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "generate") == 0) return command_generate(argc - 1, argv + 1);
     if (strcmp(argv[1], "bench") == 0) return command_bench(argc - 1, argv + 1);
+    if (strcmp(argv[1], "tokenize") == 0) return command_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "nanovllm: unknown command '%s'\n%s", argv[1], USAGE);
     return 2;
 }

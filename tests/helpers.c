@@ -151,10 +151,19 @@ void tiny_close(ModelWeights *w, Runner *r) {
 }
 
 int run_nanovllm(const char *args, char **out, char **err) {
+    return run_nanovllm_stdin(args, NULL, 0, out, err);
+}
+
+int run_nanovllm_stdin(const char *args, const void *stdin_data, size_t stdin_len, char **out,
+                       char **err) {
     const char *bin = getenv("NANOVLLM_BIN") ? getenv("NANOVLLM_BIN") : "build/nanovllm";
     char *dir = make_temp_dir();
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s >%s/out 2>%s/err </dev/null", bin, args, dir, dir);
+    char cmd[8192], in[600] = "/dev/null";
+    if (stdin_data) {
+        snprintf(in, sizeof in, "%s/in", dir);
+        write_file(in, stdin_data, stdin_len);
+    }
+    snprintf(cmd, sizeof cmd, "%s %s >%s/out 2>%s/err <%s", bin, args, dir, dir, in);
     int status = system(cmd);
     char path[512];
     snprintf(path, sizeof path, "%s/out", dir);
@@ -164,4 +173,31 @@ int run_nanovllm(const char *args, char **out, char **err) {
     rm_rf(dir);
     free(dir);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Tokenizer *tiny_tokenizer(void) {
+    Error err = {{0}};
+    Tokenizer *t = tokenizer_load(TINY_MODEL, QWEN3_VOCAB_ROWS, &err);
+    cr_assert(t, "%s", err.msg);
+    return t;
+}
+
+json_t *jsonl_load(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot open %s", path);
+    json_t *rows = json_array();
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int lineno = 0;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        lineno++;
+        json_error_t jerr;
+        json_t *row = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &jerr);
+        cr_assert(row, "%s:%d: %s", path, lineno, jerr.text);
+        json_array_append_new(rows, row);
+    }
+    free(line);
+    fclose(f);
+    return rows;
 }

@@ -11,10 +11,13 @@
 #include <stdint.h>
 
 #include "../engine/runner.h"
+#include "../engine/tokenizer.h"
 
 #define TINY_MODEL "tests/fixtures/tiny-qwen3"
 #define TINY_GOLDEN "tests/fixtures/tiny-qwen3-golden"
 #define GOLDEN_TOL 2e-3 /* the golden README's tolerance for float32 math */
+#define TOKENIZER_FIXTURES "tests/fixtures/tokenizer" /* copied from ../shared/fixtures/tokenizer */
+#define QWEN3_VOCAB_ROWS 151936 /* the model's embedding rows; the tokenizer has 151669 ids */
 
 /* A fresh folder under /tmp (removed with rm_rf by the caller). */
 char *make_temp_dir(void);
@@ -55,5 +58,15 @@ void tiny_close(ModelWeights *w, Runner *r);
 /* Runs `$NANOVLLM_BIN args` through the shell; returns the exit status and
  * malloc'ed stdout and stderr. */
 int run_nanovllm(const char *args, char **out, char **err);
+
+/* The same with stdin_data (stdin_len bytes) on its standard input. */
+int run_nanovllm_stdin(const char *args, const void *stdin_data, size_t stdin_len, char **out,
+                       char **err);
+
+/* The tiny model's (real Qwen3) tokenizer; the test fails if it does not load. */
+Tokenizer *tiny_tokenizer(void);
+
+/* Every line of a JSON-lines fixture (a JSON array of the rows). */
+json_t *jsonl_load(const char *path);
 
 #endif

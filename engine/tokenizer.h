@@ -1,0 +1,87 @@
+/*
+ * tokenizer.h - Hugging Face byte-level BPE tokenizers (Qwen3's first).
+ *
+ * Encodes text to token ids and decodes ids to text exactly as Hugging
+ * Face's tokenizers library does with the model folder's tokenizer.json,
+ * and reads tokenizer_config.json (special tokens, chat template).
+ *
+ * After tokenizer_load() a Tokenizer is read-only, and every function here
+ * may be called from any number of threads at once (the HTTP server
+ * tokenizes on libuv's worker pool); encode takes per-call work memory
+ * (BPE cache included) from a small pool. Free it only when no thread
+ * uses it any more.
+ *
+ * Input text is bytes with a length: U+0000 is an ordinary character, and
+ * bytes that are not valid UTF-8 are read as Hugging Face reads a Python
+ * str decoded with errors='replace': each maximal invalid subpart becomes
+ * U+FFFD. Nothing here crashes or reads out of bounds on any input.
+ */
+#ifndef NANOVLLM_TOKENIZER_H
+#define NANOVLLM_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+typedef struct Tokenizer Tokenizer;
+
+/* Loads DIR/tokenizer.json and (when present) DIR/tokenizer_config.json.
+ * model_vocab_size is the model's embedding rows (151936 for Qwen3): ids
+ * from the tokenizer's size up to it decode to nothing, ids beyond are
+ * errors. 0 means the tokenizer's own size. A tokenizer.json using a
+ * component this code does not implement is an error naming it. */
+Tokenizer *tokenizer_load(const char *model_dir, int model_vocab_size, Error *err);
+void tokenizer_free(Tokenizer *t);
+
+/* text[0..len) -> *ids (malloc'ed, *n_ids of them; free() it). Added tokens
+ * such as <|im_start|> in the text become their ids, as in Hugging Face. */
+int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t **ids,
+                     size_t *n_ids, Error *err);
+
+/* ids -> *text (malloc'ed, NUL-terminated, *len bytes without the NUL; it
+ * may contain U+0000). skip_special_tokens drops the special added tokens
+ * (special: true in tokenizer.json). Invalid UTF-8 in the joined token
+ * bytes becomes U+FFFD, one per maximal invalid subpart. Ids in
+ * [tokenizer_size, model_vocab_size) decode to nothing; any other id
+ * outside [0, model_vocab_size) is an error. */
+int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip_special_tokens,
+                     char **text, size_t *len, Error *err);
+
+/* 1 + the largest token id (151669 for Qwen3), and the model's size. */
+int tokenizer_size(const Tokenizer *t);
+int tokenizer_model_vocab_size(const Tokenizer *t);
+
+/* The id of a token by its text as tokenizer.json writes it (an added
+ * token's content such as "<|im_end|>", or a vocabulary entry such as
+ * "Ġhello"), or -1. */
+int32_t tokenizer_token_to_id(const Tokenizer *t, const char *token, size_t len);
+
+/* The bytes id decodes to on its own (part of a character, possibly):
+ * *bytes points into the tokenizer. Returns 0 (*len 0 for an id in
+ * [tokenizer_size, model_vocab_size) or a hole), -1 for a bad id. */
+int tokenizer_token_bytes(const Tokenizer *t, int32_t id, const char **bytes, size_t *len,
+                          Error *err);
+
+/* The token's text as tokenizer.json writes it (Hugging Face's
+ * convert_ids_to_tokens), malloc'ed; NULL with err set for a bad id or one
+ * the tokenizer lacks. */
+char *tokenizer_id_to_token(const Tokenizer *t, int32_t id, Error *err);
+
+bool tokenizer_is_special(const Tokenizer *t, int32_t id);
+
+/* Ids of tokenizer_config.json's eos_token, pad_token, bos_token; -1 when
+ * not set. */
+int32_t tokenizer_eos_id(const Tokenizer *t);
+int32_t tokenizer_pad_id(const Tokenizer *t);
+int32_t tokenizer_bos_id(const Tokenizer *t);
+
+/* tokenizer_config.json's chat_template (or chat_template.jinja), or NULL. */
+const char *tokenizer_chat_template(const Tokenizer *t);
+
+/* Diagnosis and benchmarks: run the pre-tokenizer regex on PCRE2 even when
+ * the hand-written splitter knows it. Call before any encode. */
+int tokenizer_use_pcre2(Tokenizer *t, Error *err);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * tokenizer_internal.h - the Tokenizer struct, shared by the files that
+ * implement tokenizer.h: tokenizer.c (loading, lookups), tokenizer_encode.c
+ * and detokenizer.c. Nothing outside them includes this.
+ */
+#ifndef NANOVLLM_TOKENIZER_INTERNAL_H
+#define NANOVLLM_TOKENIZER_INTERNAL_H
+
+#include <pthread.h>
+
+#include "added_tokens.h"
+#include "bpe.h"
+#include "pretokenizer.h"
+#include "tokenizer.h"
+
+enum { TOKEN_PRESENT = 1, TOKEN_SPECIAL = 2, TOKEN_ADDED = 4 };
+
+typedef struct EncodeState EncodeState;
+
+/* Work memory for encode calls: each call takes a state for itself. */
+typedef struct StatePool {
+    pthread_mutex_t lock;
+    EncodeState *idle; /* states no call is using */
+    EncodeState *all;  /* every state, for tokenizer_free */
+} StatePool;
+
+struct Tokenizer {
+    Bpe bpe;
+    AddedTokens added;
+    PreTokenizer pretok;
+    bool nfc;
+    int32_t size;             /* 1 + the largest id */
+    int32_t model_vocab_size; /* >= size */
+    /* By id: TOKEN_* flags and the bytes it decodes to. */
+    uint8_t *flags;
+    const char **bytes;
+    uint32_t *bytes_len;
+    ByteBuf added_bytes; /* what added tokens decode to */
+    int32_t eos_id, pad_id, bos_id;
+    char *chat_template;
+    StatePool *pool;
+};
+
+void tokenizer_free_states(StatePool *pool);
+
+#endif
