@@ -26,6 +26,11 @@ typedef struct Request {
     EngineOutputFn on_output;
     void *user;
     uint64_t seed;
+    const Tokenizer *tok;
+    char **stop; /* stop strings, copied */
+    int num_stop;
+    size_t max_stop_len;
+    bool keep_special_tokens;
     Sequence *seqs; /* [params.n]; seqs[0] starts, the others fork from it */
     int num_started, num_live;
     bool closed; /* no further samples will start (aborted or failed) */
@@ -36,6 +41,7 @@ struct Engine {
     ModelWeights weights; /* when the engine loaded the model itself */
     const ModelWeights *model;
     Runner *runner;
+    const Tokenizer *tok; /* optional: text and stop strings */
     bool owns_model_and_runner;
     double load_seconds;
     BlockManager *bm;
@@ -70,7 +76,11 @@ static void free_request(Request *r) {
     for (int i = 0; r->seqs && i < r->params.n; i++) { /* unstarted samples are zeroed */
         free(r->seqs[i].tokens);
         block_table_free(&r->seqs[i].blocks);
+        detokenizer_free(&r->seqs[i].detok);
+        byte_buf_free(&r->seqs[i].held);
     }
+    for (int i = 0; i < r->num_stop; i++) free(r->stop[i]);
+    free(r->stop);
     free(r->seqs);
     free(r->prompt);
     free(r);
@@ -88,19 +98,31 @@ static int init_sequence(Request *r, int index) {
     s->num_tokens = s->num_prompt_tokens = r->prompt_len;
     s->params = &r->params;
     s->seed = r->seed;
+    if (r->tok) detokenizer_init(&s->detok, r->tok, !r->keep_special_tokens);
     r->num_started++;
     r->num_live++;
     return 0;
 }
 
+typedef struct Text {
+    const char *data;
+    size_t len;
+    int stop_string;
+} Text;
+
+static const Text NO_TEXT = {NULL, 0, -1};
+
 static void emit(Request *r, Sequence *s, bool has_token, int32_t token,
-                 const SampleLogprobs *lp, FinishReason finish, const char *error) {
+                 const SampleLogprobs *lp, FinishReason finish, const char *error, Text text) {
     EngineOutput out = {
         .request_id = r->id,
         .sample_index = s->sample_index,
         .has_token = has_token,
         .token = token,
         .logprobs = lp,
+        .text = text.data,
+        .text_len = text.len,
+        .stop_string = text.stop_string,
         .finish = finish,
         .error = error,
         .num_prompt_tokens = r->prompt_len,
@@ -118,12 +140,12 @@ static void unlink_live(Engine *e, Request *r) {
 /* Ends one sample: out of the scheduler, blocks released, the user told. The
  * request goes when its last sample has. */
 static void finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
-                   FinishReason reason, const char *error) {
+                   FinishReason reason, const char *error, Text text) {
     Request *r = s->owner;
     scheduler_remove(e->sched, s);
     if (reason == FINISH_ABORT || reason == FINISH_ERROR) r->closed = true;
     r->num_live--;
-    emit(r, s, has_token, token, lp, reason, error);
+    emit(r, s, has_token, token, lp, reason, error, text);
     if (r->num_live == 0 && (r->closed || r->num_started == r->params.n)) {
         unlink_live(e, r);
         free_request(r);
@@ -145,7 +167,7 @@ static void fork_samples(Engine *e, Request *r) {
         if (block_manager_fork(e->bm, &first->blocks, k, &r->seqs[i].blocks) != 0) {
             r->closed = true;
             r->seqs[i].status = SEQ_FINISHED; /* in no queue yet */
-            finish(e, &r->seqs[i], false, 0, NULL, FINISH_ERROR, "out of memory");
+            finish(e, &r->seqs[i], false, 0, NULL, FINISH_ERROR, "out of memory", NO_TEXT);
             return;
         }
         r->seqs[i].num_computed = k * e->block_size;
@@ -162,6 +184,47 @@ static FinishReason stop_reason(const Engine *e, const Sequence *s, int32_t toke
     if (sequence_num_output(s) >= p->max_tokens || s->num_tokens >= s->capacity)
         return FINISH_LENGTH;
     return FINISH_NONE;
+}
+
+/* The new token's text, through the sample's detokenizer, with the stop
+ * strings applied: text that could still turn out to begin a stop string is
+ * held back (the longest stop string's length - 1 bytes, cut at a character
+ * boundary), the rest is delivered. A stop string found ends the sample and
+ * cuts the text before it; at any other end everything held is delivered. */
+static Text next_text(Engine *e, Sequence *s, int32_t token, bool ending) {
+    Request *r = s->owner;
+    if (!e->tok) return NO_TEXT;
+    const char *piece;
+    size_t n;
+    Error err;
+    if (detokenizer_push(&s->detok, token, &piece, &n, &err) == 0 && n > 0)
+        byte_buf_append(&s->held, piece, n); /* out of memory: the text lacks this piece */
+    size_t best = s->held.len;
+    int which = -1;
+    for (int i = 0; i < r->num_stop; i++) {
+        const char *p = memmem(s->held.data ? s->held.data : "", s->held.len, r->stop[i], strlen(r->stop[i]));
+        if (p && (size_t)(p - s->held.data) < best) {
+            best = (size_t)(p - s->held.data);
+            which = i;
+        }
+    }
+    if (which >= 0) return (Text){s->held.data, best, which};
+    if (ending) {
+        if (detokenizer_finish(&s->detok, &piece, &n, &err) == 0 && n > 0)
+            byte_buf_append(&s->held, piece, n);
+        return (Text){s->held.data, s->held.len, -1};
+    }
+    size_t keep = r->num_stop ? r->max_stop_len - 1 : 0;
+    size_t cut = s->held.len > keep ? s->held.len - keep : 0;
+    while (cut > 0 && cut < s->held.len && ((unsigned char)s->held.data[cut] & 0xC0) == 0x80) cut--;
+    return (Text){s->held.data, cut, -1};
+}
+
+/* Drops the delivered start of the held text. */
+static void consume_held(Sequence *s, size_t n) {
+    if (n == 0) return;
+    memmove(s->held.data, s->held.data + n, s->held.len - n);
+    s->held.len -= n;
 }
 
 /* ---- creation -------------------------------------------------------------- */
@@ -263,6 +326,8 @@ void engine_destroy(Engine *e) {
     free(e);
 }
 
+void engine_set_tokenizer(Engine *e, const Tokenizer *t) { e->tok = t; }
+
 const ModelConfig *engine_model_config(const Engine *e) { return &e->model->config; }
 const Runner *engine_runner(const Engine *e) { return e->runner; }
 double engine_load_seconds(const Engine *e) { return e->load_seconds; }
@@ -285,6 +350,11 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
                               "more than max_model_len %d",
                          (long)req->prompt_len + p->max_tokens, req->prompt_len, p->max_tokens,
                          max_len);
+    if (req->num_stop < 0 || req->num_stop > 64) return error_set(err, "at most 64 stop strings");
+    if (req->num_stop > 0 && !e->tok)
+        return error_set(err, "stop strings need the model's tokenizer (tokenizer.json)");
+    for (int i = 0; i < req->num_stop; i++)
+        if (!req->stop[i] || !req->stop[i][0]) return error_set(err, "a stop string is empty");
     long blocks = (req->prompt_len + e->block_size) / e->block_size; /* prompt + 1 token */
     if (blocks > e->runner->num_kv_blocks)
         return error_set(err, "KV cache too small for this request: its prompt needs %ld blocks "
@@ -303,6 +373,20 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     r->params = *p;
     r->on_output = req->on_output;
     r->user = req->user;
+    r->tok = e->tok;
+    r->keep_special_tokens = req->keep_special_tokens;
+    if (req->num_stop > 0 && !(r->stop = calloc((size_t)req->num_stop, sizeof *r->stop))) {
+        free_request(r);
+        return error_set(err, "out of memory");
+    }
+    for (int i = 0; i < req->num_stop; i++) {
+        if (!(r->stop[r->num_stop] = strdup(req->stop[i]))) {
+            free_request(r);
+            return error_set(err, "out of memory");
+        }
+        size_t len = strlen(r->stop[r->num_stop++]);
+        if (len > r->max_stop_len) r->max_stop_len = len;
+    }
     if (init_sequence(r, 0) != 0) {
         free_request(r);
         return error_set(err, "out of memory");
@@ -370,7 +454,7 @@ static void take_intake(Engine *e) {
                 Sequence *s = &r->seqs[k];
                 if (s->status == SEQ_FINISHED) continue;
                 bool last = r->num_live == 1;
-                finish(e, s, false, 0, NULL, FINISH_ABORT, NULL);
+                finish(e, s, false, 0, NULL, FINISH_ABORT, NULL, NO_TEXT);
                 if (last) break; /* r is freed */
             }
             break;
@@ -422,8 +506,14 @@ static void postprocess(Engine *e, const SchedulerOutput *so) {
             fork_samples(e, r);
         const SampleLogprobs *lp = r->params.logprobs >= 0 ? &e->logprobs[i] : NULL;
         FinishReason reason = stop_reason(e, s, token);
-        if (reason != FINISH_NONE) finish(e, s, true, token, lp, reason, NULL);
-        else emit(r, s, true, token, lp, FINISH_NONE, NULL);
+        Text text = next_text(e, s, token, reason != FINISH_NONE);
+        if (text.stop_string >= 0) reason = FINISH_STOP;
+        if (reason != FINISH_NONE) {
+            finish(e, s, true, token, lp, reason, NULL, text);
+        } else {
+            emit(r, s, true, token, lp, FINISH_NONE, NULL, text);
+            consume_held(s, text.len);
+        }
     }
 }
 
@@ -457,7 +547,7 @@ int engine_step(Engine *e, Error *err) {
                                   "%d blocks of %d tokens there are (%d tokens so far)",
                  block_manager_num_blocks(e->bm), e->block_size, s->num_tokens);
         s->status = SEQ_FINISHED; /* the scheduler already released it */
-        finish(e, s, false, 0, NULL, FINISH_ERROR, msg);
+        finish(e, s, false, 0, NULL, FINISH_ERROR, msg, NO_TEXT);
     }
     int rc = 0;
     if (so.num_seqs > 0) {
@@ -468,7 +558,8 @@ int engine_step(Engine *e, Error *err) {
             for (int i = 0; i < so.num_seqs; i++) {
                 Sequence *s = so.seqs[i].seq;
                 if (s->status != SEQ_FINISHED)
-                    finish(e, s, false, 0, NULL, FINISH_ERROR, err ? err->msg : "runner failure");
+                    finish(e, s, false, 0, NULL, FINISH_ERROR, err ? err->msg : "runner failure",
+                           NO_TEXT);
             }
             rc = -1;
         } else {

@@ -21,6 +21,7 @@
 
 #include "runner.h"
 #include "sampling_params.h"
+#include "tokenizer.h"
 
 typedef enum FinishReason {
     FINISH_NONE,   /* not finished */
@@ -36,6 +37,12 @@ typedef struct EngineOutput {
     bool has_token; /* false only on a finish without a new token (abort, error) */
     int32_t token;
     const SampleLogprobs *logprobs; /* when the request asked for logprobs */
+    /* Text completed by this output (engine with a tokenizer only): whole
+     * UTF-8 characters, valid during the call. Concatenated, a sample's
+     * texts are its completion, cut before a stop string if one matched. */
+    const char *text;
+    size_t text_len;
+    int stop_string; /* index of the stop string that ended it, else -1 */
     FinishReason finish;            /* FINISH_NONE while the sample goes on */
     const char *error;              /* for FINISH_ERROR */
     int num_prompt_tokens;
@@ -51,6 +58,11 @@ typedef struct EngineRequest {
     const int32_t *prompt; /* copied at submission */
     int prompt_len;
     SamplingParams params; /* copied at submission */
+    /* Stop strings (copied): generation ends where one appears in the text,
+     * which is then cut before it. Need engine_set_tokenizer. */
+    const char *const *stop;
+    int num_stop;
+    bool keep_special_tokens; /* in the text; default: left out, as HF's skip_special_tokens */
     EngineOutputFn on_output;
     void *user;
 } EngineRequest;
@@ -75,6 +87,10 @@ Engine *engine_create(const char *model_dir, const RunnerOptions *opts, char *no
 Engine *engine_create_with_runner(const ModelWeights *model, Runner *runner, Error *err);
 
 void engine_destroy(Engine *e); /* stops the thread; pending requests are dropped silently */
+
+/* Gives the engine a tokenizer to turn tokens into text (EngineOutput.text)
+ * and to check stop strings. Call before submitting; borrowed. */
+void engine_set_tokenizer(Engine *e, const Tokenizer *t);
 
 const ModelConfig *engine_model_config(const Engine *e);
 const Runner *engine_runner(const Engine *e);

@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "block_manager.h"
+#include "byte_buf.h"
+#include "detokenizer.h"
 #include "sampling_params.h"
 
 typedef enum SeqStatus { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED } SeqStatus;
@@ -29,6 +31,8 @@ typedef struct Sequence {
     SeqStatus status;
     const SamplingParams *params;
     uint64_t seed;
+    Detokenizer detok; /* when the engine has a tokenizer */
+    ByteBuf held;      /* text not yet delivered: it may begin a stop string */
     struct Sequence *prev, *next; /* queue links */
 } Sequence;
 

@@ -47,7 +47,7 @@ static void warm_up(Engine *e, Error *err) {
     SamplingParams sp = sampling_params_default();
     sp.max_tokens = 4;
     sp.ignore_eos = true;
-    EngineRequest req = {prompt, 8, sp, on_output, &p};
+    EngineRequest req = {.prompt = prompt, .prompt_len = 8, .params = sp, .on_output = on_output, .user = &p};
     if (engine_submit(e, &req, NULL, err) == 0)
         while (p.finished < 1 && engine_step(e, err) >= 0) {
         }
@@ -77,7 +77,7 @@ int bench_throughput(Engine *e, const ThroughputConfig *c, Error *err) {
         sp.max_tokens = w.max_tokens[i];
         sp.has_seed = true;
         sp.seed = (uint64_t)i;
-        EngineRequest req = {w.prompts[i], w.prompt_lens[i], sp, on_output, &p};
+        EngineRequest req = {.prompt = w.prompts[i], .prompt_len = w.prompt_lens[i], .params = sp, .on_output = on_output, .user = &p};
         rc = engine_submit(e, &req, NULL, err);
     }
     double t0 = now_seconds(), last_shown = 0, decode_seconds = 0;

@@ -241,7 +241,7 @@ static int print_result(const GenerateArgs *a, const Tokenizer *tok, const int32
 
 static int run(Engine *e, const GenerateArgs *a, const int32_t *prompt, int prompt_len, Result *r,
                Error *err) {
-    EngineRequest req = {prompt, prompt_len, a->sampling, on_output, r};
+    EngineRequest req = {.prompt = prompt, .prompt_len = prompt_len, .params = a->sampling, .on_output = on_output, .user = r};
     if (engine_submit(e, &req, NULL, err)) return -1;
     while (r->finished < a->sampling.n)
         if (engine_step(e, err) < 0) return -1;

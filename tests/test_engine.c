@@ -79,7 +79,7 @@ static void run_to_completion(Engine *e) {
 
 static uint64_t submit(Engine *e, const int32_t *prompt, int len, const SamplingParams *p,
                        Collected *c) {
-    EngineRequest req = {prompt, len, *p, collect, c};
+    EngineRequest req = {.prompt = prompt, .prompt_len = len, .params = *p, .on_output = collect, .user = c};
     Error err = {{0}};
     uint64_t id = 0;
     cr_assert(engine_submit(e, &req, &id, &err) == 0, "%s", err.msg);
@@ -292,11 +292,11 @@ Test(engine, too_large_for_the_cache_fails_alone) {
 
     /* rejected at submission: a prompt larger than the cache, or than max_model_len */
     int32_t *huge = random_prompt(200, 14);
-    EngineRequest req = {huge, 200, greedy(4), collect, &cb};
+    EngineRequest req = {.prompt = huge, .prompt_len = 200, .params = greedy(4), .on_output = collect, .user = &cb};
     Error err = {{0}};
     cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "KV cache too small"),
               "%s", err.msg);
-    req = (EngineRequest){small, 20, greedy(1010), collect, &cb};
+    req = (EngineRequest){.prompt = small, .prompt_len = 20, .params = greedy(1010), .on_output = collect, .user = &cb};
     cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "max_model_len"), "%s",
               err.msg);
     req.params.max_tokens = 4;
@@ -421,7 +421,7 @@ Test(engine, background_thread) {
     for (int i = 0; i < N; i++) {
         pthread_mutex_init(&w[i].lock, NULL);
         pthread_cond_init(&w[i].done, NULL);
-        EngineRequest req = {prompts[i], LENS[i], p, collect_and_signal, &w[i]};
+        EngineRequest req = {.prompt = prompts[i], .prompt_len = LENS[i], .params = p, .on_output = collect_and_signal, .user = &w[i]};
         cr_assert(engine_submit(t.e, &req, NULL, &err) == 0, "%s", err.msg);
     }
     for (int i = 0; i < N; i++) {
@@ -458,7 +458,7 @@ Test(engine, logprobs_reach_the_caller) {
     SamplingParams p = greedy(6);
     p.logprobs = 3;
     LogprobCheck c = {0, true};
-    EngineRequest req = {prompt, 10, p, check_logprobs, &c};
+    EngineRequest req = {.prompt = prompt, .prompt_len = 10, .params = p, .on_output = check_logprobs, .user = &c};
     Error err = {{0}};
     cr_assert(engine_submit(t.e, &req, NULL, &err) == 0, "%s", err.msg);
     run_to_completion(t.e);
@@ -466,4 +466,111 @@ Test(engine, logprobs_reach_the_caller) {
     cr_expect(c.ok, "every token carries consistent logprobs");
     close_engine(&t);
     free(prompt);
+}
+
+/* ---- text and stop strings ---------------------------------------------------- */
+
+typedef struct TextCollected {
+    Collected c;
+    char text[4096];
+    size_t len;
+    int stop_string;
+} TextCollected;
+
+static void collect_text(const EngineOutput *o, void *user) {
+    TextCollected *t = user;
+    collect(o, &t->c);
+    cr_assert_leq(t->len + o->text_len, sizeof t->text);
+    if (o->text_len) memcpy(t->text + t->len, o->text, o->text_len);
+    t->len += o->text_len;
+    if (o->finish != FINISH_NONE) t->stop_string = o->stop_string;
+}
+
+static void run_with_stops(TinyEngine *t, const int32_t *prompt, int len, int max_tokens,
+                           const char *const *stop, int num_stop, TextCollected *out) {
+    SamplingParams p = greedy(max_tokens);
+    EngineRequest req = {.prompt = prompt, .prompt_len = len, .params = p, .stop = stop,
+                         .num_stop = num_stop, .on_output = collect_text, .user = out};
+    Error err = {{0}};
+    cr_assert(engine_submit(t->e, &req, NULL, &err) == 0, "%s", err.msg);
+    run_to_completion(t->e);
+}
+
+Test(engine, text_and_stop_strings) {
+    TinyEngine t;
+    open_engine(&t, 16, 128, 512);
+    Tokenizer *tok = tiny_tokenizer();
+    engine_set_tokenizer(t.e, tok);
+    int32_t *prompt = random_prompt(9, 21);
+
+    /* The streamed text is the decode of the tokens. */
+    TextCollected *full = calloc(1, sizeof *full);
+    run_with_stops(&t, prompt, 9, 40, NULL, 0, full);
+    char *want;
+    size_t want_len;
+    Error err = {{0}};
+    cr_assert(tokenizer_decode(tok, full->c.ids[0], (size_t)full->c.num[0], true, &want, &want_len,
+                               &err) == 0);
+    cr_assert_eq(full->len, want_len);
+    cr_assert(memcmp(full->text, want, want_len) == 0, "streamed text differs from the decode");
+    cr_assert_gt(want_len, 24);
+
+    /* A stop string from the middle of that text (whole characters): the text
+     * ends just before its first occurrence. */
+    size_t a = want_len / 3, b = a + 6;
+    while (((unsigned char)want[a] & 0xC0) == 0x80) a++;
+    while (b < want_len && ((unsigned char)want[b] & 0xC0) == 0x80) b++;
+    char stop[32];
+    memcpy(stop, want + a, b - a);
+    stop[b - a] = '\0';
+    size_t first = (size_t)((char *)memmem(want, want_len, stop, b - a) - want);
+    const char *stops[2] = {"no such text anywhere", stop};
+    TextCollected *cut = calloc(1, sizeof *cut);
+    run_with_stops(&t, prompt, 9, 40, stops, 2, cut);
+    cr_expect_eq(cut->c.finish[0], FINISH_STOP);
+    cr_expect_eq(cut->stop_string, 1);
+    cr_expect_eq(cut->len, first, "text ends before the stop string (%zu vs %zu)", cut->len, first);
+    cr_expect(memcmp(cut->text, want, first) == 0);
+    cr_expect_lt(cut->c.num[0], full->c.num[0]);
+
+    /* Two stop strings: the earlier match wins. */
+    char early[8];
+    size_t e0 = 0, e1 = 1;
+    while (e1 < want_len && ((unsigned char)want[e1] & 0xC0) == 0x80) e1++;
+    memcpy(early, want + e0, e1 - e0);
+    early[e1 - e0] = '\0';
+    const char *two[2] = {stop, early};
+    TextCollected *both = calloc(1, sizeof *both);
+    run_with_stops(&t, prompt, 9, 40, two, 2, both);
+    cr_expect_eq(both->stop_string, 1);
+    cr_expect_eq(both->len, 0);
+
+    /* A stop string never produced: the whole text, finish by length. */
+    const char *never[1] = {"\x01\x02"};
+    TextCollected *none = calloc(1, sizeof *none);
+    run_with_stops(&t, prompt, 9, 40, never, 1, none);
+    cr_expect_eq(none->c.finish[0], FINISH_LENGTH);
+    cr_expect(none->len == want_len && memcmp(none->text, want, want_len) == 0);
+
+    free(want);
+    free(full);
+    free(cut);
+    free(both);
+    free(none);
+    free(prompt);
+    close_engine(&t);
+    tokenizer_free(tok);
+}
+
+Test(engine, stop_strings_need_a_tokenizer) {
+    TinyEngine t;
+    open_engine(&t, 16, 64, 512);
+    int32_t prompt[2] = {1, 2};
+    const char *stop[1] = {"x"};
+    Collected c = {0};
+    EngineRequest req = {.prompt = prompt, .prompt_len = 2, .params = greedy(4), .stop = stop,
+                         .num_stop = 1, .on_output = collect, .user = &c};
+    Error err = {{0}};
+    cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "tokenizer"), "%s", err.msg);
+    close_engine(&t);
 }
