@@ -63,6 +63,7 @@ $(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
 test: $(BUILD)/test_nanovllm $(BUILD)/nanovllm
 	NANOVLLM_BIN=$(BUILD)/nanovllm $(BUILD)/test_nanovllm $(TEST_ARGS)
 
+asan: export LSAN_OPTIONS = suppressions=$(CURDIR)/tests/lsan.supp
 asan:
 	$(MAKE) BUILD=build-asan CUDA=0 \
 	    EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \

@@ -1,0 +1,167 @@
+/*
+ * api_internal.h - the structures the API server's files share.
+ *
+ * ApiServer is the process-wide state (event loop, engine, tokenizer, HTTP
+ * server); ApiRequest one OpenAI request from arrival to its last byte.
+ * Everything here belongs to the event-loop thread, except the event queue
+ * fields marked as guarded by ApiServer.events_lock, which the engine
+ * thread appends to.
+ */
+#ifndef NANOVLLM_API_INTERNAL_H
+#define NANOVLLM_API_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#include "../engine/byte_buf.h"
+#include "../engine/chat_template.h"
+#include "../engine/engine.h"
+#include "../engine/tokenizer.h"
+#include "api_error.h"
+#include "api_server.h"
+#include "http_server.h"
+#include "metrics.h"
+#include "model_setup.h"
+#include "openai_params.h"
+#include "openai_response.h"
+
+typedef enum Route {
+    ROUTE_NONE,
+    ROUTE_HEALTH,
+    ROUTE_MODELS,
+    ROUTE_METRICS,
+    ROUTE_COMPLETIONS,
+    ROUTE_CHAT,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+} Route;
+
+/* One engine output, copied off the engine thread. */
+typedef struct ApiEvent {
+    struct ApiEvent *next;
+    int choice; /* prompt index * n + sample index */
+    bool has_token;
+    int32_t token;
+    bool has_logprobs;
+    SampleLogprobs logprobs;
+    FinishReason finish;
+    int stop_string;
+    int num_cached_tokens;
+    double time;
+    char *text; /* malloc'ed, NULL when empty */
+    size_t text_len;
+    char *error; /* FINISH_ERROR: malloc'ed message */
+} ApiEvent;
+
+typedef struct Choice {
+    ByteBuf text; /* non-streaming: the completion so far */
+    json_t *logprobs;
+    size_t text_offset;
+    FinishReason finish;
+    const char *stop_string;
+    bool finished;
+    bool opened; /* streaming chat: the role chunk went out */
+    int num_tokens;
+    double last_token_time;
+    ApiEvent *final_event; /* preallocated, so a finish is never lost to malloc */
+} Choice;
+
+typedef struct ApiServer ApiServer;
+typedef struct ApiRequest ApiRequest;
+
+/* What the engine's callback needs to find its request and prompt. */
+typedef struct PromptContext {
+    ApiRequest *request;
+    int prompt_index;
+} PromptContext;
+
+struct ApiRequest {
+    ApiServer *srv;
+    HttpExchange *ex; /* NULL once the client is gone */
+    Route route;
+    ApiKind kind;
+    char id[48];
+    char method[8], path[48]; /* for the log line, which may come after the exchange */
+    bool logged;
+    long created;
+    double t_arrival, t_first;
+    json_t *body;
+    OpenAIParams params;
+    ApiRequest *prev, *next; /* ApiServer.requests */
+
+    /* prepared on the worker pool */
+    uv_work_t work;
+    bool work_pending;
+    ApiError error;
+    bool failed;
+    int num_prompts;
+    int32_t **prompts;
+    int *prompt_lens;
+    char **prompt_texts; /* echo: the prompts as text */
+    char *result;        /* /tokenize, /detokenize: the JSON answer */
+
+    /* submitted */
+    PromptContext *contexts;
+    uint64_t *engine_ids;
+    int num_submitted;
+    Choice *choices;
+    int num_choices, num_finished;
+    bool counted_queued; /* in ApiServer.num_queued until the first token */
+    bool done;           /* the response is complete */
+    int prompt_tokens, completion_tokens, cached_tokens;
+    unsigned status;
+    char *error_message; /* a choice's error, for the response */
+
+    /* guarded by ApiServer.events_lock */
+    ApiEvent *ev_head, *ev_tail;
+    bool dirty;
+    ApiRequest *dirty_next;
+};
+
+struct ApiServer {
+    ApiServerOptions opts;
+    const char *model_name;
+    uv_loop_t *loop;
+    uv_async_t wake;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t shutdown_timer;
+    HttpServer *http;
+    LoadedModel model;
+    Engine *engine;
+    Tokenizer *tok;
+    ChatTemplateKind chat_kind;
+    int max_model_len;
+    bool ready, shutting_down, stopped;
+    double shutdown_started;
+    long created; /* wall-clock start, for /v1/models */
+    int exit_code;
+    uv_work_t load_work;
+    Error load_err;
+    int load_rc;
+    double started;
+
+    pthread_mutex_t events_lock;
+    ApiRequest *dirty_head;
+
+    ApiRequest *requests; /* alive */
+    int num_requests, num_queued;
+    Metrics metrics;
+};
+
+/* api_server.c */
+void api_respond_error(ApiRequest *r, const ApiError *e);
+void api_request_maybe_free(ApiRequest *r);
+void api_log_request(ApiRequest *r, const char *note);
+void api_on_engine_output(const EngineOutput *o, void *user);
+
+/* api_generate.c */
+int api_generate_begin(ApiRequest *r, ApiError *err);   /* loop: parse, then queue the work */
+void api_generate_prepare(ApiRequest *r);                /* worker pool: tokenize */
+void api_generate_submit(ApiRequest *r);                 /* loop: validate, submit, answer */
+void api_generate_event(ApiRequest *r, ApiEvent *ev);    /* loop: one engine output */
+void api_generate_abort(ApiRequest *r);                  /* loop: the client is gone */
+void api_generate_free(ApiRequest *r);
+
+#endif

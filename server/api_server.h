@@ -1,0 +1,34 @@
+/*
+ * api_server.h - the OpenAI-compatible HTTP API (`nanovllm serve`).
+ *
+ * One event-loop thread (libuv) owns every connection (http_server.h); the
+ * engine thread owns sequences and the device (engine.h); they meet only
+ * through a queue of output events and uv_async_send. Text work
+ * (tokenization, the chat template) runs on libuv's worker pool so a long
+ * prompt never stalls the loop. The model loads on the worker pool too, so
+ * /health answers 503 from the first moment and 200 once ready.
+ */
+#ifndef NANOVLLM_API_SERVER_H
+#define NANOVLLM_API_SERVER_H
+
+#include <stddef.h>
+
+#include "../engine/runner.h"
+
+typedef struct ApiServerOptions {
+    const char *model_dir;
+    const char *served_model_name; /* NULL: model_dir, as vLLM names it */
+    const char *api_key;           /* NULL: no authentication */
+    const char *host;
+    int port; /* 0: any free port (logged) */
+    int max_queued_requests; /* requests admitted but not yet producing; beyond: 503 */
+    size_t max_body_bytes;   /* beyond: 413 */
+    double shutdown_grace_seconds; /* SIGTERM: how long in-flight requests may finish */
+    RunnerOptions runner;
+} ApiServerOptions;
+
+/* Serves until SIGINT or SIGTERM; returns 0 after a clean shutdown, -1 if
+ * the server could not start or the model could not load. */
+int api_server_run(const ApiServerOptions *opts, Error *err);
+
+#endif

@@ -1,0 +1,488 @@
+/*
+ * test_server.c - `nanovllm serve` end to end: the real server on 127.0.0.1
+ * with the tiny model on the CPU, driven with curl. OpenAI's response shapes,
+ * streaming, stop strings, seeds, logprobs, 30+ bad requests, concurrency,
+ * disconnects, authentication, limits and shutdown.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "server_helpers.h"
+
+#define MODEL_NAME TINY_MODEL
+
+static const char *str(json_t *o, const char *path) {
+    json_t *v = o;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, ".")) {
+        if (tok[0] >= '0' && tok[0] <= '9') v = json_array_get(v, (size_t)atoi(tok));
+        else v = json_object_get(v, tok);
+    }
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static json_int_t num(json_t *o, const char *a, const char *b) {
+    return json_integer_value(json_object_get(json_object_get(o, a), b));
+}
+
+/* ---- shapes ---------------------------------------------------------------- */
+
+Test(server, completions_and_chat_shapes, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "");
+    int status;
+    json_t *c = http_json(&s, "/v1/completions",
+                          "{\"model\": \"" MODEL_NAME "\", \"prompt\": \"Hello, world\", "
+                          "\"max_tokens\": 5, \"temperature\": 0}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect(strncmp(str(c, "id"), "cmpl-", 5) == 0);
+    cr_expect_str_eq(str(c, "object"), "text_completion");
+    cr_expect(json_is_integer(json_object_get(c, "created")));
+    cr_expect_str_eq(str(c, "model"), MODEL_NAME);
+    cr_expect_str_eq(str(c, "choices.0.finish_reason"), "length");
+    cr_expect(str(c, "choices.0.text") != NULL);
+    cr_expect_eq(num(c, "usage", "prompt_tokens"), 3);
+    cr_expect_eq(num(c, "usage", "completion_tokens"), 5);
+    cr_expect_eq(num(c, "usage", "total_tokens"), 8);
+
+    /* the same prompt as ids gives the same text; echo puts the prompt first */
+    json_t *ids = http_json(&s, "/v1/completions", "{\"prompt\": [9707, 11, 1879], \"max_tokens\": 5, "
+                                                   "\"temperature\": 0, \"echo\": true}", &status);
+    cr_expect_eq(status, 200);
+    char want[512];
+    snprintf(want, sizeof want, "Hello, world%s", str(c, "choices.0.text"));
+    cr_expect_str_eq(str(ids, "choices.0.text"), want);
+
+    /* several prompts, n samples each: choices prompt-major */
+    json_t *many = http_json(&s, "/v1/completions", "{\"prompt\": [\"a\", \"Hello, world\"], "
+                                                    "\"max_tokens\": 5, \"temperature\": 0, \"n\": 2}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect_eq(json_array_size(json_object_get(many, "choices")), 4);
+    cr_expect_str_eq(str(many, "choices.2.text"), str(c, "choices.0.text"));
+    cr_expect_str_eq(str(many, "choices.3.text"), str(c, "choices.0.text"));
+    json_t *lists = http_json(&s, "/v1/completions", "{\"prompt\": [[1, 2], [9707, 11, 1879]], "
+                                                     "\"max_tokens\": 5, \"temperature\": 0}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect_str_eq(str(lists, "choices.1.text"), str(c, "choices.0.text"));
+    cr_expect_eq(num(lists, "usage", "prompt_tokens"), 5);
+
+    json_t *chat = http_json(&s, "/v1/chat/completions",
+                             "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                             "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}]}], "
+                             "\"max_completion_tokens\": 4, \"temperature\": 0, "
+                             "\"chat_template_kwargs\": {\"enable_thinking\": false}}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect(strncmp(str(chat, "id"), "chatcmpl-", 9) == 0);
+    cr_expect_str_eq(str(chat, "object"), "chat.completion");
+    cr_expect_str_eq(str(chat, "choices.0.message.role"), "assistant");
+    cr_expect(str(chat, "choices.0.message.content") != NULL);
+    cr_expect_eq(num(chat, "usage", "completion_tokens"), 4);
+
+    json_t *models = http_json(&s, "/v1/models", NULL, &status);
+    cr_expect_eq(status, 200);
+    cr_expect_str_eq(str(models, "object"), "list");
+    cr_expect_str_eq(str(models, "data.0.id"), MODEL_NAME);
+
+    json_t *tok = http_json(&s, "/tokenize", "{\"prompt\": \"Hello, world\"}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect_eq(json_integer_value(json_object_get(tok, "count")), 3);
+    json_t *detok = http_json(&s, "/detokenize", "{\"tokens\": [9707, 11, 1879]}", &status);
+    cr_expect_str_eq(str(detok, "prompt"), "Hello, world");
+
+    json_decref(c);
+    json_decref(ids);
+    json_decref(many);
+    json_decref(lists);
+    json_decref(chat);
+    json_decref(models);
+    json_decref(tok);
+    json_decref(detok);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* ---- streaming --------------------------------------------------------------- */
+
+Test(server, streaming, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "");
+    int status, done;
+    json_t *whole = http_json(&s, "/v1/completions", "{\"prompt\": \"Streaming\", \"max_tokens\": 12, "
+                                                     "\"temperature\": 0}", &status);
+    HttpResult r = http(&s, "POST", "/v1/completions",
+                        "{\"prompt\": \"Streaming\", \"max_tokens\": 12, \"temperature\": 0, "
+                        "\"stream\": true, \"stream_options\": {\"include_usage\": true}}", NULL);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.headers, "text/event-stream"), "%s", r.headers);
+    json_t *ev = sse_events(r.body, &done);
+    cr_expect(done, "ends with data: [DONE]");
+    char text[1024] = "";
+    size_t n = json_array_size(ev);
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *e = json_array_get(ev, i);
+        cr_expect_str_eq(str(e, "object"), "text_completion");
+        const char *t = str(e, "choices.0.text");
+        if (t) strcat(text, t);
+    }
+    cr_expect_str_eq(text, str(whole, "choices.0.text"), "streamed text equals the whole answer");
+    cr_expect_str_eq(str(json_array_get(ev, n - 2), "choices.0.finish_reason"), "length");
+    json_t *usage = json_array_get(ev, n - 1);
+    cr_expect_eq(json_array_size(json_object_get(usage, "choices")), 0);
+    cr_expect_eq(num(usage, "usage", "completion_tokens"), 12);
+    json_decref(ev);
+    http_free(&r);
+
+    r = http(&s, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 6, "
+             "\"temperature\": 0, \"stream\": true}", NULL);
+    ev = sse_events(r.body, &done);
+    n = json_array_size(ev);
+    cr_expect(done);
+    cr_expect_geq(n, 3);
+    json_t *first = json_array_get(ev, 0), *last = json_array_get(ev, n - 1);
+    cr_expect_str_eq(str(first, "object"), "chat.completion.chunk");
+    cr_expect_str_eq(str(first, "choices.0.delta.role"), "assistant");
+    for (size_t i = 1; i + 1 < n; i++)
+        cr_expect(str(json_array_get(ev, i), "choices.0.delta.content") != NULL);
+    cr_expect_str_eq(str(last, "choices.0.finish_reason"), "length");
+    cr_expect(json_object_size(json_object_get(json_array_get(json_object_get(last, "choices"), 0), "delta")) == 0);
+    cr_expect(!json_object_get(last, "usage"), "no usage chunk unless asked");
+    json_decref(ev);
+    http_free(&r);
+    json_decref(whole);
+    cr_expect_eq(server_stop(&s, SIGINT), 0);
+}
+
+/* ---- stop strings, seeds, logprobs ---------------------------------------------- */
+
+Test(server, stop_seed_logprobs, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "");
+    int status;
+    json_t *full = http_json(&s, "/v1/completions", "{\"prompt\": \"Stop here\", \"max_tokens\": 24, "
+                                                    "\"temperature\": 0, \"ignore_eos\": true}", &status);
+    const char *text = str(full, "choices.0.text");
+    size_t len = strlen(text);
+    cr_assert_gt(len, 20);
+    size_t a = len / 2, b;
+    while (((unsigned char)text[a] & 0xC0) == 0x80) a++;
+    b = a + 1;
+    while (b < len && ((unsigned char)text[b] & 0xC0) == 0x80) b++;
+    char stop[16];
+    memcpy(stop, text + a, b - a);
+    stop[b - a] = '\0';
+    json_t *req = json_pack("{s:s, s:i, s:i, s:b, s:[s]}", "prompt", "Stop here", "max_tokens", 24,
+                            "temperature", 0, "ignore_eos", 1, "stop", stop);
+    char *body = json_dumps(req, 0);
+    json_t *cut = http_json(&s, "/v1/completions", body, &status);
+    size_t first = (size_t)(strstr(text, stop) - text);
+    cr_expect_eq(strlen(str(cut, "choices.0.text")), first);
+    cr_expect(strncmp(str(cut, "choices.0.text"), text, first) == 0);
+    cr_expect_str_eq(str(cut, "choices.0.finish_reason"), "stop");
+    cr_expect_str_eq(str(cut, "choices.0.stop_reason"), stop);
+    free(body);
+    json_decref(req);
+
+    const char *seeded = "{\"prompt\": \"Dice\", \"max_tokens\": 10, \"temperature\": 1.0, "
+                         "\"top_p\": 0.9, \"seed\": 1234}";
+    json_t *s1 = http_json(&s, "/v1/completions", seeded, &status);
+    json_t *s2 = http_json(&s, "/v1/completions", seeded, &status);
+    json_t *s3 = http_json(&s, "/v1/completions", "{\"prompt\": \"Dice\", \"max_tokens\": 10, "
+                                                  "\"temperature\": 1.0, \"top_p\": 0.9, \"seed\": 99}", &status);
+    cr_expect_str_eq(str(s1, "choices.0.text"), str(s2, "choices.0.text"), "same seed, same text");
+    cr_expect_str_neq(str(s1, "choices.0.text"), str(s3, "choices.0.text"));
+
+    json_t *lp = http_json(&s, "/v1/completions", "{\"prompt\": \"Log\", \"max_tokens\": 6, "
+                                                  "\"temperature\": 0, \"logprobs\": 3}", &status);
+    json_t *l = json_object_get(json_array_get(json_object_get(lp, "choices"), 0), "logprobs");
+    cr_expect_eq(json_array_size(json_object_get(l, "tokens")), 6);
+    cr_expect_eq(json_array_size(json_object_get(l, "token_logprobs")), 6);
+    cr_expect_eq(json_array_size(json_object_get(l, "text_offset")), 6);
+    cr_expect_eq(json_object_size(json_array_get(json_object_get(l, "top_logprobs"), 0)), 3);
+    json_t *clp = http_json(&s, "/v1/chat/completions",
+                            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3, "
+                            "\"temperature\": 0, \"logprobs\": true, \"top_logprobs\": 2}", &status);
+    json_t *content = json_object_get(json_object_get(json_array_get(json_object_get(clp, "choices"), 0),
+                                                      "logprobs"), "content");
+    cr_expect_eq(json_array_size(content), 3);
+    json_t *entry = json_array_get(content, 0);
+    cr_expect(json_is_real(json_object_get(entry, "logprob")) && json_real_value(json_object_get(entry, "logprob")) <= 0);
+    cr_expect(json_is_array(json_object_get(entry, "bytes")));
+    cr_expect_eq(json_array_size(json_object_get(entry, "top_logprobs")), 2);
+    json_decref(full);
+    json_decref(cut);
+    json_decref(s1);
+    json_decref(s2);
+    json_decref(s3);
+    json_decref(lp);
+    json_decref(clp);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* ---- bad input ------------------------------------------------------------------ */
+
+typedef struct BadCase {
+    const char *method, *path, *body;
+    int status;
+    const char *type;
+} BadCase;
+
+Test(server, bad_requests_table, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "");
+    static const BadCase cases[] = {
+        {"POST", "/v1/completions", "{", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "[1, 2]", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"max_tokens\": 5}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": \"5\"}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 5.5}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 0}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": -3}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"top_k\": 2.5}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"top_k\": 3.0}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"temperature\": \"hot\"}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"temperature\": -1}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"temperature\": 9}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"top_p\": 0}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"top_p\": 1.5}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"n\": 0}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"n\": true}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"presence_penalty\": 3}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"logprobs\": 99}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"stop\": 5}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"stop\": [\"\"]}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"stream\": \"yes\"}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"seed\": \"1\"}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"logit_bias\": {\"5\": 10}}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"\"}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": []}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": 7}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": [1, 999999999]}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": [-1]}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": [\"a\", 3]}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 5000}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"model\": \"gpt-4\"}", 404, "not_found_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"x\", \"model\": 3}", 400, "invalid_request_error"},
+        {"POST", "/v1/completions", "{\"prompt\": \"\\xff\"}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": []}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": \"hi\"}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\"}]}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 2}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", 400, "invalid_request_error"},
+        {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_completion_tokens\": 99999}", 400, "invalid_request_error"},
+        {"POST", "/tokenize", "{\"prompt\": 3}", 400, "invalid_request_error"},
+        {"POST", "/detokenize", "{\"tokens\": [\"a\"]}", 400, "invalid_request_error"},
+        {"POST", "/detokenize", "{\"tokens\": [999999999]}", 400, "invalid_request_error"},
+        {"GET", "/v1/completions", NULL, 405, "invalid_request_error"},
+        {"POST", "/v1/models", "{}", 405, "invalid_request_error"},
+        {"GET", "/v2/anything", NULL, 404, "not_found_error"},
+        {"DELETE", "/health", NULL, 405, "invalid_request_error"},
+    };
+    size_t n = sizeof cases / sizeof cases[0];
+    cr_assert_geq(n, 30);
+    for (size_t i = 0; i < n; i++) {
+        const BadCase *c = &cases[i];
+        char *body = NULL;
+        if (c->body && strstr(c->body, "\\xff")) { /* invalid UTF-8 inside a JSON string */
+            body = strdup("{\"prompt\": \"\xff\xfe\"}");
+        }
+        HttpResult r = http(&s, c->method, c->path, body ? body : c->body, NULL);
+        cr_expect_eq(r.status, c->status, "case %zu (%s %s %s): status %d, body %s", i, c->method,
+                     c->path, c->body ? c->body : "", r.status, r.body);
+        json_t *j = json_loads(r.body, 0, NULL);
+        const char *type = str(json_object_get(j, "error"), "type");
+        cr_expect(type && strcmp(type, c->type) == 0, "case %zu: type %s, body %s", i,
+                  type ? type : "(none)", r.body);
+        cr_expect(str(json_object_get(j, "error"), "message") != NULL, "case %zu: no message", i);
+        cr_expect(json_object_get(json_object_get(j, "error"), "param") != NULL);
+        cr_expect(json_object_get(json_object_get(j, "error"), "code") != NULL);
+        json_decref(j);
+        http_free(&r);
+        free(body);
+    }
+    /* the context-length error carries the numbers */
+    HttpResult ctx = http(&s, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 5000}", NULL);
+    cr_expect(strstr(ctx.body, "maximum context length is 2048") && strstr(ctx.body, "5001"), "%s", ctx.body);
+    http_free(&ctx);
+    /* and after all of them a good request still works */
+    int status;
+    json_t *ok = http_json(&s, "/v1/completions", "{\"prompt\": \"still alive\", \"max_tokens\": 3}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect_eq(num(ok, "usage", "completion_tokens"), 3);
+    json_decref(ok);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* ---- concurrency ------------------------------------------------------------------ */
+
+Test(server, parallel_streams_equal_sequential, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "");
+    enum { N = 32 };
+    char *alone[N];
+    for (int i = 0; i < N; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\": \"request number %d\", \"max_tokens\": %d, "
+                                    "\"temperature\": 0, \"ignore_eos\": true}", i, 8 + i % 9);
+        int status;
+        json_t *j = http_json(&s, "/v1/completions", body, &status);
+        alone[i] = strdup(str(j, "choices.0.text"));
+        json_decref(j);
+    }
+    /* all at once, streaming, from N curl processes */
+    char script[16384];
+    int off = 0;
+    for (int i = 0; i < N; i++)
+        off += snprintf(script + off, sizeof script - (size_t)off,
+                        "curl -s -N http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"request number "
+                        "%d\", \"max_tokens\": %d, \"temperature\": 0, \"ignore_eos\": true, \"stream\": "
+                        "true}' > %s/par%d.txt & ",
+                        s.port, i, 8 + i % 9, s.dir, i);
+    snprintf(script + off, sizeof script - (size_t)off, "wait");
+    cr_assert_eq(system(script), 0);
+    for (int i = 0; i < N; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/par%d.txt", s.dir, i);
+        char *body = read_text(path);
+        int done;
+        json_t *ev = sse_events(body, &done);
+        char text[1024] = "";
+        for (size_t k = 0; k < json_array_size(ev); k++) {
+            const char *t = str(json_array_get(ev, k), "choices.0.text");
+            if (t) strcat(text, t);
+        }
+        cr_expect(done);
+        cr_expect_str_eq(text, alone[i], "request %d differs when run with 31 others", i);
+        json_decref(ev);
+        free(body);
+        free(alone[i]);
+    }
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* Clients that hang up mid-stream: their requests are aborted and every KV
+ * block comes back. */
+Test(server, disconnects_free_the_cache, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "");
+    char script[4096];
+    int off = 0;
+    for (int i = 0; i < 6; i++)
+        off += snprintf(script + off, sizeof script - (size_t)off,
+                        "curl -s -N -m 0.5 http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"long %d\", "
+                        "\"max_tokens\": 1900, \"ignore_eos\": true, \"stream\": true}' > /dev/null & ",
+                        s.port, i);
+    snprintf(script + off, sizeof script - (size_t)off, "wait");
+    cr_assert_neq(system(script), -1);
+    int used = -1;
+    for (int tries = 0; tries < 100 && used != 0; tries++) {
+        usleep(20000);
+        HttpResult m = http(&s, "GET", "/metrics", NULL, NULL);
+        const char *p = strstr(m.body, "nanovllm:kv_cache_blocks_used{");
+        used = p ? atoi(strchr(p, '}') + 2) : -1;
+        http_free(&m);
+    }
+    cr_expect_eq(used, 0, "KV blocks still held after the clients left");
+    HttpResult m = http(&s, "GET", "/metrics", NULL, NULL);
+    cr_expect(strstr(m.body, "finished_reason=\"abort\",model_name=\"" MODEL_NAME "\"} 6"), "%s", m.body);
+    http_free(&m);
+    char *log = server_log(&s);
+    cr_expect(strstr(log, "client disconnected, aborted"));
+    free(log);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* ---- keys, limits, shutdown, logs ---------------------------------------------------- */
+
+Test(server, api_key, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "--api-key sekrit --served-model-name tiny");
+    const char *body = "{\"prompt\": \"x\", \"max_tokens\": 2}";
+    HttpResult r = http(&s, "POST", "/v1/completions", body, NULL);
+    cr_expect_eq(r.status, 401);
+    cr_expect(strstr(r.body, "authentication_error"));
+    http_free(&r);
+    r = http(&s, "POST", "/v1/completions", body, "-H 'Authorization: Bearer sekri'");
+    cr_expect_eq(r.status, 401);
+    http_free(&r);
+    r = http(&s, "POST", "/v1/completions", body, "-H 'Authorization: Bearer sekritt'");
+    cr_expect_eq(r.status, 401);
+    http_free(&r);
+    r = http(&s, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2, \"model\": \"tiny\"}",
+             "-H 'Authorization: Bearer sekrit'");
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect(strstr(r.body, "\"model\":\"tiny\""));
+    http_free(&r);
+    r = http(&s, "GET", "/health", NULL, NULL);
+    cr_expect_eq(r.status, 200, "/health needs no key");
+    http_free(&r);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+Test(server, limits, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "--max-body-bytes 1KiB --max-queued-requests 1 --max-num-seqs 1");
+    char big[4096] = "{\"prompt\": \"";
+    memset(big + strlen(big), 'a', 2000);
+    strcat(big, "\"}");
+    HttpResult r = http(&s, "POST", "/v1/completions", big, NULL);
+    cr_expect_eq(r.status, 413, "%s", r.body);
+    http_free(&r);
+    /* one long request runs (max-num-seqs 1), one waits; a third is refused */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "curl -s -o /dev/null http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"a\", "
+             "\"max_tokens\": 1500, \"ignore_eos\": true}' & sleep 0.3; "
+             "curl -s -o /dev/null http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"b\", "
+             "\"max_tokens\": 5}' & sleep 0.3; "
+             "curl -s -D %s/h503 -o %s/b503 -w '%%{http_code}' http://127.0.0.1:%d/v1/completions "
+             "-d '{\"prompt\": \"c\", \"max_tokens\": 5}' > %s/s503; wait",
+             s.port, s.port, s.dir, s.dir, s.port, s.dir);
+    cr_assert_eq(system(cmd), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/s503", s.dir);
+    char *code = read_text(path);
+    cr_expect_str_eq(code, "503");
+    snprintf(path, sizeof path, "%s/h503", s.dir);
+    char *headers = read_text(path);
+    cr_expect(strcasestr(headers, "Retry-After: 1"), "%s", headers);
+    free(code);
+    free(headers);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* SIGTERM while a request streams: the request still finishes, the process exits 0. */
+Test(server, graceful_shutdown_and_logs, .timeout = 90) {
+    TestServer s;
+    server_start(&s, "--shutdown-grace 60");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "curl -s -N http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"bye\", \"max_tokens\": "
+             "300, \"ignore_eos\": true, \"stream\": true}' > %s/last.txt & sleep 0.2; kill -TERM %d; wait",
+             s.port, s.dir, (int)s.pid);
+    cr_assert_eq(system(cmd), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/last.txt", s.dir);
+    char *body = read_text(path);
+    int done;
+    json_t *ev = sse_events(body, &done);
+    cr_expect(done, "the in-flight stream finished with [DONE]");
+    json_decref(ev);
+    free(body);
+    char *log = server_log(&s);
+    cr_expect(strstr(log, "POST /v1/completions 200 prompt_tokens=1 completion_tokens=300 ttft="),
+              "one line per request: %s", log);
+    cr_expect(strstr(log, "SIGTERM"));
+    free(log);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
