@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs nanovllm's build and test dependencies from Debian packages and
-# builds build/nanovllm. Used by README's quick start and by .ci/run.
+# Installs nanovllm's build and test dependencies (Debian packages, and the
+# OpenAI npm SDK for the end-to-end tests) and builds build/nanovllm. Used by README's quick start and by .ci/run.
 # Runs apt-get through sudo when not root. CUDA sources are built when nvcc is
 # found (PATH or /usr/local/cuda); CUDA=0 in the environment turns that off.
 set -euo pipefail
@@ -25,5 +25,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
 $SUDO apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+
+# The official OpenAI SDK, for the end-to-end tests (npm is on Debian 12 machines
+# of this project; the versions are pinned by tests/e2e/package-lock.json).
+npm ci --prefix tests/e2e --no-audit --no-fund
 
 make -j"$(nproc)"

@@ -486,3 +486,135 @@ Test(server, graceful_shutdown_and_logs, .timeout = 90) {
     free(log);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
+
+/* ---- the official OpenAI SDK ----------------------------------------------------- */
+
+Test(server, openai_sdk, .timeout = 120) {
+    if (access("tests/e2e/node_modules/openai/package.json", R_OK) != 0)
+        cr_assert_fail("the OpenAI SDK is not installed: run scripts/setup.sh (npm ci --prefix tests/e2e)");
+    TestServer s;
+    server_start(&s, "--api-key sekrit --served-model-name tiny-qwen3");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "node tests/e2e/openai_sdk.mjs %d tiny-qwen3 sekrit > %s/sdk.txt 2>&1",
+             s.port, s.dir);
+    int rc = system(cmd);
+    char path[300];
+    snprintf(path, sizeof path, "%s/sdk.txt", s.dir);
+    char *out = read_text(path);
+    cr_expect_eq(rc, 0, "the SDK checks failed:\n%s", out);
+    cr_expect(strstr(out, "ok 9"), "%s", out);
+    free(out);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* ---- every example in README.md --------------------------------------------------- */
+
+/* The fenced blocks of README.md, each with its language tag. */
+typedef struct Block {
+    char lang[16];
+    char *text;
+} Block;
+
+static int readme_blocks(Block *blocks, int max) {
+    char *readme = read_text("README.md");
+    int n = 0;
+    for (char *p = strstr(readme, "```"); p && n < max;) {
+        char *tag = p + 3, *nl = strchr(tag, '\n');
+        if (!nl) break;
+        char *end = strstr(nl + 1, "\n```");
+        if (!end) break;
+        snprintf(blocks[n].lang, sizeof blocks[n].lang, "%.*s", (int)(nl - tag), tag);
+        blocks[n].text = strndup(nl + 1, (size_t)(end - nl));
+        n++;
+        p = strstr(end + 4, "```");
+    }
+    free(readme);
+    return n;
+}
+
+/* A copy of s with every "from" replaced by "to". */
+static char *replace_all(const char *s, const char *from, const char *to) {
+    size_t cap = strlen(s) * 2 + 64, fl = strlen(from), tl = strlen(to), o = 0;
+    char *out = malloc(cap);
+    for (const char *p = s; *p;) {
+        if (strncmp(p, from, fl) == 0) {
+            memcpy(out + o, to, tl);
+            o += tl;
+            p += fl;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+Test(server, readme_examples, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "");
+    Block blocks[64];
+    int n = readme_blocks(blocks, 64), ran = 0;
+    char port[32];
+    snprintf(port, sizeof port, "127.0.0.1:%d", s.port);
+    for (int b = 0; b < n; b++) {
+        if (strcmp(blocks[b].lang, "sh") == 0) {
+            /* logical lines: a trailing backslash or pipe continues the command */
+            char *cont = replace_all(blocks[b].text, "\\\n", " ");
+            char *joined = replace_all(cont, "|\n", "| ");
+            free(cont);
+            for (char *line = strtok(joined, "\n"); line; line = strtok(NULL, "\n")) {
+                bool curl = strncmp(line, "curl ", 5) == 0;
+                bool offline = strncmp(line, "build/nanovllm generate", 23) == 0 ||
+                               strstr(line, "build/nanovllm tokenize") != NULL;
+                if (!curl && !offline) continue; /* set-up, make, docker: not examples to run here */
+                char *cmd = replace_all(line, "127.0.0.1:8000", port);
+                char *quiet = offline ? replace_all(cmd, " --json", " --json --quiet") : strdup(cmd);
+                char full[4096], out_path[300];
+                snprintf(out_path, sizeof out_path, "%s/example.out", s.dir);
+                snprintf(full, sizeof full, "( %s ) < /dev/null > %s 2>/dev/null", quiet, out_path);
+                cr_expect_eq(system(full), 0, "README example failed: %s", line);
+                char *out = read_text(out_path);
+                if (curl) {
+                    cr_expect(strstr(out, "\"choices\""), "no choices from: %s\n%s", line, out);
+                    if (strstr(line, "\"stream\": true")) cr_expect(strstr(out, "data: [DONE]"));
+                }
+                /* an example followed by a json block prints exactly that */
+                if (offline && b + 1 < n && strcmp(blocks[b + 1].lang, "json") == 0 &&
+                    strstr(line, "generate")) {
+                    size_t ol = strlen(out);
+                    while (ol && out[ol - 1] == '\n') out[--ol] = '\0';
+                    char *want = strdup(blocks[b + 1].text);
+                    size_t wl = strlen(want);
+                    while (wl && want[wl - 1] == '\n') want[--wl] = '\0';
+                    cr_expect_str_eq(out, want, "README's output of: %s", line);
+                    free(want);
+                }
+                free(out);
+                free(cmd);
+                free(quiet);
+                ran++;
+            }
+            free(joined);
+        } else if (strcmp(blocks[b].lang, "js") == 0) {
+            char *code = replace_all(blocks[b].text, "127.0.0.1:8000", port);
+            char path[128], full[512];
+            snprintf(path, sizeof path, "tests/e2e/readme-example-%d.mjs", (int)getpid());
+            write_text(path, code);
+            snprintf(full, sizeof full, "node %s > %s/js.out 2>&1", path, s.dir);
+            int rc = system(full);
+            unlink(path);
+            char out_path[300];
+            snprintf(out_path, sizeof out_path, "%s/js.out", s.dir);
+            char *out = read_text(out_path);
+            cr_expect_eq(rc, 0, "README's SDK example failed:\n%s", out);
+            cr_expect_gt(strlen(out), 0);
+            free(out);
+            free(code);
+            ran++;
+        }
+        free(blocks[b].text);
+    }
+    cr_expect_geq(ran, 5, "README examples found and run: %d", ran);
+    cr_log_info("ran %d README examples", ran);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
