@@ -180,6 +180,37 @@ static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
     return read_eos(cfg, root, "config.json", err);
 }
 
+/* Sampling defaults; values out of range are ignored rather than fatal (the
+ * file is advice for sampling, not part of the model). */
+static void read_sampling_defaults(ModelConfig *cfg, json_t *gen) {
+    json_t *v;
+    if (json_is_number(v = json_object_get(gen, "temperature")) && json_number_value(v) >= 0 &&
+        json_number_value(v) <= 2) {
+        cfg->has_temperature = true;
+        cfg->temperature = json_number_value(v);
+    }
+    if (json_is_number(v = json_object_get(gen, "top_p")) && json_number_value(v) > 0 &&
+        json_number_value(v) <= 1) {
+        cfg->has_top_p = true;
+        cfg->top_p = json_number_value(v);
+    }
+    if (json_is_integer(v = json_object_get(gen, "top_k")) && json_integer_value(v) >= -1 &&
+        json_integer_value(v) <= cfg->vocab_size) {
+        cfg->has_top_k = true;
+        cfg->top_k = (int)json_integer_value(v);
+    }
+    if (json_is_number(v = json_object_get(gen, "min_p")) && json_number_value(v) >= 0 &&
+        json_number_value(v) <= 1) {
+        cfg->has_min_p = true;
+        cfg->min_p = json_number_value(v);
+    }
+    if (json_is_number(v = json_object_get(gen, "repetition_penalty")) && json_number_value(v) > 0 &&
+        json_number_value(v) <= 100) {
+        cfg->has_repetition_penalty = true;
+        cfg->repetition_penalty = json_number_value(v);
+    }
+}
+
 int model_config_parse(ModelConfig *cfg, const char *config_text, const char *gen_text,
                        Error *err) {
     json_error_t jerr;
@@ -196,6 +227,7 @@ int model_config_parse(ModelConfig *cfg, const char *config_text, const char *ge
                          jerr.text);
     rc = json_is_object(gen) ? read_eos(cfg, gen, "generation_config.json", err)
                              : error_set(err, "generation_config.json: not a JSON object");
+    if (rc == 0) read_sampling_defaults(cfg, gen);
     json_decref(gen);
     return rc;
 }

@@ -33,6 +33,11 @@ typedef struct ModelConfig {
     int num_eos_ids;  /* config.json's ids, then generation_config.json's new ones */
     int eos_ids[MODEL_MAX_EOS_IDS];
     char torch_dtype[16]; /* as written in config.json ("" when absent) */
+    /* generation_config.json's sampling defaults, for requests that leave a
+     * field out (as vLLM does); has_* false when the file does not say. */
+    bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty;
+    double temperature, top_p, min_p, repetition_penalty;
+    int top_k;
 } ModelConfig;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json. */

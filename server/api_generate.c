@@ -29,7 +29,8 @@
 int api_generate_begin(ApiRequest *r, ApiError *err) {
     bool chat = r->route == ROUTE_CHAT;
     r->kind = chat ? API_CHAT : API_COMPLETION;
-    if (openai_parse_params(r->body, chat, &r->params, err)) return -1;
+    if (openai_parse_params(r->body, chat, engine_model_config(r->srv->engine), &r->params, err))
+        return -1;
     if (r->params.model && strcmp(r->params.model, r->srv->model_name) != 0) {
         api_error(err, 404, "model", "The model '%s' does not exist (this server serves '%s')",
                   r->params.model, r->srv->model_name);

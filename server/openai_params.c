@@ -100,18 +100,23 @@ static int refuse_unsupported(const json_t *o, bool chat, ApiError *err) {
     return 0;
 }
 
-int openai_parse_params(const json_t *o, bool chat, OpenAIParams *p, ApiError *err) {
+int openai_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIParams *p,
+                        ApiError *err) {
     memset(p, 0, sizeof *p);
     SamplingParams *sp = &p->sampling;
     *sp = sampling_params_default();
     sp->max_tokens = 0; /* not given: the caller picks the default */
-    sp->temperature = 1.0f; /* OpenAI's default */
+    sp->temperature = d && d->has_temperature ? (float)d->temperature : 1.0f; /* OpenAI's default */
+    if (d && d->has_top_p) sp->top_p = (float)d->top_p;
+    if (d && d->has_top_k) sp->top_k = d->top_k;
+    if (d && d->has_min_p) sp->min_p = (float)d->min_p;
+    if (d && d->has_repetition_penalty) sp->repetition_penalty = (float)d->repetition_penalty;
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model)) return api_error(err, 400, "model", "'model' must be a string");
         p->model = json_string_value(model);
     }
-    long long n = 1, max_tokens = 0, top_k = 0, seed = -1;
+    long long n = 1, max_tokens = 0, top_k = sp->top_k, seed = -1;
     if (get_int(o, "max_tokens", 1, 1 << 30, &max_tokens, err)) return -1;
     if (chat && get_int(o, "max_completion_tokens", 1, 1 << 30, &max_tokens, err)) return -1;
     if (get_int(o, "n", 1, 128, &n, err) || get_int(o, "top_k", -1, 1 << 30, &top_k, err) ||

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "../config/model_config.h"
 #include "../engine/sampling_params.h"
 #include "api_error.h"
 
@@ -29,7 +30,10 @@ typedef struct OpenAIParams {
 } OpenAIParams;
 
 /* chat selects chat's fields (max_completion_tokens, logprobs as a boolean
- * with top_logprobs) over completions' (logprobs as an integer, echo). */
-int openai_parse_params(const json_t *body, bool chat, OpenAIParams *out, ApiError *err);
+ * with top_logprobs) over completions' (logprobs as an integer, echo).
+ * defaults: the model's generation_config.json sampling defaults, used for
+ * the fields a request leaves out (else OpenAI's: temperature 1, top_p 1). */
+int openai_parse_params(const json_t *body, bool chat, const ModelConfig *defaults,
+                        OpenAIParams *out, ApiError *err);
 
 #endif

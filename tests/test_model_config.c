@@ -129,3 +129,21 @@ Test(model_config, missing_folder) {
     cr_expect(model_config_load(&c, "/nonexistent/model", &err) == -1);
     cr_expect(strstr(err.msg, "no config.json"), "%s", err.msg);
 }
+
+Test(model_config, generation_config_sampling_defaults) {
+    ModelConfig c;
+    Error err = {{0}};
+    cr_assert(model_config_parse(&c, "{" BASE_FIELDS "}",
+                                 "{\"temperature\": 0.6, \"top_p\": 0.95, \"top_k\": 20, "
+                                 "\"min_p\": 0, \"repetition_penalty\": 1.1, \"do_sample\": true}",
+                                 &err) == 0, "%s", err.msg);
+    cr_expect(c.has_temperature && c.temperature == 0.6);
+    cr_expect(c.has_top_p && c.top_p == 0.95);
+    cr_expect(c.has_top_k && c.top_k == 20);
+    cr_expect(c.has_min_p && c.min_p == 0.0);
+    cr_expect(c.has_repetition_penalty && c.repetition_penalty == 1.1);
+    cr_assert(model_config_parse(&c, "{" BASE_FIELDS "}", "{\"temperature\": 7, \"top_k\": 1.5}", &err) == 0);
+    cr_expect(!c.has_temperature && !c.has_top_k, "out-of-range or mistyped advice is ignored");
+    cr_assert(model_config_parse(&c, "{" BASE_FIELDS "}", NULL, &err) == 0);
+    cr_expect(!c.has_temperature && !c.has_top_p);
+}

@@ -618,3 +618,34 @@ Test(server, readme_examples, .timeout = 120) {
     cr_log_info("ran %d README examples", ran);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
+
+/* A model folder's generation_config.json sets the defaults of requests
+ * that leave sampling fields out (vLLM's behaviour): temperature 0 there
+ * makes such requests greedy. */
+Test(server, generation_config_defaults, .timeout = 60) {
+    char *dir = make_temp_dir(), cwd[1024], path[1400];
+    cr_assert(getcwd(cwd, sizeof cwd));
+    const char *files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 4; i++) {
+        char target[1400];
+        snprintf(target, sizeof target, "%s/" TINY_MODEL "/%s", cwd, files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        cr_assert(symlink(target, path) == 0);
+    }
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    write_text(path, "{\"temperature\": 0.0, \"top_p\": 0.5}");
+    char extra[1500];
+    snprintf(extra, sizeof extra, "--model %s --served-model-name g", dir);
+    TestServer s;
+    server_start(&s, extra);
+    int status;
+    json_t *plain = http_json(&s, "/v1/completions", "{\"prompt\": \"Defaults\", \"max_tokens\": 10}", &status);
+    json_t *greedy = http_json(&s, "/v1/completions", "{\"prompt\": \"Defaults\", \"max_tokens\": 10, "
+                                                      "\"temperature\": 0}", &status);
+    cr_expect_str_eq(str(plain, "choices.0.text"), str(greedy, "choices.0.text"));
+    json_decref(plain);
+    json_decref(greedy);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+    rm_rf(dir);
+    free(dir);
+}
