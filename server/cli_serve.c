@@ -1,8 +1,13 @@
 /*
  * cli_serve.c - `nanovllm serve`: the OpenAI-compatible HTTP server.
+ *
+ * NANOVLLM_PORT and NANOVLLM_API_KEY give the defaults of --port and
+ * --api-key: the container image's HEALTHCHECK reads the same port variable,
+ * and a key in the environment stays out of `ps`. A flag still wins.
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../config/cli_args.h"
@@ -16,9 +21,9 @@ static const char HELP[] =
     "\n"
     "  --model DIR                   Hugging Face model folder\n"
     "  --host HOST                   address to bind (default 127.0.0.1)\n"
-    "  --port N                      port (default 8000; 0 picks a free one and logs it)\n"
+    "  --port N                      port (default $NANOVLLM_PORT or 8000; 0 picks a free one and logs it)\n"
     "  --served-model-name NAME      the model's name in the API (default: DIR)\n"
-    "  --api-key KEY                 require Authorization: Bearer KEY on /v1/*\n"
+    "  --api-key KEY                 require Authorization: Bearer KEY on /v1/* (default $NANOVLLM_API_KEY)\n"
     "  --max-queued-requests N       requests waiting for their first token before 503 (default 1024)\n"
     "  --max-body-bytes BYTES        largest request body (default 8MiB)\n"
     "  --shutdown-grace SECONDS      SIGTERM: time in-flight requests get to finish (default 30)\n"
@@ -35,8 +40,13 @@ int command_serve(int argc, char **argv) {
                           .max_body_bytes = 8u << 20, .shutdown_grace_seconds = 30,
                           .runner = runner_default_options()};
     Error err = {{0}};
+    int rc = 0;
+    const char *env_port = getenv("NANOVLLM_PORT");
+    if (env_port && env_port[0]) rc = parse_int_arg("NANOVLLM_PORT", env_port, 0, 65535, &o.port, &err);
+    const char *env_key = getenv("NANOVLLM_API_KEY");
+    if (env_key && env_key[0]) o.api_key = env_key;
     optind = 0;
-    int c, index, rc = 0;
+    int c, index;
     while (rc == 0 && (c = getopt_long(argc, argv, "", options, &index)) != -1) {
         switch (c) {
         case 'm': o.model_dir = optarg; break;

@@ -11,6 +11,7 @@
 int command_generate(int argc, char **argv);
 int command_bench(int argc, char **argv);
 int command_serve(int argc, char **argv);
+int command_health(int argc, char **argv);
 int command_tokenize(int argc, char **argv);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -427,6 +428,47 @@ Test(server, api_key, .timeout = 60) {
     cr_expect_eq(r.status, 200, "/health needs no key");
     http_free(&r);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+static int exit_code(const char *cmd) {
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The container image relies on these: the key and the port from the
+ * environment, and `nanovllm health` as its HEALTHCHECK. */
+Test(server, environment_defaults_and_health_command, .timeout = 60) {
+    const char *bin = getenv("NANOVLLM_BIN") ? getenv("NANOVLLM_BIN") : "build/nanovllm";
+    TestServer s;
+    setenv("NANOVLLM_API_KEY", "from-env", 1);
+    server_start(&s, "");
+    unsetenv("NANOVLLM_API_KEY");
+    const char *body = "{\"prompt\": \"x\", \"max_tokens\": 2}";
+    HttpResult r = http(&s, "POST", "/v1/completions", body, NULL);
+    cr_expect_eq(r.status, 401, "NANOVLLM_API_KEY is the default --api-key");
+    http_free(&r);
+    r = http(&s, "POST", "/v1/completions", body, "-H 'Authorization: Bearer from-env'");
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    http_free(&r);
+
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s health --url http://127.0.0.1:%d/health", bin, s.port);
+    cr_expect_eq(exit_code(cmd), 0, "health: 200 gives exit 0");
+    snprintf(cmd, sizeof cmd, "NANOVLLM_PORT=%d %s health", s.port, bin);
+    cr_expect_eq(exit_code(cmd), 0, "health: the port from NANOVLLM_PORT");
+    snprintf(cmd, sizeof cmd, "%s health --url http://127.0.0.1:%d/nope 2>/dev/null", bin, s.port);
+    cr_expect_eq(exit_code(cmd), 1, "health: a 404 is unhealthy");
+    snprintf(cmd, sizeof cmd, "%s health --timeout soon 2>/dev/null", bin);
+    cr_expect_eq(exit_code(cmd), 2, "health: a bad flag is a usage error");
+    int port = s.port;
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+    snprintf(cmd, sizeof cmd, "%s health --url http://127.0.0.1:%d/health --timeout 1 2>/dev/null",
+             bin, port);
+    cr_expect_eq(exit_code(cmd), 1, "health: nobody listening is unhealthy");
+
+    snprintf(cmd, sizeof cmd, "NANOVLLM_PORT=99999 %s serve --model " TINY_MODEL " 2>&1 | grep -q NANOVLLM_PORT",
+             bin);
+    cr_expect_eq(exit_code(cmd), 0, "a bad NANOVLLM_PORT is refused with its name");
 }
 
 Test(server, limits, .timeout = 60) {
