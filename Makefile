@@ -4,6 +4,7 @@
 #   make test         the Criterion suite (and the binary it drives)
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
+#   make docker-test  build the CPU container image with podman, run it, check it serves
 #   make fuzz         the tokenizer's libFuzzer target, build-fuzz/fuzz_tokenizer (clang-14)
 #   CUDA=0            build without the CUDA sources even when nvcc is present
 #
@@ -38,7 +39,7 @@ LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 BIN_OBJ  = $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test asan bench fuzz clean
+.PHONY: all test asan bench fuzz docker-test clean
 
 all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
 
@@ -72,6 +73,11 @@ asan:
 # The random full-size model is generated on first use (see the script).
 bench: $(BUILD)/nanovllm
 	scripts/bench_cpu.sh $(BENCH_MODEL) $(BENCH_ARGS)
+
+# The image is built from the sources, not from build/; the host binary is
+# the reference its answers are compared with.
+docker-test: $(BUILD)/nanovllm
+	NANOVLLM_BIN=$(BUILD)/nanovllm scripts/docker_test.sh
 
 # libFuzzer + ASan + UBSan on the tokenizer's sources only; not part of test.
 # Run from the repository root: build-fuzz/fuzz_tokenizer -runs=N CORPUS_DIR

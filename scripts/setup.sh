@@ -17,6 +17,7 @@ PACKAGES=(
   libutf8proc-dev    # tokenizer: NFC and Unicode categories
   clang-14 libclang-rt-14-dev  # make fuzz: clang with the libFuzzer runtime
   libcriterion-dev   # unit tests
+  curl               # server tests and make docker-test drive the HTTP API with it
   python3-numpy      # ../shared/tools (reference forward, random bench model)
 )
 
