@@ -1,0 +1,109 @@
+/*
+ * cuda_kernels.h - the CUDA runner's own kernels, callable from C.
+ *
+ * Everything here that is not a GEMM (those go through cuBLAS): the
+ * embedding gather, residual-add + RMSNorm, per-head q/k RMSNorm + RoPE + the
+ * store of K and V into the paged cache, paged attention, SiLU-and-mul, the
+ * row gather in front of the lm_head, and argmax. Each launcher checks its
+ * launch and returns 0, or -1 with the CUDA error in err; none waits for the
+ * GPU. Pointers are device memory; bf16 values travel as their raw 16 bits
+ * (uint16_t), the top half of a float32, as in half.h. The tests call these
+ * directly against the CPU runner's functions (llm.c style).
+ *
+ * Data types follow where precision matters: the residual stream and GEMM
+ * outputs are float32, GEMM inputs and the KV cache bf16.
+ */
+#ifndef NANOVLLM_CUDA_KERNELS_H
+#define NANOVLLM_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../engine/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *CudaStream; /* cudaStream_t; NULL is the legacy default stream */
+
+/* One sequence of a step, for attention: where its new tokens start in the
+ * flattened batch, its position, and where its block table starts in the
+ * flattened tables. */
+typedef struct CudaAttnSeq {
+    int32_t token0;
+    int32_t start_pos;
+    int32_t num_tokens;
+    int32_t table0;
+} CudaAttnSeq;
+
+/* One thread block's work: up to cuda_attention_tile_tokens() new tokens of
+ * one sequence (times every KV head, the grid's second dimension). */
+typedef struct CudaAttnItem {
+    int32_t seq;
+    int32_t tile0; /* first new token of the tile, relative to the sequence */
+    int32_t tile_len;
+} CudaAttnItem;
+
+/* Whether the kernels handle this head shape (head_dim 64, 128 or 256; a
+ * query-head group of at most 16); if not, why. */
+int cuda_kernels_check_shape(int num_heads, int num_kv_heads, int head_dim, Error *err);
+
+/* x[t] = table[tokens[t]] widened to float32; x is [n, hidden]. */
+int cuda_embed(float *x, const uint16_t *table, const int32_t *tokens, int n, int hidden,
+               CudaStream stream, Error *err);
+
+/* Per token: x += delta (skipped when delta is NULL), then
+ * out = bf16(x / rms(x) * weight). x, delta: [n, hidden] float32. */
+int cuda_add_rmsnorm(float *x, const float *delta, uint16_t *out, const float *weight, int n,
+                     int hidden, float eps, CudaStream stream, Error *err);
+
+/* qkv: [n, (num_heads + 2 * num_kv_heads) * head_dim] float32, the fused
+ * projection. Per token: each q and k head RMS-normed with q_norm / k_norm
+ * and rotated by RoPE (NeoX halves) at positions[t]; q goes to q_out
+ * [n, num_heads, head_dim] bf16, k and v to the caches at slots[t]
+ * ([num_blocks * block_size, num_kv_heads, head_dim] bf16). rope holds
+ * (cos, sin) pairs, [max_pos, head_dim / 2, 2]. */
+int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache,
+                            const float *qkv, const float *q_norm, const float *k_norm,
+                            const float *rope, const int32_t *positions, const int32_t *slots,
+                            int n, int num_heads, int num_kv_heads, int head_dim, float eps,
+                            CudaStream stream, Error *err);
+
+/* New tokens per attention item for this head shape. */
+int cuda_attention_tile_tokens(int num_heads, int num_kv_heads);
+
+/* Causal attention of every new token over its sequence's cached context
+ * (prefill, prefill over a cached prefix, chunked prefill and decode alike):
+ * out [tokens, num_heads, head_dim] bf16 from q (same shape, already normed
+ * and rotated) and the layer's caches through block_tables. */
+int cuda_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
+                   const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
+                   int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
+                   int head_dim, int block_size, CudaStream stream, Error *err);
+
+/* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, intermediate + i]). */
+int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, CudaStream stream,
+                  Error *err);
+
+/* out[i] = in[rows[i]] for n rows of width bf16 values. */
+int cuda_gather_rows(uint16_t *out, const uint16_t *in, const int32_t *rows, int n, int width,
+                     CudaStream stream, Error *err);
+
+/* out[r] = index of the largest of logits[r, :vocab], the lowest among
+ * equals (as the CPU sampler's greedy choice). */
+int cuda_argmax(int32_t *out, const float *logits, int rows, int vocab, CudaStream stream,
+                Error *err);
+
+/* Plain memory helpers for the runner and the tests. */
+void *cuda_alloc(size_t bytes, Error *err);
+void cuda_free(void *p);
+int cuda_upload(void *dst, const void *src, size_t bytes, Error *err);
+int cuda_download(void *dst, const void *src, size_t bytes, Error *err);
+int cuda_synchronize(Error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,354 @@
+/*
+ * test_cuda_kernels.c - each CUDA kernel against a CPU reference (the CPU
+ * runner's own functions, or a float64 loop), on random inputs of odd sizes,
+ * with output buffers poisoned with NaN so nothing unwritten passes.
+ * Skipped, with the reason, where there is no GPU.
+ */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../engine/cpu_ops.h"
+#include "cuda_test.h"
+
+/* Criterion reports skipped tests only with --verbose; make test must say
+ * plainly when the GPU tests did not run. */
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+    size_t skipped = 0;
+    const char *why = "";
+    for (struct criterion_suite_stats *s = stats->suites; s; s = s->next)
+        for (struct criterion_test_stats *t = s->tests; t; t = t->next)
+            if (t->test_status == CR_STATUS_SKIPPED && t->message && strncmp(t->message, "no GPU", 6) == 0) {
+                skipped++;
+                why = t->message;
+            }
+    if (skipped) fprintf(stderr, "[SKIP] %zu CUDA tests did not run: %s\n", skipped, why);
+}
+
+/* bf16 rounding of a float32 result: within one bf16 ulp (2^-8 relative)
+ * plus what the summation order moves in float32. */
+static void expect_bf16_close(const uint16_t *got, const float *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        float g = bf16_to_f32(got[i]);
+        float tol = fabsf(want[i]) * (1.0f / 128) + 1e-5f;
+        cr_assert(fabsf(g - want[i]) <= tol, "%s[%zu]: GPU %g, CPU %g", what, i, g, want[i]);
+    }
+}
+
+Test(cuda_kernels, embedding) {
+    require_gpu();
+    const int V = 1003, H = 96, n = 37;
+    float *table_f;
+    uint16_t *table = random_bf16((size_t)V * H, 1.0f, 1, &table_f);
+    int32_t tokens[37];
+    for (int i = 0; i < n; i++) tokens[i] = (i * 389 + 7) % V;
+    tokens[0] = 0;
+    tokens[1] = V - 1;
+    uint16_t *d_table = dev_copy(table, sizeof(uint16_t) * V * H);
+    int32_t *d_tokens = dev_copy(tokens, sizeof tokens);
+    float *d_x = dev_poisoned(sizeof(float) * n * H);
+    Error err = {{0}};
+    cr_assert(cuda_embed(d_x, d_table, d_tokens, n, H, NULL, &err) == 0, "%s", err.msg);
+    float *x = malloc(sizeof(float) * n * H);
+    dev_fetch(x, d_x, sizeof(float) * n * H);
+    for (int t = 0; t < n; t++)
+        cr_assert(memcmp(x + t * H, table_f + (size_t)tokens[t] * H, sizeof(float) * H) == 0, "row %d", t);
+    cuda_free(d_table);
+    cuda_free(d_tokens);
+    cuda_free(d_x);
+    free(table);
+    free(table_f);
+    free(x);
+}
+
+static void rmsnorm_case(int n, int H, bool with_delta) {
+    float *x = random_floats((size_t)n * H, 3.0f, 2 + H), *delta = random_floats((size_t)n * H, 1.0f, 3);
+    float *w = random_floats((size_t)H, 0.5f, 4);
+    for (int i = 0; i < H; i++) w[i] += 1.0f;
+    float *d_x = dev_copy(x, sizeof(float) * n * H), *d_delta = dev_copy(delta, sizeof(float) * n * H);
+    float *d_w = dev_copy(w, sizeof(float) * H);
+    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * H);
+    Error err = {{0}};
+    cr_assert(cuda_add_rmsnorm(d_x, with_delta ? d_delta : NULL, d_out, d_w, n, H, 1e-6f, NULL, &err) == 0,
+              "%s", err.msg);
+    float *x_gpu = malloc(sizeof(float) * n * H), *want = malloc(sizeof(float) * n * H);
+    uint16_t *out = malloc(sizeof(uint16_t) * n * H);
+    dev_fetch(x_gpu, d_x, sizeof(float) * n * H);
+    dev_fetch(out, d_out, sizeof(uint16_t) * n * H);
+    for (int t = 0; t < n; t++) {
+        if (with_delta) add_rmsnorm(x + t * H, delta + t * H, want + t * H, w, H, 1e-6f);
+        else rmsnorm(want + t * H, x + t * H, w, H, 1e-6f);
+    }
+    cr_assert(memcmp(x_gpu, x, sizeof(float) * n * H) == 0, "the residual sum is exact");
+    expect_bf16_close(out, want, (size_t)n * H, "rmsnorm");
+    cuda_free(d_x);
+    cuda_free(d_delta);
+    cuda_free(d_w);
+    cuda_free(d_out);
+    free(x);
+    free(delta);
+    free(w);
+    free(x_gpu);
+    free(want);
+    free(out);
+}
+
+Test(cuda_kernels, residual_add_rmsnorm) {
+    require_gpu();
+    rmsnorm_case(5, 1000, true);  /* not a multiple of the block */
+    rmsnorm_case(3, 1024, false); /* the embedding's norm: no residual add */
+    rmsnorm_case(1, 32, true);
+}
+
+/* q/k norm + RoPE on random heads at scattered positions; K and V land in
+ * their slots and nowhere else. */
+static void qk_rope_case(int nh, int nkv, int D) {
+    const int n = 9, max_pos = 5000, slots_total = 64, width = (nh + 2 * nkv) * D;
+    float *qkv = random_floats((size_t)n * width, 2.0f, 10 + D);
+    float *qn = random_floats((size_t)D, 0.3f, 11), *kn = random_floats((size_t)D, 0.3f, 12);
+    for (int i = 0; i < D; i++) {
+        qn[i] += 1.0f;
+        kn[i] += 1.0f;
+    }
+    int32_t positions[9] = {0, 1, 17, 255, 256, 1000, 4095, 4999, 3};
+    int32_t slots[9] = {5, 63, 0, 17, 33, 2, 40, 12, 50};
+    double *inv_freq = malloc(sizeof(double) * D / 2);
+    rope_inv_freq(inv_freq, D, 1e6);
+    float *rope = malloc(sizeof(float) * (size_t)max_pos * D);
+    for (int p = 0; p < max_pos; p++) rope_cos_sin(rope + (size_t)p * D, p, inv_freq, D / 2);
+
+    size_t cache_elems = (size_t)slots_total * nkv * D;
+    float *d_qkv = dev_copy(qkv, sizeof(float) * n * width);
+    float *d_qn = dev_copy(qn, sizeof(float) * D), *d_kn = dev_copy(kn, sizeof(float) * D);
+    float *d_rope = dev_copy(rope, sizeof(float) * (size_t)max_pos * D);
+    int32_t *d_pos = dev_copy(positions, sizeof positions), *d_slots = dev_copy(slots, sizeof slots);
+    uint16_t *d_q = dev_poisoned(sizeof(uint16_t) * n * nh * D);
+    uint16_t *d_k = dev_poisoned(sizeof(uint16_t) * cache_elems), *d_v = dev_poisoned(sizeof(uint16_t) * cache_elems);
+    Error err = {{0}};
+    cr_assert(cuda_qk_norm_rope_store(d_q, d_k, d_v, d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, n, nh,
+                                      nkv, D, 1e-6f, NULL, &err) == 0, "%s", err.msg);
+    uint16_t *q = malloc(sizeof(uint16_t) * n * nh * D);
+    uint16_t *k = malloc(sizeof(uint16_t) * cache_elems), *v = malloc(sizeof(uint16_t) * cache_elems);
+    dev_fetch(q, d_q, sizeof(uint16_t) * n * nh * D);
+    dev_fetch(k, d_k, sizeof(uint16_t) * cache_elems);
+    dev_fetch(v, d_v, sizeof(uint16_t) * cache_elems);
+
+    float *head = malloc(sizeof(float) * D);
+    bool written[64] = {false};
+    for (int t = 0; t < n; t++) {
+        const float *row = qkv + (size_t)t * width;
+        const float *cs = rope + (size_t)positions[t] * D;
+        written[slots[t]] = true;
+        for (int h = 0; h < nh + 2 * nkv; h++) {
+            memcpy(head, row + (size_t)h * D, sizeof(float) * D);
+            if (h < nh + nkv) {
+                rmsnorm(head, head, h < nh ? qn : kn, D, 1e-6f);
+                rope_apply(head, D, cs);
+            }
+            const uint16_t *got = h < nh ? q + ((size_t)t * nh + h) * D
+                                  : h < nh + nkv ? k + ((size_t)slots[t] * nkv + h - nh) * D
+                                                 : v + ((size_t)slots[t] * nkv + h - nh - nkv) * D;
+            expect_bf16_close(got, head, (size_t)D, h < nh ? "q" : h < nh + nkv ? "k" : "v");
+        }
+    }
+    for (int s = 0; s < slots_total; s++)
+        if (!written[s])
+            for (size_t i = 0; i < (size_t)nkv * D; i++)
+                cr_assert(k[(size_t)s * nkv * D + i] == 0xffff && v[(size_t)s * nkv * D + i] == 0xffff,
+                          "slot %d was not to be written", s);
+    void *dev[] = {d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, d_q, d_k, d_v};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+    void *host[] = {qkv, qn, kn, inv_freq, rope, q, k, v, head};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+Test(cuda_kernels, qk_norm_rope_kv_store) {
+    require_gpu();
+    qk_rope_case(4, 2, 128);  /* the tiny model */
+    qk_rope_case(16, 8, 128); /* Qwen3-0.6B */
+    qk_rope_case(5, 1, 64);
+    qk_rope_case(2, 2, 256);
+}
+
+Test(cuda_kernels, silu_mul) {
+    require_gpu();
+    const int n = 7, I = 3001;
+    float *gu = random_floats((size_t)n * 2 * I, 6.0f, 20);
+    float *d_gu = dev_copy(gu, sizeof(float) * n * 2 * I);
+    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * I);
+    Error err = {{0}};
+    cr_assert(cuda_silu_mul(d_out, d_gu, n, I, NULL, &err) == 0, "%s", err.msg);
+    uint16_t *out = malloc(sizeof(uint16_t) * n * I);
+    dev_fetch(out, d_out, sizeof(uint16_t) * n * I);
+    float *want = malloc(sizeof(float) * n * I);
+    for (int t = 0; t < n; t++) {
+        memcpy(want + (size_t)t * I, gu + (size_t)t * 2 * I, sizeof(float) * I);
+        silu_mul(want + (size_t)t * I, gu + (size_t)t * 2 * I + I, (size_t)I);
+    }
+    expect_bf16_close(out, want, (size_t)n * I, "silu_mul");
+    cuda_free(d_gu);
+    cuda_free(d_out);
+    free(gu);
+    free(out);
+    free(want);
+}
+
+Test(cuda_kernels, gather_rows) {
+    require_gpu();
+    const int rows = 50, width = 1027, n = 6;
+    float *unused;
+    uint16_t *in = random_bf16((size_t)rows * width, 1.0f, 30, &unused);
+    int32_t pick[6] = {49, 0, 7, 7, 31, 2};
+    uint16_t *d_in = dev_copy(in, sizeof(uint16_t) * rows * width);
+    int32_t *d_pick = dev_copy(pick, sizeof pick);
+    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * width);
+    Error err = {{0}};
+    cr_assert(cuda_gather_rows(d_out, d_in, d_pick, n, width, NULL, &err) == 0, "%s", err.msg);
+    uint16_t *out = malloc(sizeof(uint16_t) * n * width);
+    dev_fetch(out, d_out, sizeof(uint16_t) * n * width);
+    for (int i = 0; i < n; i++)
+        cr_assert(memcmp(out + (size_t)i * width, in + (size_t)pick[i] * width, 2 * (size_t)width) == 0);
+    cuda_free(d_in);
+    cuda_free(d_pick);
+    cuda_free(d_out);
+    free(in);
+    free(unused);
+    free(out);
+}
+
+Test(cuda_kernels, argmax_lowest_index_among_ties) {
+    require_gpu();
+    const int V = 151936, rows = 5;
+    float *logits = random_floats((size_t)rows * V, 30.0f, 40);
+    logits[0 * V + 151935] = 100.0f; /* the very last id */
+    logits[1 * V + 0] = 100.0f;      /* the very first */
+    logits[2 * V + 777] = 100.0f;    /* a tie: the lower id wins */
+    logits[2 * V + 99999] = 100.0f;
+    for (int i = 0; i < V; i++) logits[3 * V + i] = -5.0f; /* all equal: id 0 */
+    int32_t want[5];
+    for (int r = 0; r < rows; r++) want[r] = argmax(logits + (size_t)r * V, V);
+    cr_assert(want[2] == 777 && want[3] == 0);
+    float *d_logits = dev_copy(logits, sizeof(float) * rows * V);
+    int32_t *d_out = dev_poisoned(sizeof(int32_t) * rows), got[5];
+    Error err = {{0}};
+    cr_assert(cuda_argmax(d_out, d_logits, rows, V, NULL, &err) == 0, "%s", err.msg);
+    dev_fetch(got, d_out, sizeof got);
+    for (int r = 0; r < rows; r++) cr_expect_eq(got[r], want[r], "row %d: GPU %d, CPU %d", r, got[r], want[r]);
+    cuda_free(d_logits);
+    cuda_free(d_out);
+    free(logits);
+}
+
+/* ---- paged attention ------------------------------------------------------------------ */
+
+typedef struct AttnCase {
+    int nh, nkv, D, block_size, num_blocks;
+    int num_seqs;
+    int start[4], len[4]; /* per sequence: cached tokens, new tokens */
+} AttnCase;
+
+/* float64 reference: softmax(q k^T / sqrt(D)) v over keys 0..position. */
+static void attention_reference(float *out, const float *q, const float *k, const float *v,
+                                const AttnCase *c, int32_t *const *tables) {
+    int t = 0, G = c->nh / c->nkv, bs = c->block_size;
+    double *score = malloc(sizeof(double) * 8192);
+    for (int s = 0; s < c->num_seqs; s++) {
+        for (int i = 0; i < c->len[s]; i++, t++) {
+            int pos = c->start[s] + i;
+            for (int h = 0; h < c->nh; h++) {
+                const float *qh = q + ((size_t)t * c->nh + h) * c->D;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= pos; j++) {
+                    size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
+                    const float *kr = k + (slot * c->nkv + h / G) * c->D;
+                    double d = 0;
+                    for (int e = 0; e < c->D; e++) d += (double)qh[e] * kr[e];
+                    score[j] = d / sqrt((double)c->D);
+                    mx = fmax(mx, score[j]);
+                }
+                for (int j = 0; j <= pos; j++) sum += (score[j] = exp(score[j] - mx));
+                float *o = out + ((size_t)t * c->nh + h) * c->D;
+                for (int e = 0; e < c->D; e++) {
+                    double acc = 0;
+                    for (int j = 0; j <= pos; j++) {
+                        size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
+                        acc += score[j] * v[(slot * c->nkv + h / G) * c->D + e];
+                    }
+                    o[e] = (float)(acc / sum);
+                }
+            }
+        }
+    }
+    free(score);
+}
+
+static void attention_case(const AttnCase *c, uint64_t seed) {
+    int T = 0;
+    for (int s = 0; s < c->num_seqs; s++) T += c->len[s];
+    size_t cache = (size_t)c->num_blocks * c->block_size * c->nkv * c->D;
+    float *q_f, *k_f, *v_f;
+    uint16_t *q = random_bf16((size_t)T * c->nh * c->D, 2.0f, seed, &q_f);
+    uint16_t *k = random_bf16(cache, 2.0f, seed + 1, &k_f), *v = random_bf16(cache, 1.0f, seed + 2, &v_f);
+
+    /* each sequence's blocks: a scattered, disjoint pick from the cache */
+    int32_t *tables[4], flat[1024];
+    CudaAttnSeq seqs[4];
+    int next = 0, token0 = 0, at = 0;
+    for (int s = 0; s < c->num_seqs; s++) {
+        int blocks = (c->start[s] + c->len[s] + c->block_size - 1) / c->block_size;
+        tables[s] = flat + at;
+        for (int b = 0; b < blocks; b++) tables[s][b] = (int32_t)(((long)(next++) * 37 + 11) % c->num_blocks);
+        seqs[s] = (CudaAttnSeq){token0, c->start[s], c->len[s], at};
+        at += blocks;
+        token0 += c->len[s];
+    }
+    cr_assert_leq(next, c->num_blocks, "the case needs more blocks than the cache has");
+    int tile = cuda_attention_tile_tokens(c->nh, c->nkv), n_items = 0;
+    CudaAttnItem items[512];
+    for (int s = 0; s < c->num_seqs; s++)
+        for (int t0 = 0; t0 < c->len[s]; t0 += tile)
+            items[n_items++] = (CudaAttnItem){s, t0, c->len[s] - t0 < tile ? c->len[s] - t0 : tile};
+
+    uint16_t *d_q = dev_copy(q, sizeof(uint16_t) * T * c->nh * c->D);
+    uint16_t *d_k = dev_copy(k, sizeof(uint16_t) * cache), *d_v = dev_copy(v, sizeof(uint16_t) * cache);
+    CudaAttnSeq *d_seqs = dev_copy(seqs, sizeof seqs);
+    CudaAttnItem *d_items = dev_copy(items, sizeof(CudaAttnItem) * n_items);
+    int32_t *d_tables = dev_copy(flat, sizeof(int32_t) * (size_t)at);
+    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * T * c->nh * c->D);
+    Error err = {{0}};
+    cr_assert(cuda_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, n_items, d_tables, c->nh, c->nkv, c->D,
+                             c->block_size, NULL, &err) == 0, "%s", err.msg);
+    size_t n_out = (size_t)T * c->nh * c->D;
+    uint16_t *out = malloc(sizeof(uint16_t) * n_out);
+    dev_fetch(out, d_out, sizeof(uint16_t) * n_out);
+    float *want = malloc(sizeof(float) * n_out), *got = widen_bf16(out, n_out);
+    attention_reference(want, q_f, k_f, v_f, c, tables);
+    for (size_t i = 0; i < n_out; i++) cr_assert(!isnan(got[i]), "output %zu was never written", i);
+    double rel = rel_error(got, want, n_out);
+    cr_expect(rel < 5e-3, "attention (%d/%d heads x %d, block %d): relative error %g", c->nh, c->nkv,
+              c->D, c->block_size, rel);
+    for (size_t i = 0; i < n_out; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= 0.02f + 0.01f * fabsf(want[i]), "out[%zu] %g vs %g", i,
+                  got[i], want[i]);
+    void *dev[] = {d_q, d_k, d_v, d_seqs, d_items, d_tables, d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+    void *host[] = {q, k, v, q_f, k_f, v_f, out, want, got};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+/* Prefill from zero, a chunk on top of a cached prefix, and decodes whose
+ * contexts cross many blocks, all in one batch. */
+Test(cuda_kernels, paged_attention_mixed_batch) {
+    require_gpu();
+    AttnCase tiny = {4, 2, 128, 16, 160, 4, {0, 100, 300, 41}, {37, 20, 1, 1}};
+    attention_case(&tiny, 50);
+    AttnCase qwen06 = {16, 8, 128, 16, 160, 3, {0, 700, 1500}, {70, 1, 1}};
+    attention_case(&qwen06, 60);
+    AttnCase big_group = {32, 4, 128, 32, 96, 2, {5, 1000}, {33, 3}}; /* group 8: 2 tokens per tile */
+    attention_case(&big_group, 70);
+    AttnCase d64 = {6, 2, 64, 64, 40, 2, {0, 200}, {129, 1}};
+    attention_case(&d64, 80);
+    AttnCase d256 = {4, 4, 256, 256, 8, 2, {0, 511}, {19, 1}};
+    attention_case(&d256, 90);
+}
