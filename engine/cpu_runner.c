@@ -323,17 +323,6 @@ static void cpu_destroy(Runner *base) {
 
 static const RunnerOps CPU_OPS = {cpu_step, cpu_destroy};
 
-static int check_options(const RunnerOptions *o, const ModelConfig *c, Error *err) {
-    if (o->block_size < 1 || (o->block_size & (o->block_size - 1)) != 0)
-        return error_set(err, "block size %d is not a power of two", o->block_size);
-    if (o->max_num_seqs < 1 || o->max_num_batched_tokens < 1)
-        return error_set(err, "max_num_seqs and max_num_batched_tokens must be positive");
-    if (o->max_model_len < 1 || o->max_model_len > c->max_position_embeddings)
-        return error_set(err, "max_model_len %d is outside [1, %d] (max_position_embeddings)",
-                         o->max_model_len, c->max_position_embeddings);
-    return 0;
-}
-
 static void *alloc_floats(size_t n, bool *ok) {
     void *p = malloc(sizeof(float) * (n ? n : 1));
     if (!p) *ok = false;
@@ -344,8 +333,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     const ModelConfig *c = &model->config;
     RunnerOptions o = *opts;
     o.device = "cpu";
-    if (o.max_model_len == 0) o.max_model_len = c->max_position_embeddings;
-    if (check_options(&o, c, err)) return NULL;
+    if (runner_resolve_options(&o, c, err)) return NULL;
 
     size_t block_bytes = cpu_runner_block_bytes(c, o.block_size);
     size_t num_blocks = o.kv_cache_bytes / block_bytes;

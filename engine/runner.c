@@ -8,6 +8,7 @@
 
 #include "../config/defaults.h"
 #include "../cuda/cuda_device.h"
+#include "../cuda/cuda_runner.h"
 #include "cpu_runner.h"
 #include "null_runner.h"
 
@@ -41,23 +42,35 @@ Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char
     if (want_cuda || want_auto) {
         char why[256];
         int gpus = cuda_device_probe(why, sizeof why);
-        /* The CUDA runner is its own piece of work (cuda/); until it lands, a
-         * GPU that is present still cannot run the model. */
-        char reason[512];
-        if (gpus > 0)
-            snprintf(reason, sizeof reason,
-                     "GPU found (%s) but this build has no CUDA runner yet", why);
-        else
-            snprintf(reason, sizeof reason, "%s", why);
-        if (want_cuda) {
-            error_set(err, "--device cuda: %s", reason);
+        if (gpus > 0) {
+            Error cuda_err = {{0}};
+            Runner *r = cuda_runner_create(model, opts, &cuda_err);
+            if (r) return r;
+            if (want_cuda) return error_set(err, "--device cuda: %s", cuda_err.msg), NULL;
+            /* auto: a GPU that cannot run the model (too small, no cuBLAS)
+             * still leaves the CPU, and the log says why */
+            snprintf(why, sizeof why, "the GPU cannot run it (%.200s)", cuda_err.msg);
+        } else if (want_cuda) {
+            error_set(err, "--device cuda: %s", why);
             return NULL;
         }
-        char text[600];
-        snprintf(text, sizeof text, "%s; using the CPU", reason);
+        char text[400];
+        snprintf(text, sizeof text, "%s; using the CPU", why);
         write_note(note, note_size, text);
     }
     return cpu_runner_create(model, opts, err);
+}
+
+int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err) {
+    if (o->max_model_len == 0) o->max_model_len = c->max_position_embeddings;
+    if (o->block_size < 1 || (o->block_size & (o->block_size - 1)) != 0)
+        return error_set(err, "block size %d is not a power of two", o->block_size);
+    if (o->max_num_seqs < 1 || o->max_num_batched_tokens < 1)
+        return error_set(err, "max_num_seqs and max_num_batched_tokens must be positive");
+    if (o->max_model_len < 1 || o->max_model_len > c->max_position_embeddings)
+        return error_set(err, "max_model_len %d is outside [1, %d] (max_position_embeddings)",
+                         o->max_model_len, c->max_position_embeddings);
+    return 0;
 }
 
 int runner_step(Runner *r, const RunnerBatch *batch, int32_t *tokens_out, Error *err) {

@@ -54,6 +54,7 @@ typedef struct RunnerOptions {
     int block_size;                /* tokens per KV block (power of two, 16..256) */
     size_t kv_cache_bytes;         /* CPU: KV cache budget */
     double gpu_memory_utilization; /* CUDA: fraction of the GPU memory to use */
+    int num_gpu_blocks_override;   /* CUDA: > 0 sets the KV block count (as vLLM's flag) */
     int max_num_seqs;              /* sequences per step */
     int max_num_batched_tokens;    /* new tokens per step */
     int max_model_len;             /* longest context */
@@ -86,6 +87,10 @@ RunnerOptions runner_default_options(void);
  * and otherwise the CPU, writing why into note (may be NULL). */
 Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char *note,
                       size_t note_size, Error *err);
+
+/* For a backend's create: fills max_model_len 0 with the model's and checks
+ * the options every backend relies on. */
+int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err);
 
 int runner_step(Runner *r, const RunnerBatch *batch, int32_t *tokens_out, Error *err);
 void runner_destroy(Runner *r);

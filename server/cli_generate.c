@@ -6,6 +6,7 @@
  * server, without the HTTP part. A text prompt is encoded with the model's
  * tokenizer, which also decodes the completions for --json's "text".
  */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -39,12 +40,14 @@ static const char HELP[] =
     "  --n N                         independent samples of the prompt (default 1)\n"
     "  --ignore-eos                  do not stop at end-of-sequence tokens\n"
     "  --json                        print one JSON object (see README)\n"
+    "  --dump-logits FILE            also write the prompt's logits, float32 [prompt tokens, vocab]\n"
     "  --quiet                       no start-up log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 typedef struct GenerateArgs {
     const char *model_dir;
     const char *prompt_ids;
     const char *prompt_text;
+    const char *dump_logits;
     SamplingParams sampling;
     bool json;
     RunnerOptions runner;
@@ -101,7 +104,8 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         {"presence-penalty", required_argument, 0, 'E'},
         {"frequency-penalty", required_argument, 0, 'F'}, {"seed", required_argument, 0, 'S'},
         {"n", required_argument, 0, 'N'}, {"ignore-eos", no_argument, 0, 'e'},
-        {"json", no_argument, 0, 'j'}, COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
+        {"json", no_argument, 0, 'j'}, {"dump-logits", required_argument, 0, 'D'},
+        COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (GenerateArgs){.sampling = sampling_params_default(), .runner = runner_default_options()};
     a->sampling.max_tokens = DEFAULT_MAX_TOKENS;
     optind = 0;
@@ -113,6 +117,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         case 'T': a->prompt_text = optarg; break;
         case 'e': a->sampling.ignore_eos = true; break;
         case 'j': a->json = true; break;
+        case 'D': a->dump_logits = optarg; break;
         case 'n': case 't': case 'P': case 'K': case 'M': case 'R': case 'E': case 'F': case 'S':
         case 'N':
             if (parse_sampling_flag(c, optarg, &a->sampling, err)) return -1;
@@ -239,6 +244,42 @@ static int print_result(const GenerateArgs *a, const Tokenizer *tok, const int32
     return fflush(stdout) == 0 ? 0 : -1;
 }
 
+/* --dump-logits: one runner step over the prompt before generation, every
+ * position's logits written raw (little-endian float32, no header), for
+ * comparing backends and references (scripts/gpu_check.sh). */
+static int dump_prompt_logits(Runner *r, const int32_t *prompt, int n, const char *path, Error *err) {
+    int bs = r->options.block_size, blocks = (n + bs - 1) / bs;
+    if (n > r->options.max_num_batched_tokens || blocks > r->num_kv_blocks)
+        return error_set(err, "--dump-logits: the prompt (%d tokens) does not fit in one step "
+                              "(--max-num-batched-tokens %d)", n, r->options.max_num_batched_tokens);
+    size_t vocab = (size_t)r->model->config.vocab_size;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)blocks);
+    float *logits = malloc(sizeof(float) * vocab * (size_t)n);
+    int rc = -1;
+    if (!table || !logits) {
+        error_set(err, "out of memory (logits of %d positions)", n);
+    } else {
+        for (int i = 0; i < blocks; i++) table[i] = i;
+        RunnerSeq seq = {.tokens = prompt, .num_tokens = n, .block_table = table, .num_blocks = blocks,
+                         .compute_logits = true};
+        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = logits};
+        int32_t token;
+        FILE *f = NULL;
+        if (runner_step(r, &batch, &token, err) == 0) {
+            f = fopen(path, "wb");
+            if (!f) error_set(err, "--dump-logits: cannot create %s: %s", path, strerror(errno));
+            else if (fwrite(logits, sizeof(float) * vocab, (size_t)n, f) != (size_t)n)
+                error_set(err, "--dump-logits: cannot write %s: %s", path, strerror(errno));
+            else rc = 0;
+            if (f && fclose(f) != 0 && rc == 0)
+                rc = error_set(err, "--dump-logits: cannot write %s: %s", path, strerror(errno));
+        }
+    }
+    free(table);
+    free(logits);
+    return rc;
+}
+
 static int run(Engine *e, const GenerateArgs *a, const int32_t *prompt, int prompt_len, Result *r,
                Error *err) {
     EngineRequest req = {.prompt = prompt, .prompt_len = prompt_len, .params = a->sampling, .on_output = on_output, .user = r};
@@ -297,7 +338,9 @@ int command_generate(int argc, char **argv) {
         e = engine_create_with_runner(&m.weights, m.runner, &err);
         if (!r.samples || !r.samples[a.sampling.n - 1].ids)
             fprintf(stderr, "nanovllm generate: out of memory\n");
-        else if (!e || run(e, &a, prompt, prompt_len, &r, &err))
+        else if (!e || (a.dump_logits && dump_prompt_logits(m.runner, prompt, prompt_len,
+                                                            a.dump_logits, &err)) ||
+                 run(e, &a, prompt, prompt_len, &r, &err))
             fprintf(stderr, "nanovllm generate: %s\n", err.msg);
         else if (print_result(&a, tok, prompt, prompt_len, &r))
             fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");

@@ -5,10 +5,13 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../cuda/cuda_device.h"
 #include "helpers.h"
 
 static void expect_failure(const char *args, int status, const char *needle) {
@@ -30,9 +33,23 @@ Test(cli, generate_json_matches_golden) {
     json_array_foreach(json_object_get(p, "prompt_ids"), i, id)
         snprintf(args + strlen(args), sizeof args - strlen(args), "%s%lld", i ? "," : "",
                  (long long)json_integer_value(id));
-    strcat(args, " --max-tokens 16");
+    char *dir = make_temp_dir(), dump[512];
+    snprintf(dump, sizeof dump, "%s/logits.f32", dir);
+    snprintf(args + strlen(args), sizeof args - strlen(args), " --max-tokens 16 --dump-logits %s", dump);
     char *out, *err;
     cr_assert_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
+    /* --dump-logits: [7 positions, vocab] float32; the last row is golden */
+    FILE *f = fopen(dump, "rb");
+    cr_assert(f, "no %s", dump);
+    float *rows = malloc(sizeof(float) * 8 * QWEN3_VOCAB_ROWS), *golden = golden_last_logits("len007");
+    cr_expect_eq(fread(rows, sizeof(float), 8 * (size_t)QWEN3_VOCAB_ROWS, f), 7 * (size_t)QWEN3_VOCAB_ROWS);
+    fclose(f);
+    for (int v = 0; v < QWEN3_VOCAB_ROWS; v++)
+        cr_assert(fabsf(rows[6 * (size_t)QWEN3_VOCAB_ROWS + v] - golden[v]) <= GOLDEN_TOL, "logit %d", v);
+    free(rows);
+    free(golden);
+    rm_rf(dir);
+    free(dir);
     json_error_t jerr;
     json_t *res = json_loads(out, 0, &jerr);
     cr_assert(res, "stdout is not one JSON object: %s", out);
@@ -132,17 +149,23 @@ Test(cli, runtime_errors) {
  * auto says it falls back and then runs on the CPU. On a GPU machine without
  * the CUDA runner the message names that instead. */
 Test(cli, device_selection) {
-    char *out, *err;
-    int rc = run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 1 --device cuda", &out, &err);
-    cr_expect_eq(rc, 1);
-    cr_expect(strstr(err, "--device cuda: no CUDA GPU available") ||
-                  strstr(err, "--device cuda: GPU found"), "%s", err);
+    char *out, *err, why[256];
+    bool gpu = cuda_device_probe(why, sizeof why) > 0;
+    int rc = run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 1 --device cuda --max-tokens 2",
+                          &out, &err);
+    if (gpu) {
+        cr_expect_eq(rc, 0, "%s", err);
+        cr_expect(strstr(err, "device cuda ("), "%s", err);
+    } else {
+        cr_expect_eq(rc, 1);
+        cr_expect(strstr(err, "--device cuda: no CUDA GPU available"), "%s", err);
+    }
     free(out);
     free(err);
     rc = run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 1 --device auto --max-tokens 2",
                       &out, &err);
     cr_expect_eq(rc, 0, "%s", err);
-    cr_expect(strstr(err, "using the CPU"), "%s", err);
+    cr_expect(strstr(err, gpu ? "device cuda (" : "using the CPU"), "%s", err);
     free(out);
     free(err);
 }

@@ -1,0 +1,476 @@
+/*
+ * cuda_runner.cu - Qwen3 forward pass on the GPU (see cuda_runner.h).
+ *
+ * One step, read top to bottom in cuda_step():
+ *   copy the step's metadata (tokens, positions, KV slots, block tables,
+ *   attention work items) to the GPU in one transfer ->
+ *   embed -> N x [RMSNorm -> qkv GEMM -> q/k norm + RoPE + KV store ->
+ *   paged attention -> o_proj GEMM -> residual + RMSNorm -> gate_up GEMM ->
+ *   SiLU-and-mul -> down GEMM -> residual + RMSNorm] -> gather the rows that
+ *   need logits -> lm_head GEMM -> argmax -> copy the tokens back
+ * all on one stream, with one synchronisation at the end of the step.
+ * Activations are allocated once for the largest step
+ * (max_num_batched_tokens tokens, max_num_seqs logits rows).
+ */
+#include "cuda_runner.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cublas_loader.h"
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+#include "cuda_weights.h"
+
+extern "C" {
+#include "../engine/log.h"
+#include "../engine/sampler.h"
+}
+
+#define CUBLAS_WORKSPACE_BYTES (32u << 20)
+
+typedef struct CudaRunner {
+    Runner base;
+    ModelConfig cfg;
+    cudaDeviceProp prop;
+    CublasApi blas;
+    cublasHandle_t blas_handle;
+    cudaStream_t stream;
+    void *blas_workspace;
+    CudaWeights weights;
+    float *rope;       /* [max_model_len, head_dim / 2, 2]: cos, sin */
+    uint16_t *kv;      /* K of every layer, then V of every layer */
+    size_t layer_elems; /* bf16 values of K (or V) per layer */
+
+    /* activations, [max_num_batched_tokens, width] each; logits [max_num_seqs, vocab] */
+    float *x, *delta, *qkv, *gate_up, *logits;
+    uint16_t *h, *q, *attn, *act, *normed;
+    int32_t *argmax;
+
+    /* The step's metadata: built in pinned host memory, copied in one go to
+     * the device buffer of the same layout. */
+    int32_t *meta_host, *meta_dev;
+    size_t meta_capacity; /* int32 values */
+    int32_t *argmax_host; /* pinned [max_num_seqs] */
+    float *logits_host;   /* pinned [max_num_seqs, vocab]: rows the CPU sampler takes */
+    SamplerScratch sampler;
+    int tile_tokens;
+    int max_blocks_per_seq;
+    int max_items;
+} CudaRunner;
+
+/* Where each part of the metadata sits in meta_host / meta_dev (int32 offsets). */
+typedef struct StepLayout {
+    int num_tokens, num_items, num_logit_rows;
+    size_t tokens, positions, slots, logit_rows, seqs, items, tables, total;
+} StepLayout;
+
+static uint16_t *k_layer(CudaRunner *r, int l) { return r->kv + (size_t)l * r->layer_elems; }
+static uint16_t *v_layer(CudaRunner *r, int l) {
+    return r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_elems;
+}
+
+/* Y[rows, out] = X[rows, in] . W[out, in]^T, bf16 inputs, float32 output and
+ * accumulation. cuBLAS is column-major: this is Y^T = W . X^T with W read
+ * transposed. */
+static int gemm(CudaRunner *r, float *y, const uint16_t *x, const uint16_t *w, int rows, int out,
+                int in, Error *err) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = r->blas.gemm_ex(r->blas_handle, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one,
+                                        w, CUDA_R_16BF, in, x, CUDA_R_16BF, in, &zero, y, CUDA_R_32F,
+                                        out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) return cublas_fail(&r->blas, err, "multiplying matrices", st);
+    return 0;
+}
+
+/* ---- one step -------------------------------------------------------------------------- */
+
+static bool greedy_on_gpu(const SampleInput *in) {
+    const SamplingParams *p = in->params;
+    return !p || (p->temperature < 1e-5f && !sampling_needs_penalties(p) && p->logprobs < 0);
+}
+
+static size_t align4(size_t n) { return (n + 3) & ~(size_t)3; }
+
+/* Flattens the batch into meta_host: per token its id, position and KV slot;
+ * per sequence its CudaAttnSeq and block table; the attention items; the
+ * rows whose logits are needed. */
+static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
+    int bs = r->base.options.block_size, T = 0, n_items = 0, n_rows = 0;
+    for (int s = 0; s < b->num_seqs; s++) T += b->seqs[s].num_tokens;
+    L->num_tokens = T;
+    L->tokens = 0;
+    L->positions = align4((size_t)T);
+    L->slots = L->positions + align4((size_t)T);
+    L->logit_rows = L->slots + align4((size_t)T);
+    L->seqs = L->logit_rows + align4((size_t)b->num_seqs);
+    L->items = L->seqs + 4 * (size_t)b->num_seqs;
+    size_t items_cap = 3 * (size_t)r->max_items;
+    L->tables = L->items + align4(items_cap);
+    int32_t *m = r->meta_host;
+    CudaAttnSeq *seqs = (CudaAttnSeq *)(m + L->seqs);
+    CudaAttnItem *items = (CudaAttnItem *)(m + L->items);
+    size_t table_at = L->tables;
+    int t = 0;
+    for (int s = 0; s < b->num_seqs; s++) {
+        const RunnerSeq *q = &b->seqs[s];
+        int blocks = (q->start_pos + q->num_tokens + bs - 1) / bs;
+        seqs[s] = (CudaAttnSeq){t, q->start_pos, q->num_tokens, (int32_t)(table_at - L->tables)};
+        memcpy(m + table_at, q->block_table, sizeof(int32_t) * (size_t)blocks);
+        table_at += (size_t)blocks;
+        for (int i = 0; i < q->num_tokens; i++, t++) {
+            int pos = q->start_pos + i;
+            m[L->tokens + t] = q->tokens[i];
+            m[L->positions + t] = pos;
+            m[L->slots + t] = q->block_table[pos / bs] * bs + pos % bs;
+        }
+        for (int t0 = 0; t0 < q->num_tokens; t0 += r->tile_tokens) {
+            int len = q->num_tokens - t0 < r->tile_tokens ? q->num_tokens - t0 : r->tile_tokens;
+            items[n_items++] = (CudaAttnItem){s, t0, len};
+        }
+        if (q->compute_logits) m[L->logit_rows + n_rows++] = t - 1;
+    }
+    L->num_items = n_items;
+    L->num_logit_rows = n_rows;
+    L->total = table_at;
+}
+
+static int forward(CudaRunner *r, const StepLayout *L, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const int T = L->num_tokens, H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    const int Q = c->num_heads * D, QKV = (c->num_heads + 2 * c->num_kv_heads) * D;
+    const float eps = (float)c->rms_norm_eps;
+    const int32_t *meta = r->meta_dev;
+    CudaStream s = r->stream;
+    if (cuda_embed(r->x, r->weights.embed, meta + L->tokens, T, H, s, err) ||
+        cuda_add_rmsnorm(r->x, NULL, r->h, r->weights.layers[0].input_norm, T, H, eps, s, err))
+        return -1;
+    for (int l = 0; l < c->num_layers; l++) {
+        const CudaLayerWeights *W = &r->weights.layers[l];
+        const float *next_norm = l + 1 < c->num_layers ? r->weights.layers[l + 1].input_norm
+                                                       : r->weights.final_norm;
+        if (gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ||
+            cuda_qk_norm_rope_store(r->q, k_layer(r, l), v_layer(r, l), r->qkv, W->q_norm, W->k_norm,
+                                    r->rope, meta + L->positions, meta + L->slots, T, c->num_heads,
+                                    c->num_kv_heads, D, eps, s, err) ||
+            cuda_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l),
+                           (const CudaAttnSeq *)(meta + L->seqs), (const CudaAttnItem *)(meta + L->items),
+                           L->num_items, meta + L->tables, c->num_heads, c->num_kv_heads, D,
+                           r->base.options.block_size, s, err) ||
+            gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err) ||
+            cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
+            gemm(r, r->gate_up, r->h, W->gate_up, T, 2 * I, H, err) ||
+            cuda_silu_mul(r->act, r->gate_up, T, I, s, err) ||
+            gemm(r, r->delta, r->act, W->down, T, H, I, err) ||
+            cuda_add_rmsnorm(r->x, r->delta, r->h, next_norm, T, H, eps, s, err)) /* h: next input */
+            return error_prefix(err, "layer %d", l);
+    }
+    return 0;
+}
+
+/* Every token's logits into the caller's all_logits, max_num_seqs rows at a time. */
+static int copy_all_logits(CudaRunner *r, const RunnerBatch *b, int num_tokens, Error *err) {
+    const int H = r->cfg.hidden_size, V = r->cfg.vocab_size, S = r->base.options.max_num_seqs;
+    for (int t0 = 0; t0 < num_tokens; t0 += S) {
+        int n = num_tokens - t0 < S ? num_tokens - t0 : S;
+        if (gemm(r, r->logits, r->h + (size_t)t0 * H, r->weights.lm_head, n, V, H, err)) return -1;
+        CUDA_TRY(cudaMemcpyAsync(b->all_logits + (size_t)t0 * V, r->logits, sizeof(float) * n * V,
+                                 cudaMemcpyDeviceToHost, r->stream),
+                 "copying logits from the GPU", err);
+    }
+    return 0;
+}
+
+static int32_t sample_on_host(CudaRunner *r, float *row, const RunnerBatch *b, int s) {
+    SamplingParams greedy = sampling_params_default();
+    SampleInput in = b->seqs[s].sample;
+    if (!in.params) in.params = &greedy;
+    return sampler_sample(row, &in, &r->sampler, b->logprobs ? &b->logprobs[s] : NULL);
+}
+
+static int cuda_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
+    CudaRunner *r = (CudaRunner *)base;
+    if (runner_validate_batch(base, b, err)) return -1;
+    const size_t V = (size_t)r->cfg.vocab_size;
+    StepLayout L;
+    prepare(r, b, &L);
+    CUDA_TRY(cudaMemcpyAsync(r->meta_dev, r->meta_host, sizeof(int32_t) * L.total,
+                             cudaMemcpyHostToDevice, r->stream),
+             "copying the batch to the GPU", err);
+    if (forward(r, &L, err)) return -1;
+
+    if (b->all_logits) { /* tests and tools: everything through the host */
+        if (copy_all_logits(r, b, L.num_tokens, err)) return -1;
+        CUDA_TRY(cudaStreamSynchronize(r->stream), "running the step", err);
+        int t = 0;
+        for (int s = 0; s < b->num_seqs; s++) {
+            t += b->seqs[s].num_tokens;
+            out[s] = -1;
+            if (!b->seqs[s].compute_logits) continue;
+            const float *row = b->all_logits + (size_t)(t - 1) * V;
+            if (b->last_logits) memcpy(b->last_logits + (size_t)s * V, row, sizeof(float) * V);
+            memcpy(r->logits_host, row, sizeof(float) * V); /* the caller's stay raw */
+            out[s] = sample_on_host(r, r->logits_host, b, s);
+        }
+        return 0;
+    }
+
+    int n = L.num_logit_rows;
+    if (n > 0) {
+        if (cuda_gather_rows(r->normed, r->h, r->meta_dev + L.logit_rows, n, r->cfg.hidden_size,
+                             r->stream, err) ||
+            gemm(r, r->logits, r->normed, r->weights.lm_head, n, (int)V, r->cfg.hidden_size, err) ||
+            cuda_argmax(r->argmax, r->logits, n, (int)V, r->stream, err))
+            return -1;
+        CUDA_TRY(cudaMemcpyAsync(r->argmax_host, r->argmax, sizeof(int32_t) * n,
+                                 cudaMemcpyDeviceToHost, r->stream),
+                 "copying tokens from the GPU", err);
+    }
+    /* Rows the CPU sampler takes, and logits a caller asked for, come back too. */
+    for (int s = 0, row = 0; s < b->num_seqs; s++) {
+        if (!b->seqs[s].compute_logits) continue;
+        const float *src = r->logits + (size_t)row * V;
+        if (!greedy_on_gpu(&b->seqs[s].sample))
+            CUDA_TRY(cudaMemcpyAsync(r->logits_host + (size_t)row * V, src, sizeof(float) * V,
+                                     cudaMemcpyDeviceToHost, r->stream),
+                     "copying logits from the GPU", err);
+        if (b->last_logits)
+            CUDA_TRY(cudaMemcpyAsync(b->last_logits + (size_t)s * V, src, sizeof(float) * V,
+                                     cudaMemcpyDeviceToHost, r->stream),
+                     "copying logits from the GPU", err);
+        row++;
+    }
+    CUDA_TRY(cudaStreamSynchronize(r->stream), "running the step", err);
+    for (int s = 0, row = 0; s < b->num_seqs; s++) {
+        out[s] = -1;
+        if (!b->seqs[s].compute_logits) continue;
+        out[s] = greedy_on_gpu(&b->seqs[s].sample)
+                     ? r->argmax_host[row]
+                     : sample_on_host(r, r->logits_host + (size_t)row * V, b, s);
+        row++;
+    }
+    return 0;
+}
+
+/* ---- creation ---------------------------------------------------------------------------- */
+
+static void cuda_destroy(Runner *base) {
+    CudaRunner *r = (CudaRunner *)base;
+    if (!r) return;
+    if (r->stream) cudaStreamSynchronize(r->stream); /* nothing may still use what is freed */
+    if (r->blas_handle) r->blas.destroy(r->blas_handle);
+    cublas_unload(&r->blas);
+    cuda_weights_free(&r->weights);
+    void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
+                      r->logits, r->h, r->q, r->attn, r->act, r->normed, r->argmax, r->meta_dev};
+    for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) cuda_free(device[i]);
+    void *pinned[] = {r->meta_host, r->argmax_host, r->logits_host};
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
+        if (pinned[i]) cudaFreeHost(pinned[i]);
+    if (r->stream) cudaStreamDestroy(r->stream);
+    sampler_scratch_free(&r->sampler);
+    free(r);
+}
+
+static const RunnerOps CUDA_OPS = {cuda_step, cuda_destroy};
+
+static int pick_device(CudaRunner *r, Error *err) {
+    int count = 0;
+    CUDA_TRY(cudaGetDeviceCount(&count), "looking for a GPU", err);
+    if (count < 1) return error_set(err, "no CUDA GPU available");
+    CUDA_TRY(cudaSetDevice(0), "selecting GPU 0", err);
+    CUDA_TRY(cudaGetDeviceProperties(&r->prop, 0), "reading GPU 0's properties", err);
+    if (r->prop.major < 8)
+        return error_set(err, "%s (sm_%d%d) has no bf16 support; the CUDA runner needs sm_80 or newer",
+                         r->prop.name, r->prop.major, r->prop.minor);
+    return 0;
+}
+
+static int setup_blas(CudaRunner *r, Error *err) {
+    if (cublas_load(&r->blas, err)) return -1;
+    cublasStatus_t st = r->blas.create(&r->blas_handle);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        r->blas_handle = NULL;
+        return cublas_fail(&r->blas, err, "creating a handle", st);
+    }
+    /* A fixed workspace: cuBLAS then allocates nothing behind our back, so
+     * the memory measured after the warm-up is all there is. */
+    r->blas_workspace = cuda_alloc(CUBLAS_WORKSPACE_BYTES, err);
+    if (!r->blas_workspace) return -1;
+    if ((st = r->blas.set_stream(r->blas_handle, r->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (st = r->blas.set_workspace(r->blas_handle, r->blas_workspace, CUBLAS_WORKSPACE_BYTES)) !=
+            CUBLAS_STATUS_SUCCESS)
+        return cublas_fail(&r->blas, err, "configuring the handle", st);
+    return 0;
+}
+
+/* cos and sin of every (position, frequency), in double as the CPU runner. */
+static int upload_rope(CudaRunner *r, Error *err) {
+    int half = r->cfg.head_dim / 2, P = r->base.options.max_model_len;
+    size_t n = (size_t)P * half * 2;
+    float *table = (float *)malloc(sizeof(float) * n);
+    if (!table) return error_set(err, "out of memory (RoPE table)");
+    for (int i = 0; i < half; i++) {
+        double inv_freq = 1.0 / pow(r->cfg.rope_theta, (2.0 * i) / r->cfg.head_dim);
+        for (int p = 0; p < P; p++) {
+            double angle = (double)p * inv_freq;
+            table[((size_t)p * half + i) * 2] = (float)cos(angle);
+            table[((size_t)p * half + i) * 2 + 1] = (float)sin(angle);
+        }
+    }
+    r->rope = (float *)cuda_alloc(sizeof(float) * n, err);
+    int rc = r->rope ? cuda_upload(r->rope, table, sizeof(float) * n, err) : -1;
+    free(table);
+    return rc;
+}
+
+static int alloc_activations(CudaRunner *r, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const RunnerOptions *o = &r->base.options;
+    size_t T = (size_t)o->max_num_batched_tokens, S = (size_t)o->max_num_seqs;
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
+    struct {
+        void **p;
+        size_t bytes;
+    } bufs[] = {
+        {(void **)&r->x, T * H * 4},          {(void **)&r->delta, T * H * 4},
+        {(void **)&r->qkv, T * (Q + 2 * KV) * 4}, {(void **)&r->gate_up, T * 2 * I * 4},
+        {(void **)&r->logits, S * c->vocab_size * 4}, {(void **)&r->h, T * H * 2},
+        {(void **)&r->q, T * Q * 2},          {(void **)&r->attn, T * Q * 2},
+        {(void **)&r->act, T * I * 2},        {(void **)&r->normed, S * H * 2},
+        {(void **)&r->argmax, S * 4},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = cuda_alloc(bufs[i].bytes, err)))
+            return error_prefix(err, "activations for %zu tokens", T);
+
+    r->tile_tokens = cuda_attention_tile_tokens(c->num_heads, c->num_kv_heads);
+    r->max_blocks_per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;
+    r->max_items = (int)(T / (size_t)r->tile_tokens + S);
+    r->meta_capacity = 3 * align4(T) + align4(S) + 4 * S + align4(3 * (size_t)r->max_items) +
+                       S * (size_t)r->max_blocks_per_seq;
+    r->meta_dev = (int32_t *)cuda_alloc(sizeof(int32_t) * r->meta_capacity, err);
+    if (!r->meta_dev) return -1;
+    CUDA_TRY(cudaMallocHost((void **)&r->meta_host, sizeof(int32_t) * r->meta_capacity),
+             "allocating pinned host memory", err);
+    CUDA_TRY(cudaMallocHost((void **)&r->argmax_host, sizeof(int32_t) * S),
+             "allocating pinned host memory", err);
+    CUDA_TRY(cudaMallocHost((void **)&r->logits_host, sizeof(float) * S * c->vocab_size),
+             "allocating pinned host memory", err);
+    return sampler_scratch_init(&r->sampler, c->vocab_size, err);
+}
+
+/* Runs the largest prefill and the largest decode step once on a KV cache
+ * just big enough, so that whatever the first real steps would allocate
+ * (cuBLAS's heuristics, lazily loaded kernels) is allocated now. */
+static int warm_up(CudaRunner *r, Error *err) {
+    RunnerOptions *o = &r->base.options;
+    int prefill = o->max_num_batched_tokens < o->max_model_len ? o->max_num_batched_tokens
+                                                               : o->max_model_len;
+    int blocks = (prefill + o->block_size - 1) / o->block_size;
+    int decode = o->max_num_seqs < o->max_num_batched_tokens ? o->max_num_seqs : o->max_num_batched_tokens;
+    size_t block_bytes = cuda_runner_block_bytes(&r->cfg, o->block_size);
+    r->kv = (uint16_t *)cuda_alloc(blocks * block_bytes, err);
+    int32_t *tokens = (int32_t *)calloc((size_t)prefill, sizeof(int32_t));
+    int32_t *table = (int32_t *)calloc((size_t)blocks, sizeof(int32_t));
+    RunnerSeq *seqs = (RunnerSeq *)calloc((size_t)decode, sizeof(RunnerSeq));
+    int32_t *out = (int32_t *)calloc((size_t)decode, sizeof(int32_t));
+    int rc = -1;
+    if (!r->kv) goto done;
+    if (!tokens || !table || !seqs || !out) {
+        error_set(err, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < blocks; i++) table[i] = i;
+    r->layer_elems = (size_t)blocks * o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
+    r->base.num_kv_blocks = blocks;
+    {
+        seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, true, {}};
+        RunnerBatch one = {seqs, 1, NULL, NULL, NULL};
+        if (cuda_step(&r->base, &one, out, err)) goto done;
+        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, true, {}};
+        RunnerBatch many = {seqs, decode, NULL, NULL, NULL};
+        if (cuda_step(&r->base, &many, out, err)) goto done;
+    }
+    rc = 0;
+done:
+    if (rc) error_prefix(err, "warm-up step");
+    cuda_free(r->kv);
+    r->kv = NULL;
+    r->base.num_kv_blocks = 0;
+    free(tokens);
+    free(table);
+    free(seqs);
+    free(out);
+    return rc;
+}
+
+/* The KV cache gets total * utilisation minus what is in use now (weights,
+ * activations, workspace, the CUDA context), in whole blocks. */
+static int alloc_kv_cache(CudaRunner *r, Error *err) {
+    const RunnerOptions *o = &r->base.options;
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the GPU's free memory", err);
+    double used = (double)(total_bytes - free_bytes);
+    double budget = (double)total_bytes * o->gpu_memory_utilization - used;
+    size_t block_bytes = cuda_runner_block_bytes(&r->cfg, o->block_size);
+    size_t blocks = budget > 0 ? (size_t)(budget / (double)block_bytes) : 0;
+    if (o->num_gpu_blocks_override > 0) blocks = (size_t)o->num_gpu_blocks_override;
+    if (blocks < 1)
+        return error_set(err, "no GPU memory left for the KV cache: %.2f GB of %.2f GB are in use "
+                              "(weights, activations, CUDA) and --gpu-memory-utilization %.2f allows "
+                              "%.2f GB; raise it or lower --max-num-batched-tokens / --max-num-seqs",
+                         used / 1e9, total_bytes / 1e9, o->gpu_memory_utilization,
+                         total_bytes * o->gpu_memory_utilization / 1e9);
+    size_t max_blocks = (size_t)INT32_MAX / (size_t)o->block_size; /* slots are int32 */
+    if (blocks > max_blocks) blocks = max_blocks;
+    r->kv = (uint16_t *)cuda_alloc(blocks * block_bytes, err);
+    if (!r->kv) return error_prefix(err, "KV cache of %zu blocks", blocks);
+    r->layer_elems = blocks * (size_t)o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
+    r->base.num_kv_blocks = (int)blocks;
+    r->base.kv_cache_bytes = blocks * block_bytes;
+    return 0;
+}
+
+extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err) {
+    const ModelConfig *c = &model->config;
+    RunnerOptions o = *opts;
+    o.device = "cuda";
+    if (runner_resolve_options(&o, c, err) ||
+        cuda_kernels_check_shape(c->num_heads, c->num_kv_heads, c->head_dim, err))
+        return NULL;
+    CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);
+    if (!r) {
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    r->base.ops = &CUDA_OPS;
+    r->base.device = "cuda";
+    r->base.model = model;
+    r->base.options = o;
+    r->cfg = *c;
+    double t0 = now_seconds();
+    int rc = pick_device(r, err);
+    if (rc == 0 && cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) != cudaSuccess)
+        rc = error_set(err, "cannot create a CUDA stream");
+    if (rc == 0) rc = setup_blas(r, err);
+    if (rc == 0) rc = cuda_weights_upload(&r->weights, model, err);
+    double t_weights = now_seconds();
+    if (rc == 0) rc = upload_rope(r, err);
+    if (rc == 0) rc = alloc_activations(r, err);
+    if (rc == 0) rc = warm_up(r, err);
+    if (rc == 0) rc = alloc_kv_cache(r, err);
+    if (rc) {
+        cuda_destroy(&r->base);
+        return NULL;
+    }
+    snprintf(r->base.description, sizeof r->base.description,
+             "cuda (%.64s, sm_%d%d, %.1f GiB), bf16 weights (%.2f GB, uploaded in %.2f s) and KV "
+             "cache, float32 residual; warm-up and KV sizing %.2f s",
+             r->prop.name, r->prop.major, r->prop.minor, (double)r->prop.totalGlobalMem / (1u << 30),
+             r->weights.bytes / 1e9, t_weights - t0, now_seconds() - t_weights);
+    return &r->base;
+}

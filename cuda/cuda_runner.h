@@ -1,0 +1,35 @@
+/*
+ * cuda_runner.h - the Qwen3 forward pass on an NVIDIA GPU, behind runner.h.
+ *
+ * bf16 weights and KV cache, float32 residual stream and accumulation,
+ * cuBLAS GEMMs and the kernels of cuda_kernels.h. The KV cache takes what
+ * --gpu-memory-utilization leaves after the weights and a warm-up step at the
+ * largest batch, as nano-vllm sizes it. Greedy tokens are chosen on the GPU
+ * and only they come back; a request that samples, asks for logprobs or
+ * penalties has its row of logits copied back and goes through the CPU
+ * sampler (sampler.h), so both backends share one set of semantics.
+ *
+ * Built without CUDA, cuda_runner_create() says so (cuda_device_none.c).
+ */
+#ifndef NANOVLLM_CUDA_RUNNER_H
+#define NANOVLLM_CUDA_RUNNER_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "../engine/runner.h"
+
+Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err);
+
+/* Bytes of one KV block on the GPU: bf16 K and V of every layer. */
+static inline size_t cuda_runner_block_bytes(const ModelConfig *cfg, int block_size) {
+    return 2 * sizeof(uint16_t) * (size_t)cfg->num_layers * (size_t)block_size *
+           (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
