@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# gpu_bundle.sh - builds nanovllm and its test binary with CUDA and puts them,
+# with the shared libraries they need that a GPU machine may lack, into
+# gpu-bundle/ (git-ignored), for scripts/gpu_check.sh on a machine that has a
+# GPU but none of our Debian packages (see ../shared/DESIGN.md, last section).
+#
+#   scripts/gpu_bundle.sh        then carry gpu-bundle/ and run scripts/gpu_check.sh
+#
+# glibc, libstdc++ and libgcc_s stay out: the GPU machine's own are newer.
+# cuBLAS stays out too: it is opened at run time from the machine's CUDA.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -j"$(nproc)" CUDA=1 build/nanovllm build/test_nanovllm
+rm -rf gpu-bundle
+mkdir -p gpu-bundle/lib
+cp build/nanovllm build/test_nanovllm gpu-bundle/
+for bin in build/nanovllm build/test_nanovllm; do
+    ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | grep -vE '^(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^ ]*)\.so' |
+    while read -r soname path; do cp -L "$path" "gpu-bundle/lib/$soname"; done
+du -sh gpu-bundle
