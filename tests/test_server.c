@@ -507,11 +507,13 @@ Test(server, limits, .timeout = 60) {
 Test(server, graceful_shutdown_and_logs, .timeout = 90) {
     TestServer s;
     server_start(&s, "--shutdown-grace 60");
-    char cmd[2048];
+    char cmd[2560];
     snprintf(cmd, sizeof cmd,
              "curl -s -N http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"bye\", \"max_tokens\": "
-             "300, \"ignore_eos\": true, \"stream\": true}' > %s/last.txt & sleep 0.2; kill -TERM %d; wait",
-             s.port, s.dir, (int)s.pid);
+             "300, \"ignore_eos\": true, \"stream\": true}' > %s/last.txt & "
+             /* TERM only once the stream has begun: under load curl may take a while */
+             "for i in $(seq 400); do [ -s %s/last.txt ] && break; sleep 0.05; done; kill -TERM %d; wait",
+             s.port, s.dir, s.dir, (int)s.pid);
     cr_assert_eq(system(cmd), 0);
     char path[512];
     snprintf(path, sizeof path, "%s/last.txt", s.dir);
