@@ -13,11 +13,18 @@
  * and the warp adds P V for its 32 keys, each lane owning head_dim / 32
  * output dimensions. The four warps' partial results are merged at the end.
  *
- * Decode is the same kernel with one token per item. This is the simple,
- * correct version: the CUDA-core arithmetic and one block per (sequence, KV
- * head) leave a single long decode sequence far from the memory bandwidth;
- * splitting the context over blocks and tensor-core prefill are the next
- * step (see engine/PERFORMANCE.md).
+ * Decode is the same kernel with one token per item. With a few sequences,
+ * one block per (sequence, KV head) would leave most SMs idle while each
+ * block walks a long context, so decode steps may split the context
+ * (flash-decoding): the grid's third dimension cuts every sequence's keys
+ * into num_splits equal ranges (multiples of 32), each block writes its
+ * unnormalised output with its running max and sum, and a merge kernel
+ * combines the splits. The split count is fixed per launch and the ranges
+ * are derived on the GPU from each sequence's length, so the launch shape
+ * does not depend on the lengths and the decode step can be a CUDA graph.
+ *
+ * Prefill stays on CUDA cores (tensor-core prefill is future work, see
+ * cuda/PERFORMANCE.md).
  */
 #include <math.h>
 
@@ -27,6 +34,8 @@
 #define WARP 32
 #define ATTN_WARPS 4
 #define TILE_ROWS 16 /* query rows (tokens x group heads) per block */
+#define MAX_SPLITS 16
+#define MIN_KEYS_PER_SPLIT 256
 
 __device__ __forceinline__ float bf16_to_f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
@@ -58,7 +67,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * WARP)
 paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
                        const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
                        const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
-                       float scale) {
+                       float scale, int num_splits, float *part_o, float *part_ml) {
     const int D = DL * WARP;
     extern __shared__ float smem[];
     float *q_s = smem;                                 /* [TILE_ROWS, D] */
@@ -74,6 +83,12 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
     const int32_t *table = block_tables + seq.table0;
     const int first_pos = seq.start_pos + item.tile0;
     const int num_keys = first_pos + item.tile_len; /* the last row sees keys [0, num_keys) */
+    int key_begin = 0, key_end = num_keys;
+    if (num_splits > 1) { /* this block's share of the keys, in whole chunks */
+        int per = ((num_keys + num_splits - 1) / num_splits + WARP - 1) / WARP * WARP;
+        key_begin = min(num_keys, (int)blockIdx.z * per);
+        key_end = min(num_keys, key_begin + per);
+    }
 
     /* row r: token r / group of the tile, query head kv_head * group + r % group */
     for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
@@ -93,9 +108,9 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
     }
     float *p_warp = p_s + warp * TILE_ROWS * WARP;
 
-    for (int chunk0 = warp * WARP; chunk0 < num_keys; chunk0 += ATTN_WARPS * WARP) {
+    for (int chunk0 = key_begin + warp * WARP; chunk0 < key_end; chunk0 += ATTN_WARPS * WARP) {
         const int key = chunk0 + lane;
-        const bool valid = key < num_keys;
+        const bool valid = key < key_end;
         size_t slot = 0;
         float s[TILE_ROWS];
 #pragma unroll
@@ -137,7 +152,7 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
             p_warp[r * WARP + lane] = p;
         }
         __syncwarp();
-        int keys_here = num_keys - chunk0 < WARP ? num_keys - chunk0 : WARP;
+        int keys_here = key_end - chunk0 < WARP ? key_end - chunk0 : WARP;
         for (int j = 0; j < keys_here; j++) {
             size_t slot_j = __shfl_sync(0xffffffffu, slot, j);
             const uint16_t *v_row = v_cache + (slot_j * num_kv_heads + kv_head) * D;
@@ -170,6 +185,7 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
                 if (w == 0) {
 #pragma unroll
                     for (int i = 0; i < DL; i++) o[lane + i * WARP] = acc[r][i];
+                    __syncwarp();
                     if (lane == 0) {
                         m_s[r] = m[r];
                         l_s[r] = l[r];
@@ -189,11 +205,66 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
         }
         __syncthreads();
     }
+    if (num_splits > 1) { /* unnormalised, with max and sum, for merge_splits_kernel */
+        size_t part = ((size_t)blockIdx.x * gridDim.y + kv_head) * num_splits + blockIdx.z;
+        for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x)
+            part_o[part * TILE_ROWS * D + idx] = o_s[idx];
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+            part_ml[(part * TILE_ROWS + r) * 2] = m_s[r];
+            part_ml[(part * TILE_ROWS + r) * 2 + 1] = l_s[r];
+        }
+        return;
+    }
     for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
         int r = idx / D, d = idx % D;
         int token = seq.token0 + item.tile0 + r / group, head = kv_head * group + r % group;
         out[((size_t)token * num_heads + head) * D + d] = f_to_bf16(o_s[idx] / l_s[r]);
     }
+}
+
+/* Combines the splits of one (item, KV head): each split's output scaled by
+ * exp(its max - the overall max), over the sum scaled alike. A split that
+ * got no keys has max -inf and sum 0 and drops out. */
+__global__ void merge_splits_kernel(uint16_t *out, const float *part_o, const float *part_ml,
+                                    const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_heads,
+                                    int head_dim, int num_splits) {
+    const CudaAttnItem item = items[blockIdx.x];
+    const CudaAttnSeq seq = seqs[item.seq];
+    const int kv_head = blockIdx.y, group = num_heads / gridDim.y, D = head_dim;
+    const int rows = item.tile_len * group;
+    const size_t part0 = ((size_t)blockIdx.x * gridDim.y + kv_head) * num_splits;
+    for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
+        int r = idx / D, d = idx % D;
+        float m = -INFINITY;
+        for (int s = 0; s < num_splits; s++) m = fmaxf(m, part_ml[((part0 + s) * TILE_ROWS + r) * 2]);
+        float num = 0.0f, den = 0.0f;
+        for (int s = 0; s < num_splits; s++) {
+            const float *ml = part_ml + ((part0 + s) * TILE_ROWS + r) * 2;
+            float w = exp_diff(ml[0], m);
+            num += w * part_o[(part0 + s) * TILE_ROWS * D + idx];
+            den += w * ml[1];
+        }
+        int token = seq.token0 + item.tile0 + r / group, head = kv_head * group + r % group;
+        out[((size_t)token * num_heads + head) * D + d] = f_to_bf16(num / den);
+    }
+}
+
+extern "C" int cuda_attention_max_splits(void) { return MAX_SPLITS; }
+
+extern "C" size_t cuda_attention_split_workspace_bytes(int head_dim, int max_split_blocks) {
+    return sizeof(float) * (size_t)max_split_blocks * TILE_ROWS * ((size_t)head_dim + 2);
+}
+
+extern "C" int cuda_attention_choose_splits(int num_items, int num_kv_heads, int max_keys,
+                                            int num_sms, int max_split_blocks) {
+    int blocks = num_items * num_kv_heads;
+    if (blocks <= 0) return 1;
+    int splits = (2 * num_sms + blocks - 1) / blocks; /* two waves of blocks */
+    int by_keys = (max_keys + MIN_KEYS_PER_SPLIT - 1) / MIN_KEYS_PER_SPLIT;
+    if (splits > by_keys) splits = by_keys;
+    if (splits > MAX_SPLITS) splits = MAX_SPLITS;
+    if (splits > max_split_blocks / blocks) splits = max_split_blocks / blocks;
+    return splits < 1 ? 1 : splits;
 }
 
 extern "C" int cuda_attention_tile_tokens(int num_heads, int num_kv_heads) {
@@ -205,18 +276,28 @@ template <int DL>
 static int launch(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
                   const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
                   const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
-                  cudaStream_t stream, Error *err) {
+                  int num_splits, float *split_workspace, cudaStream_t stream, Error *err) {
     const int D = DL * WARP;
     size_t shared = sizeof(float) * ((size_t)TILE_ROWS * D + ATTN_WARPS * TILE_ROWS * WARP + 2 * TILE_ROWS);
-    if (shared > 48 * 1024)
+    static bool shared_raised = false; /* once, before any graph capture (warm-up) */
+    if (shared > 48 * 1024 && !shared_raised) {
         CUDA_TRY(cudaFuncSetAttribute(paged_attention_kernel<DL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)shared),
                  "raising the attention kernel's shared memory", err);
-    dim3 grid((unsigned)num_items, (unsigned)num_kv_heads);
+        shared_raised = true;
+    }
+    float *part_o = split_workspace;
+    float *part_ml = part_o ? part_o + (size_t)num_items * num_kv_heads * num_splits * TILE_ROWS * D : NULL;
+    dim3 grid((unsigned)num_items, (unsigned)num_kv_heads, (unsigned)num_splits);
     paged_attention_kernel<DL><<<grid, ATTN_WARPS * WARP, shared, stream>>>(
         out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size,
-        1.0f / sqrtf((float)D));
+        1.0f / sqrtf((float)D), num_splits, part_o, part_ml);
     CUDA_LAUNCHED("the attention kernel", err);
+    if (num_splits > 1) {
+        merge_splits_kernel<<<dim3((unsigned)num_items, (unsigned)num_kv_heads), 128, 0, stream>>>(
+            out, part_o, part_ml, seqs, items, num_heads, D, num_splits);
+        CUDA_LAUNCHED("the attention merge kernel", err);
+    }
     return 0;
 }
 
@@ -224,19 +305,21 @@ extern "C" int cuda_attention(uint16_t *out, const uint16_t *q, const uint16_t *
                               const uint16_t *v_cache, const CudaAttnSeq *seqs,
                               const CudaAttnItem *items, int num_items, const int32_t *block_tables,
                               int num_heads, int num_kv_heads, int head_dim, int block_size,
-                              CudaStream stream, Error *err) {
+                              int num_splits, float *split_workspace, CudaStream stream, Error *err) {
     if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
     if (num_items <= 0) return 0;
+    if (num_splits < 1 || num_splits > MAX_SPLITS || (num_splits > 1 && !split_workspace))
+        return error_set(err, "attention: %d splits (1..%d, with a workspace)", num_splits, MAX_SPLITS);
     cudaStream_t s = (cudaStream_t)stream;
     switch (head_dim) {
     case 64:
         return launch<2>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                         num_kv_heads, block_size, s, err);
+                         num_kv_heads, block_size, num_splits, split_workspace, s, err);
     case 128:
         return launch<4>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                         num_kv_heads, block_size, s, err);
+                         num_kv_heads, block_size, num_splits, split_workspace, s, err);
     default:
         return launch<8>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                         num_kv_heads, block_size, s, err);
+                         num_kv_heads, block_size, num_splits, split_workspace, s, err);
     }
 }

@@ -76,11 +76,25 @@ int cuda_attention_tile_tokens(int num_heads, int num_kv_heads);
 /* Causal attention of every new token over its sequence's cached context
  * (prefill, prefill over a cached prefix, chunked prefill and decode alike):
  * out [tokens, num_heads, head_dim] bf16 from q (same shape, already normed
- * and rotated) and the layer's caches through block_tables. */
+ * and rotated) and the layer's caches through block_tables. num_splits > 1
+ * cuts each sequence's keys into that many ranges, one thread block each,
+ * merged afterwards (flash-decoding); it needs split_workspace of
+ * cuda_attention_split_workspace_bytes() for num_items * num_kv_heads *
+ * num_splits blocks. */
 int cuda_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
                    const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
                    int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
-                   int head_dim, int block_size, CudaStream stream, Error *err);
+                   int head_dim, int block_size, int num_splits, float *split_workspace,
+                   CudaStream stream, Error *err);
+
+int cuda_attention_max_splits(void);
+size_t cuda_attention_split_workspace_bytes(int head_dim, int max_split_blocks);
+
+/* How many splits keep num_sms busy (about two waves of blocks) without
+ * splits shorter than a few hundred keys or more than max_split_blocks
+ * blocks in all. max_keys: the longest context the launch may see. */
+int cuda_attention_choose_splits(int num_items, int num_kv_heads, int max_keys, int num_sms,
+                                 int max_split_blocks);
 
 /* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, intermediate + i]). */
 int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, CudaStream stream,

@@ -283,7 +283,7 @@ static void attention_reference(float *out, const float *q, const float *k, cons
     free(score);
 }
 
-static void attention_case(const AttnCase *c, uint64_t seed) {
+static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
     int T = 0;
     for (int s = 0; s < c->num_seqs; s++) T += c->len[s];
     size_t cache = (size_t)c->num_blocks * c->block_size * c->nkv * c->D;
@@ -316,9 +316,12 @@ static void attention_case(const AttnCase *c, uint64_t seed) {
     CudaAttnItem *d_items = dev_copy(items, sizeof(CudaAttnItem) * n_items);
     int32_t *d_tables = dev_copy(flat, sizeof(int32_t) * (size_t)at);
     uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * T * c->nh * c->D);
+    float *d_split = splits > 1 ? dev_poisoned(cuda_attention_split_workspace_bytes(
+                                      c->D, n_items * c->nkv * splits))
+                                : NULL;
     Error err = {{0}};
     cr_assert(cuda_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, n_items, d_tables, c->nh, c->nkv, c->D,
-                             c->block_size, NULL, &err) == 0, "%s", err.msg);
+                             c->block_size, splits, d_split, NULL, &err) == 0, "%s", err.msg);
     size_t n_out = (size_t)T * c->nh * c->D;
     uint16_t *out = malloc(sizeof(uint16_t) * n_out);
     dev_fetch(out, d_out, sizeof(uint16_t) * n_out);
@@ -326,16 +329,18 @@ static void attention_case(const AttnCase *c, uint64_t seed) {
     attention_reference(want, q_f, k_f, v_f, c, tables);
     for (size_t i = 0; i < n_out; i++) cr_assert(!isnan(got[i]), "output %zu was never written", i);
     double rel = rel_error(got, want, n_out);
-    cr_expect(rel < 5e-3, "attention (%d/%d heads x %d, block %d): relative error %g", c->nh, c->nkv,
-              c->D, c->block_size, rel);
+    cr_expect(rel < 5e-3, "attention (%d/%d heads x %d, block %d, %d splits): relative error %g", c->nh,
+              c->nkv, c->D, c->block_size, splits, rel);
     for (size_t i = 0; i < n_out; i++)
         cr_assert(fabsf(got[i] - want[i]) <= 0.02f + 0.01f * fabsf(want[i]), "out[%zu] %g vs %g", i,
                   got[i], want[i]);
-    void *dev[] = {d_q, d_k, d_v, d_seqs, d_items, d_tables, d_out};
+    void *dev[] = {d_q, d_k, d_v, d_seqs, d_items, d_tables, d_out, d_split};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
     void *host[] = {q, k, v, q_f, k_f, v_f, out, want, got};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
+
+static void attention_case(const AttnCase *c, uint64_t seed) { attention_case_split(c, seed, 1); }
 
 /* Prefill from zero, a chunk on top of a cached prefix, and decodes whose
  * contexts cross many blocks, all in one batch. */
@@ -351,4 +356,24 @@ Test(cuda_kernels, paged_attention_mixed_batch) {
     attention_case(&d64, 80);
     AttnCase d256 = {4, 4, 256, 256, 8, 2, {0, 511}, {19, 1}};
     attention_case(&d256, 90);
+}
+
+/* Decode steps with the context split over blocks (flash-decoding): split
+ * counts that divide the keys unevenly, splits left with no keys (short
+ * contexts), a single-key context, and one split per 32 keys. */
+Test(cuda_kernels, paged_attention_split_decode) {
+    require_gpu();
+    AttnCase qwen06 = {16, 8, 128, 16, 400, 4, {2999, 0, 40, 1234}, {1, 1, 1, 1}};
+    for (int splits = 2; splits <= cuda_attention_max_splits(); splits += 5)
+        attention_case_split(&qwen06, 100 + (uint64_t)splits, splits);
+    AttnCase group4 = {16, 4, 64, 32, 64, 2, {1500, 17}, {1, 1}};
+    attention_case_split(&group4, 120, cuda_attention_max_splits());
+    AttnCase d256 = {8, 8, 256, 256, 8, 1, {1000}, {1}};
+    attention_case_split(&d256, 130, 3);
+    Error err = {{0}};
+    cr_expect(cuda_attention_choose_splits(1, 8, 40960, 132, 4096) == cuda_attention_max_splits());
+    cr_expect(cuda_attention_choose_splits(256, 8, 40960, 132, 4096) == 1);
+    cr_expect(cuda_attention_choose_splits(1, 8, 300, 132, 4096) == 2, "short contexts: few splits");
+    cr_expect(cuda_attention(NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, 16, 8, 128, 16, 2, NULL, NULL,
+                             &err) == -1, "splits without a workspace are refused");
 }
