@@ -137,6 +137,10 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *o, E
         return parse_int_arg(flag, value, 1, 1024, &o->num_threads, err) ? -1 : 1;
     if (strcmp(name, "gpu-memory-utilization") == 0)
         return parse_double_arg(flag, value, 0.01, 1.0, &o->gpu_memory_utilization, err) ? -1 : 1;
+    if (strcmp(name, "enforce-eager") == 0) { /* takes no value */
+        o->enforce_eager = true;
+        return 1;
+    }
     if (strcmp(name, "num-gpu-blocks-override") == 0)
         return parse_int_arg(flag, value, 1, 1 << 30, &o->num_gpu_blocks_override, err) ? -1 : 1;
     return 0;

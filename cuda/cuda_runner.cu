@@ -11,6 +11,14 @@
  * all on one stream, with one synchronisation at the end of the step.
  * Activations are allocated once for the largest step
  * (max_num_batched_tokens tokens, max_num_seqs logits rows).
+ *
+ * Decode steps (one new token per sequence) replay a CUDA graph captured at
+ * start-up for a bucket of batch sizes (1, 2, 4, 8, then multiples of 16):
+ * the batch is padded to its bucket with dummy sequences whose one token
+ * lives in a padding block the block manager never sees, and the step's
+ * metadata sits at offsets that depend only on the bucket, so the graph's
+ * baked-in pointers stay right. Decode attention splits long contexts over
+ * thread blocks (cuda_attention.cu); the split count is fixed per bucket.
  */
 #include "cuda_runner.h"
 
@@ -30,6 +38,10 @@ extern "C" {
 }
 
 #define CUBLAS_WORKSPACE_BYTES (32u << 20)
+#define MAX_SPLIT_BLOCKS 4096 /* attention blocks of one split decode launch */
+#define MAX_GRAPHS 64
+/* Graph memory is allocated after the KV cache is sized: keep this much back. */
+#define GRAPH_RESERVE_BYTES(n) ((size_t)(64u << 20) + (size_t)(n) * (4u << 20))
 
 typedef struct CudaRunner {
     Runner base;
@@ -59,6 +71,14 @@ typedef struct CudaRunner {
     int tile_tokens;
     int max_blocks_per_seq;
     int max_items;
+
+    float *split_workspace; /* partial attention results of split decode */
+    int32_t pad_block;      /* the KV block padding sequences write to */
+    RunnerSeq *padded;      /* [max graph batch]: a decode batch padded to its bucket */
+    int num_graphs;
+    int graph_batch[MAX_GRAPHS]; /* bucket sizes, ascending */
+    int graph_splits[MAX_GRAPHS];
+    cudaGraphExec_t graphs[MAX_GRAPHS];
 } CudaRunner;
 
 /* Where each part of the metadata sits in meta_host / meta_dev (int32 offsets). */
@@ -137,7 +157,7 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
     L->total = table_at;
 }
 
-static int forward(CudaRunner *r, const StepLayout *L, Error *err) {
+static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
     const ModelConfig *c = &r->cfg;
     const int T = L->num_tokens, H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
     const int Q = c->num_heads * D, QKV = (c->num_heads + 2 * c->num_kv_heads) * D;
@@ -158,7 +178,7 @@ static int forward(CudaRunner *r, const StepLayout *L, Error *err) {
             cuda_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l),
                            (const CudaAttnSeq *)(meta + L->seqs), (const CudaAttnItem *)(meta + L->items),
                            L->num_items, meta + L->tables, c->num_heads, c->num_kv_heads, D,
-                           r->base.options.block_size, s, err) ||
+                           r->base.options.block_size, splits, r->split_workspace, s, err) ||
             gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
             gemm(r, r->gate_up, r->h, W->gate_up, T, 2 * I, H, err) ||
@@ -190,16 +210,76 @@ static int32_t sample_on_host(CudaRunner *r, float *row, const RunnerBatch *b, i
     return sampler_sample(row, &in, &r->sampler, b->logprobs ? &b->logprobs[s] : NULL);
 }
 
+/* Decode: every sequence brings one token and wants its logits. */
+static bool is_decode(const RunnerBatch *b) {
+    for (int s = 0; s < b->num_seqs; s++)
+        if (b->seqs[s].num_tokens != 1 || !b->seqs[s].compute_logits) return false;
+    return b->num_seqs > 0;
+}
+
+/* The smallest captured bucket that holds n sequences, or -1. */
+static int graph_for(const CudaRunner *r, int n) {
+    for (int g = 0; g < r->num_graphs; g++)
+        if (r->graph_batch[g] >= n) return g;
+    return -1;
+}
+
+/* A padding sequence: token 0 at position 0, written to the padding block. */
+static RunnerSeq padding_seq(CudaRunner *r) {
+    static const int32_t token = 0;
+    return (RunnerSeq){&token, 1, 0, &r->pad_block, 1, true, {}};
+}
+
+/* b's sequences followed by padding up to n, in r->padded. */
+static RunnerBatch pad_batch(CudaRunner *r, const RunnerBatch *b, int n) {
+    for (int s = 0; s < n; s++) r->padded[s] = s < b->num_seqs ? b->seqs[s] : padding_seq(r);
+    return (RunnerBatch){r->padded, n, NULL, NULL, NULL};
+}
+
+/* The forward and the lm_head over the rows that need logits, into
+ * r->logits (row i: the i-th sequence with compute_logits). A decode step
+ * replays its bucket's graph; any other step is launched kernel by kernel. */
+static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const bool decode = is_decode(b);
+    const int g = decode && !b->all_logits ? graph_for(r, b->num_seqs) : -1;
+    RunnerBatch padded;
+    if (g >= 0) padded = pad_batch(r, b, r->graph_batch[g]);
+    prepare(r, g >= 0 ? &padded : b, L);
+    CUDA_TRY(cudaMemcpyAsync(r->meta_dev, r->meta_host, sizeof(int32_t) * L->total,
+                             cudaMemcpyHostToDevice, r->stream),
+             "copying the batch to the GPU", err);
+    if (g >= 0) {
+        CUDA_TRY(cudaGraphLaunch(r->graphs[g], r->stream), "launching the decode graph", err);
+        return 0;
+    }
+    int splits = 1;
+    if (decode) {
+        int longest = 0;
+        for (int s = 0; s < b->num_seqs; s++)
+            if (b->seqs[s].start_pos + 1 > longest) longest = b->seqs[s].start_pos + 1;
+        splits = cuda_attention_choose_splits(L->num_items, c->num_kv_heads, longest,
+                                              r->prop.multiProcessorCount, MAX_SPLIT_BLOCKS);
+    }
+    if (forward(r, L, splits, err)) return -1;
+    if (b->all_logits || L->num_logit_rows == 0) return 0;
+    const uint16_t *rows = r->h; /* decode: every token is a logits row, in order */
+    if (!decode) {
+        if (cuda_gather_rows(r->normed, r->h, r->meta_dev + L->logit_rows, L->num_logit_rows,
+                             c->hidden_size, r->stream, err))
+            return -1;
+        rows = r->normed;
+    }
+    return gemm(r, r->logits, rows, r->weights.lm_head, L->num_logit_rows, c->vocab_size,
+                c->hidden_size, err);
+}
+
 static int cuda_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
     CudaRunner *r = (CudaRunner *)base;
     if (runner_validate_batch(base, b, err)) return -1;
     const size_t V = (size_t)r->cfg.vocab_size;
     StepLayout L;
-    prepare(r, b, &L);
-    CUDA_TRY(cudaMemcpyAsync(r->meta_dev, r->meta_host, sizeof(int32_t) * L.total,
-                             cudaMemcpyHostToDevice, r->stream),
-             "copying the batch to the GPU", err);
-    if (forward(r, &L, err)) return -1;
+    if (run_model(r, b, &L, err)) return -1;
 
     if (b->all_logits) { /* tests and tools: everything through the host */
         if (copy_all_logits(r, b, L.num_tokens, err)) return -1;
@@ -217,13 +297,11 @@ static int cuda_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *er
         return 0;
     }
 
-    int n = L.num_logit_rows;
+    /* The real rows come first (padding, if any, after them). */
+    int n = 0;
+    for (int s = 0; s < b->num_seqs; s++) n += b->seqs[s].compute_logits;
     if (n > 0) {
-        if (cuda_gather_rows(r->normed, r->h, r->meta_dev + L.logit_rows, n, r->cfg.hidden_size,
-                             r->stream, err) ||
-            gemm(r, r->logits, r->normed, r->weights.lm_head, n, (int)V, r->cfg.hidden_size, err) ||
-            cuda_argmax(r->argmax, r->logits, n, (int)V, r->stream, err))
-            return -1;
+        if (cuda_argmax(r->argmax, r->logits, n, (int)V, r->stream, err)) return -1;
         CUDA_TRY(cudaMemcpyAsync(r->argmax_host, r->argmax, sizeof(int32_t) * n,
                                  cudaMemcpyDeviceToHost, r->stream),
                  "copying tokens from the GPU", err);
@@ -260,11 +338,14 @@ static void cuda_destroy(Runner *base) {
     CudaRunner *r = (CudaRunner *)base;
     if (!r) return;
     if (r->stream) cudaStreamSynchronize(r->stream); /* nothing may still use what is freed */
+    for (int g = 0; g < r->num_graphs; g++) cudaGraphExecDestroy(r->graphs[g]);
+    free(r->padded);
     if (r->blas_handle) r->blas.destroy(r->blas_handle);
     cublas_unload(&r->blas);
     cuda_weights_free(&r->weights);
     void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
-                      r->logits, r->h, r->q, r->attn, r->act, r->normed, r->argmax, r->meta_dev};
+                      r->logits, r->h, r->q, r->attn, r->act, r->normed, r->argmax, r->meta_dev,
+                      r->split_workspace};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) cuda_free(device[i]);
     void *pinned[] = {r->meta_host, r->argmax_host, r->logits_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
@@ -342,6 +423,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
         {(void **)&r->q, T * Q * 2},          {(void **)&r->attn, T * Q * 2},
         {(void **)&r->act, T * I * 2},        {(void **)&r->normed, S * H * 2},
         {(void **)&r->argmax, S * 4},
+        {(void **)&r->split_workspace, cuda_attention_split_workspace_bytes(c->head_dim, MAX_SPLIT_BLOCKS)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = cuda_alloc(bufs[i].bytes, err)))
@@ -360,6 +442,8 @@ static int alloc_activations(CudaRunner *r, Error *err) {
              "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->logits_host, sizeof(float) * S * c->vocab_size),
              "allocating pinned host memory", err);
+    r->padded = (RunnerSeq *)calloc(S, sizeof(RunnerSeq));
+    if (!r->padded) return error_set(err, "out of memory");
     return sampler_scratch_init(&r->sampler, c->vocab_size, err);
 }
 
@@ -409,13 +493,19 @@ done:
 }
 
 /* The KV cache gets total * utilisation minus what is in use now (weights,
- * activations, workspace, the CUDA context), in whole blocks. */
+ * activations, workspace, the CUDA context), in whole blocks, less what the
+ * decode graphs will take. nano-vllm also subtracts (peak - current) of
+ * PyTorch's allocator, memory a warm-up touched and released for reuse;
+ * here every buffer the warm-up used stays allocated for good (and cuBLAS
+ * has a fixed workspace), so what is in use now is the peak. One block more
+ * than the block manager is told of is the padding block. */
 static int alloc_kv_cache(CudaRunner *r, Error *err) {
     const RunnerOptions *o = &r->base.options;
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the GPU's free memory", err);
     double used = (double)(total_bytes - free_bytes);
     double budget = (double)total_bytes * o->gpu_memory_utilization - used;
+    if (!o->enforce_eager) budget -= (double)GRAPH_RESERVE_BYTES(MAX_GRAPHS);
     size_t block_bytes = cuda_runner_block_bytes(&r->cfg, o->block_size);
     size_t blocks = budget > 0 ? (size_t)(budget / (double)block_bytes) : 0;
     if (o->num_gpu_blocks_override > 0) blocks = (size_t)o->num_gpu_blocks_override;
@@ -425,14 +515,72 @@ static int alloc_kv_cache(CudaRunner *r, Error *err) {
                               "%.2f GB; raise it or lower --max-num-batched-tokens / --max-num-seqs",
                          used / 1e9, total_bytes / 1e9, o->gpu_memory_utilization,
                          total_bytes * o->gpu_memory_utilization / 1e9);
-    size_t max_blocks = (size_t)INT32_MAX / (size_t)o->block_size; /* slots are int32 */
+    size_t max_blocks = (size_t)INT32_MAX / (size_t)o->block_size - 1; /* slots are int32 */
     if (blocks > max_blocks) blocks = max_blocks;
-    r->kv = (uint16_t *)cuda_alloc(blocks * block_bytes, err);
+    r->kv = (uint16_t *)cuda_alloc((blocks + 1) * block_bytes, err);
     if (!r->kv) return error_prefix(err, "KV cache of %zu blocks", blocks);
-    r->layer_elems = blocks * (size_t)o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
+    r->pad_block = (int32_t)blocks;
+    r->layer_elems = (blocks + 1) * (size_t)o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
     r->base.num_kv_blocks = (int)blocks;
     r->base.kv_cache_bytes = blocks * block_bytes;
     return 0;
+}
+
+/* Captures the decode step (forward and lm_head) of one bucket of batch
+ * sizes, on a batch of padding sequences laid out as the real ones will be. */
+static int capture_graph(CudaRunner *r, int batch, int splits, cudaGraphExec_t *exec, Error *err) {
+    RunnerBatch none = {NULL, 0, NULL, NULL, NULL};
+    RunnerBatch padded = pad_batch(r, &none, batch);
+    StepLayout L;
+    prepare(r, &padded, &L);
+    CUDA_TRY(cudaMemcpyAsync(r->meta_dev, r->meta_host, sizeof(int32_t) * L.total,
+                             cudaMemcpyHostToDevice, r->stream),
+             "copying the batch to the GPU", err);
+    CUDA_TRY(cudaStreamSynchronize(r->stream), "copying the batch to the GPU", err);
+    cudaGraph_t graph = NULL;
+    CUDA_TRY(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal),
+             "starting a graph capture", err);
+    int rc = forward(r, &L, splits, err);
+    if (rc == 0)
+        rc = gemm(r, r->logits, r->h, r->weights.lm_head, batch, r->cfg.vocab_size, r->cfg.hidden_size,
+                  err);
+    cudaError_t end = cudaStreamEndCapture(r->stream, &graph); /* always: the stream must leave capture */
+    if (rc) return -1;
+    CUDA_TRY(end, "ending a graph capture", err);
+    cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_TRY(inst, "instantiating a graph", err);
+    /* One replay now: it must run, and the first replay's set-up cost is paid here. */
+    CUDA_TRY(cudaGraphLaunch(*exec, r->stream), "replaying a graph", err);
+    CUDA_TRY(cudaStreamSynchronize(r->stream), "replaying a graph", err);
+    return 0;
+}
+
+/* Graphs for batch sizes 1, 2, 4, 8, 16, 32, ... up to the largest decode
+ * batch. A failure is not fatal: the runner logs it and stays eager. */
+static void capture_graphs(CudaRunner *r) {
+    const RunnerOptions *o = &r->base.options;
+    int largest = o->max_num_seqs < o->max_num_batched_tokens ? o->max_num_seqs : o->max_num_batched_tokens;
+    int sizes[MAX_GRAPHS], n = 0;
+    for (int b = 1; b < 16 && b < largest; b *= 2) sizes[n++] = b;
+    int step = largest <= 16 * (MAX_GRAPHS - 5) ? 16 : (largest + MAX_GRAPHS - 6) / (MAX_GRAPHS - 5);
+    for (int b = 16; b < largest; b += step) sizes[n++] = b;
+    sizes[n++] = largest;
+    Error err = {{0}};
+    for (int g = 0; g < n; g++) {
+        int splits = cuda_attention_choose_splits(sizes[g], r->cfg.num_kv_heads, o->max_model_len,
+                                                  r->prop.multiProcessorCount, MAX_SPLIT_BLOCKS);
+        if (capture_graph(r, sizes[g], splits, &r->graphs[g], &err)) {
+            for (int i = 0; i < g; i++) cudaGraphExecDestroy(r->graphs[i]);
+            r->num_graphs = 0;
+            cudaGetLastError(); /* clear it: eager steps must not inherit it */
+            log_info("CUDA graphs unavailable (%s); running eagerly", err.msg);
+            return;
+        }
+        r->graph_batch[g] = sizes[g];
+        r->graph_splits[g] = splits;
+        r->num_graphs = g + 1;
+    }
 }
 
 extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err) {
@@ -467,10 +615,14 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
         cuda_destroy(&r->base);
         return NULL;
     }
+    double t_kv = now_seconds();
+    if (!o.enforce_eager) capture_graphs(r);
     snprintf(r->base.description, sizeof r->base.description,
              "cuda (%.64s, sm_%d%d, %.1f GiB), bf16 weights (%.2f GB, uploaded in %.2f s) and KV "
-             "cache, float32 residual; warm-up and KV sizing %.2f s",
+             "cache, float32 residual; warm-up and KV sizing %.2f s; %d decode graphs (up to batch %d) "
+             "in %.2f s",
              r->prop.name, r->prop.major, r->prop.minor, (double)r->prop.totalGlobalMem / (1u << 30),
-             r->weights.bytes / 1e9, t_weights - t0, now_seconds() - t_weights);
+             r->weights.bytes / 1e9, t_weights - t0, t_kv - t_weights, r->num_graphs,
+             r->num_graphs ? r->graph_batch[r->num_graphs - 1] : 0, now_seconds() - t_kv);
     return &r->base;
 }

@@ -55,6 +55,7 @@ typedef struct RunnerOptions {
     size_t kv_cache_bytes;         /* CPU: KV cache budget */
     double gpu_memory_utilization; /* CUDA: fraction of the GPU memory to use */
     int num_gpu_blocks_override;   /* CUDA: > 0 sets the KV block count (as vLLM's flag) */
+    bool enforce_eager;            /* CUDA: no CUDA graphs (as vLLM's flag) */
     int max_num_seqs;              /* sequences per step */
     int max_num_batched_tokens;    /* new tokens per step */
     int max_model_len;             /* longest context */

@@ -105,6 +105,12 @@ Test(cli, plain_output_is_ids) {
     cr_expect_str_eq(out, "14981 106102 73229 125565\n");
     free(out);
     free(err);
+    /* --enforce-eager takes no value; it only changes how the GPU launches */
+    cr_assert_eq(run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 151644 --max-tokens 4 "
+                              "--enforce-eager --ignore-eos --quiet", &out, &err), 0, "%s", err);
+    cr_expect_str_eq(out, "14981 106102 73229 125565\n");
+    free(out);
+    free(err);
 }
 
 Test(cli, usage_errors) {

@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "../engine/cpu_ops.h"
 #include "../engine/cpu_runner.h"
 #include "../engine/engine.h"
 #include "cuda_test.h"
@@ -23,7 +24,8 @@
 #define LOGIT_REL_TOL 2e-2
 #define MARGIN_FLOOR 0.1
 
-static Runner *open_runner(ModelWeights *w, const char *device, int block_size, int blocks) {
+static Runner *open_runner_eager(ModelWeights *w, const char *device, int block_size, int blocks,
+                                 bool eager) {
     Error err = {{0}};
     cr_assert(model_weights_load(w, TINY_MODEL, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
@@ -34,10 +36,15 @@ static Runner *open_runner(ModelWeights *w, const char *device, int block_size, 
     o.max_model_len = 2048;
     o.num_gpu_blocks_override = blocks;
     o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, block_size) * (size_t)blocks;
+    o.enforce_eager = eager;
     Runner *r = runner_create(w, &o, NULL, 0, &err);
     cr_assert(r, "%s runner: %s", device, err.msg);
     cr_assert_str_eq(r->device, device);
     return r;
+}
+
+static Runner *open_runner(ModelWeights *w, const char *device, int block_size, int blocks) {
+    return open_runner_eager(w, device, block_size, blocks, false);
 }
 
 /* Block ids spread over the cache (never in order), distinct per salt. */
@@ -242,4 +249,68 @@ Test(cuda_runner, host_and_gpu_sampling_paths_agree, .timeout = 120) {
         cr_expect(memcmp(plain[i].ids, with_lp[i].ids, sizeof plain[i].ids) == 0, "request %d", i);
     free(plain);
     free(with_lp);
+}
+
+/* Decode steps replayed from CUDA graphs (batches padded to their bucket,
+ * attention split as the bucket says) against the same steps launched
+ * kernel by kernel: batch sizes on and between buckets, contexts of
+ * different lengths crossing blocks. */
+Test(cuda_runner, decode_graphs_match_eager_steps, .timeout = 120) {
+    require_gpu();
+    ModelWeights wg, we;
+    Runner *graphs = open_runner(&wg, "cuda", 16, 256), *eager = open_runner_eager(&we, "cuda", 16, 256, true);
+    cr_assert(strstr(graphs->description, "decode graphs") && !strstr(graphs->description, " 0 decode graphs"),
+              "%s", graphs->description);
+    uint64_t seed = 77;
+    enum { SEQS = 16, BLOCKS = 13 };
+    int32_t ids[SEQS][BLOCKS * 16], tables[SEQS][BLOCKS], len[SEQS];
+    RunnerSeq seqs[SEQS];
+    for (int s = 0; s < SEQS; s++) {
+        len[s] = 5 + 12 * s; /* 5 .. 185 */
+        for (int i = 0; i < BLOCKS * 16; i++) ids[s][i] = (int32_t)((test_uniform(&seed) + 1.0f) * 75000);
+        scattered_table(tables[s], BLOCKS, 256, BLOCKS * s);
+        seqs[s] = (RunnerSeq){.tokens = ids[s], .num_tokens = len[s], .block_table = tables[s],
+                              .num_blocks = BLOCKS, .compute_logits = false};
+    }
+    Runner *runners[2] = {graphs, eager};
+    Error err = {{0}};
+    int32_t tok[SEQS];
+    for (int k = 0; k < 2; k++)
+        for (int s = 0; s < SEQS; s++) {
+            RunnerBatch one = {.seqs = &seqs[s], .num_seqs = 1};
+            cr_assert(runner_step(runners[k], &one, tok, &err) == 0, "%s", err.msg);
+        }
+    float *a = malloc(sizeof(float) * SEQS * VOCAB), *b = malloc(sizeof(float) * SEQS * VOCAB);
+    cr_assert(a && b);
+    const int sizes[] = {1, 3, 8, 9, 16};
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        int n = sizes[t];
+        for (int s = 0; s < n; s++) /* the next token of each: the same KV writes on both */
+            seqs[s] = (RunnerSeq){.tokens = &ids[s][len[s]], .num_tokens = 1, .start_pos = len[s],
+                                  .block_table = tables[s], .num_blocks = BLOCKS, .compute_logits = true};
+        int32_t tg[SEQS], te[SEQS];
+        RunnerBatch bg = {.seqs = seqs, .num_seqs = n, .last_logits = a};
+        RunnerBatch be = {.seqs = seqs, .num_seqs = n, .last_logits = b};
+        cr_assert(runner_step(graphs, &bg, tg, &err) == 0, "%s", err.msg);
+        cr_assert(runner_step(eager, &be, te, &err) == 0, "%s", err.msg);
+        double rel = rel_error(a, b, (size_t)n * VOCAB);
+        cr_expect(rel <= 1e-3, "batch %d: graph vs eager logits relative error %g", n, rel);
+        for (int s = 0; s < n; s++) {
+            cr_expect_eq(tg[s], argmax(a + (size_t)s * VOCAB, VOCAB), "batch %d seq %d: token vs its logits", n, s);
+            float *row = b + (size_t)s * VOCAB;
+            int best = argmax(row, VOCAB);
+            float second = -INFINITY;
+            for (int i = 0; i < VOCAB; i++)
+                if (i != best && row[i] > second) second = row[i];
+            if (row[best] - second >= MARGIN_FLOOR)
+                cr_expect_eq(tg[s], te[s], "batch %d seq %d: graph %d, eager %d", n, s, tg[s], te[s]);
+        }
+        for (int s = 0; s < n; s++) len[s]++;
+    }
+    free(a);
+    free(b);
+    runner_destroy(graphs);
+    runner_destroy(eager);
+    model_weights_free(&wg);
+    model_weights_free(&we);
 }
