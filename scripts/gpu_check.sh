@@ -11,8 +11,10 @@
 #    three prompts and the CPU's greedy continuations on the GPU vs the CPU
 #    runner vs Hugging Face transformers where installed, and free-running
 #    greedy tokens GPU vs CPU (scripts/compare_logits.py);
-# 3. figures: bench.py's workload, the same with preemption forced,
-#    single-sequence decode, process start to first token, KV capacity.
+# 3. figures: bench.py's workload against its floor (scripts/floor.py at the
+#    device's measured copy bandwidth), the same with preemption forced,
+#    single-sequence decode with and without CUDA graphs, process start to
+#    first token, KV capacity.
 # Logs and JSON go to OUT_DIR; the model and the logits dumps (GBs) to $WORK.
 # Each step has its own time limit, and each row is printed as it is known,
 # so a run cut short still says how far it got.
@@ -118,6 +120,8 @@ done < "$OUT/compare.jsonl"
 # ---- 3. figures ------------------------------------------------------------------------
 kv=$(grep -ao "KV cache [0-9]* blocks x [0-9]* tokens = [0-9]* tokens ([0-9.]* GB)" "$OUT/gen_short_cuda.log" | head -1)
 row "KV capacity (0.6B, util 0.9)" "-" "${kv:-unknown}"
+graphs=$(grep -ao "[0-9]* decode graphs (up to batch [0-9]*) in [0-9.]* s" "$OUT/gen_short_cuda.log" | head -1)
+row "CUDA graphs captured" "-" "${graphs:-unknown}"
 for run in 1 2; do
     t0=$(date +%s.%N)
     "$BIN" generate --model "$MODEL" --device cuda --prompt "Hello" --max-tokens 1 --quiet > /dev/null 2> "$OUT/ttft_$run.log"
@@ -129,10 +133,35 @@ done
 json=$(timeout 120 "$BIN" bench --latency --device cuda --model "$MODEL" --input-len 512 --output-len 256 --json --quiet 2> "$OUT/bench_latency.log")
 echo "$json" > "$OUT/bench_latency.json"
 row "single-sequence decode (tok/s)" "-" "$(json_field "$json" "['decode_tokens_per_s']") (prefill 512: $(json_field "$json" "['prefill_tokens_per_s']") tok/s)"
+json=$(timeout 120 "$BIN" bench --latency --device cuda --enforce-eager --model "$MODEL" --input-len 512 --output-len 256 --json --quiet 2> "$OUT/bench_latency_eager.log")
+echo "$json" > "$OUT/bench_latency_eager.json"
+row "  the same without CUDA graphs" "-" "$(json_field "$json" "['decode_tokens_per_s']") tok/s"
+# The device's own copy bandwidth (bytes read + written), for the floor.
+bw=$(timeout 60 "$PY" - 2> "$OUT/copy_bandwidth.log" <<'PY'
+import time
+import torch
+n = 1 << 30
+a = torch.empty(n, dtype=torch.uint8, device="cuda")
+b = torch.empty_like(a)
+for _ in range(3):
+    b.copy_(a)
+torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(20):
+    b.copy_(a)
+torch.cuda.synchronize()
+print(f"{2 * n * 20 / (time.perf_counter() - t) / 1e9:.0f}")
+PY
+)
+row "device copy bandwidth (GB/s)" "-" "${bw:-unknown (torch missing?), floor at 3000}"
+floor=$("$PY" scripts/floor.py "$MODEL" --bandwidth "${bw:-3000}" --json 2>> "$OUT/copy_bandwidth.log")
+echo "$floor" > "$OUT/floor.json"
+row "bench.py floor (out tok/s)" "-" "$(json_field "$floor" "['floor_output_tokens_per_s']") ($(json_field "$floor" "['memory_floor_s']") s memory, $(json_field "$floor" "['compute_floor_s']") s compute)"
 json=$(timeout 240 "$BIN" bench --device cuda --model "$MODEL" --json 2> "$OUT/bench.log")
 echo "$json" > "$OUT/bench.json"
+pct=$("$PY" -c "import json,sys; b=json.loads(sys.argv[1]); f=json.loads(sys.argv[2]); print('%.0f%%' % (100 * b['output_tokens_per_s'] / f['floor_output_tokens_per_s']))" "$json" "$floor" 2>/dev/null)
 row "bench.py workload (out tok/s)" "$([ -n "$json" ] && echo ok || echo FAIL)" \
-    "$(json_field "$json" "['output_tokens_per_s']") in $(json_field "$json" "['seconds']") s, $(json_field "$json" "['preemptions']") preemptions"
+    "$(json_field "$json" "['output_tokens_per_s']") in $(json_field "$json" "['seconds']") s = ${pct:-?} of the floor, $(json_field "$json" "['preemptions']") preemptions"
 json=$(timeout 180 "$BIN" bench --device cuda --model "$MODEL" --num-seqs 64 --num-gpu-blocks-override 24 --json 2> "$OUT/bench_preempt.log")
 echo "$json" > "$OUT/bench_preempt.json"
 row "64 seqs, 24 KV blocks (preemption)" "$([ -n "$json" ] && echo ok || echo FAIL)" \
