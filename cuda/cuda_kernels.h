@@ -87,6 +87,14 @@ int cuda_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
                    int head_dim, int block_size, int num_splits, float *split_workspace,
                    CudaStream stream, Error *err);
 
+/* The same attention on the tensor cores (cuda_prefill_attention.cu), for
+ * steps with prompt tokens; decode-only steps belong to cuda_attention. */
+int cuda_prefill_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
+                           const uint16_t *v_cache, const CudaAttnSeq *seqs,
+                           const CudaAttnItem *items, int num_items, const int32_t *block_tables,
+                           int num_heads, int num_kv_heads, int head_dim, int block_size,
+                           CudaStream stream, Error *err);
+
 int cuda_attention_max_splits(void);
 size_t cuda_attention_split_workspace_bytes(int head_dim, int max_split_blocks);
 

@@ -19,6 +19,8 @@
  * metadata sits at offsets that depend only on the bucket, so the graph's
  * baked-in pointers stay right. Decode attention splits long contexts over
  * thread blocks (cuda_attention.cu); the split count is fixed per bucket.
+ * Steps with prompt tokens use the tensor-core attention
+ * (cuda_prefill_attention.cu).
  */
 #include "cuda_runner.h"
 
@@ -157,6 +159,23 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
     L->total = table_at;
 }
 
+/* Decode steps (splits >= 1) read the KV cache on CUDA cores, split over
+ * blocks; steps with prompt tokens (splits 0) compute on the tensor cores. */
+static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const CudaAttnSeq *seqs = (const CudaAttnSeq *)(r->meta_dev + L->seqs);
+    const CudaAttnItem *items = (const CudaAttnItem *)(r->meta_dev + L->items);
+    if (splits == 0)
+        return cuda_prefill_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items,
+                                      L->num_items, r->meta_dev + L->tables, c->num_heads,
+                                      c->num_kv_heads, c->head_dim, r->base.options.block_size,
+                                      r->stream, err);
+    return cuda_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
+                          r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
+                          r->base.options.block_size, splits, r->split_workspace, r->stream, err);
+}
+
+/* splits: how decode attention splits contexts, or 0 for a step with prompt tokens. */
 static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
     const ModelConfig *c = &r->cfg;
     const int T = L->num_tokens, H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
@@ -175,10 +194,7 @@ static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
             cuda_qk_norm_rope_store(r->q, k_layer(r, l), v_layer(r, l), r->qkv, W->q_norm, W->k_norm,
                                     r->rope, meta + L->positions, meta + L->slots, T, c->num_heads,
                                     c->num_kv_heads, D, eps, s, err) ||
-            cuda_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l),
-                           (const CudaAttnSeq *)(meta + L->seqs), (const CudaAttnItem *)(meta + L->items),
-                           L->num_items, meta + L->tables, c->num_heads, c->num_kv_heads, D,
-                           r->base.options.block_size, splits, r->split_workspace, s, err) ||
+            attention(r, l, L, splits, err) ||
             gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
             gemm(r, r->gate_up, r->h, W->gate_up, T, 2 * I, H, err) ||
@@ -253,7 +269,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
         CUDA_TRY(cudaGraphLaunch(r->graphs[g], r->stream), "launching the decode graph", err);
         return 0;
     }
-    int splits = 1;
+    int splits = 0; /* prompt tokens: tensor cores */
     if (decode) {
         int longest = 0;
         for (int s = 0; s < b->num_seqs; s++)

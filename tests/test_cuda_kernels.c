@@ -283,6 +283,7 @@ static void attention_reference(float *out, const float *q, const float *k, cons
     free(score);
 }
 
+/* splits 0: the tensor-core kernel (cuda_prefill_attention) */
 static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
     int T = 0;
     for (int s = 0; s < c->num_seqs; s++) T += c->len[s];
@@ -320,8 +321,12 @@ static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
                                       c->D, n_items * c->nkv * splits))
                                 : NULL;
     Error err = {{0}};
-    cr_assert(cuda_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, n_items, d_tables, c->nh, c->nkv, c->D,
-                             c->block_size, splits, d_split, NULL, &err) == 0, "%s", err.msg);
+    if (splits == 0)
+        cr_assert(cuda_prefill_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, n_items, d_tables, c->nh,
+                                         c->nkv, c->D, c->block_size, NULL, &err) == 0, "%s", err.msg);
+    else
+        cr_assert(cuda_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, n_items, d_tables, c->nh, c->nkv,
+                                 c->D, c->block_size, splits, d_split, NULL, &err) == 0, "%s", err.msg);
     size_t n_out = (size_t)T * c->nh * c->D;
     uint16_t *out = malloc(sizeof(uint16_t) * n_out);
     dev_fetch(out, d_out, sizeof(uint16_t) * n_out);
@@ -329,7 +334,7 @@ static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
     attention_reference(want, q_f, k_f, v_f, c, tables);
     for (size_t i = 0; i < n_out; i++) cr_assert(!isnan(got[i]), "output %zu was never written", i);
     double rel = rel_error(got, want, n_out);
-    cr_expect(rel < 5e-3, "attention (%d/%d heads x %d, block %d, %d splits): relative error %g", c->nh,
+    cr_expect(rel < 5e-3, "attention (%d/%d heads x %d, block %d, %d splits, 0 = tensor cores): relative error %g", c->nh,
               c->nkv, c->D, c->block_size, splits, rel);
     for (size_t i = 0; i < n_out; i++)
         cr_assert(fabsf(got[i] - want[i]) <= 0.02f + 0.01f * fabsf(want[i]), "out[%zu] %g vs %g", i,
@@ -340,7 +345,11 @@ static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
 
-static void attention_case(const AttnCase *c, uint64_t seed) { attention_case_split(c, seed, 1); }
+/* Both kernels on the same case: CUDA cores, then tensor cores. */
+static void attention_case(const AttnCase *c, uint64_t seed) {
+    attention_case_split(c, seed, 1);
+    attention_case_split(c, seed, 0);
+}
 
 /* Prefill from zero, a chunk on top of a cached prefix, and decodes whose
  * contexts cross many blocks, all in one batch. */
