@@ -53,7 +53,9 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# Rebuilt from scratch: `ar r` would keep members of an earlier CUDA=0/1 build.
 $(BUILD)/libnanovllm.a: $(LIB_OBJ)
+	rm -f $@
 	$(AR) rcs $@ $^
 
 $(BUILD)/nanovllm: $(BIN_OBJ) $(BUILD)/libnanovllm.a
