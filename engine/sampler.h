@@ -2,13 +2,32 @@
  * sampler.h - choosing the next token from a row of logits (CPU reference).
  *
  * Order, as vLLM's sampler: logprobs (if asked) from the raw logits; then
- * repetition, frequency and presence penalties; then, unless greedy,
- * temperature, min-p, top-k, top-p; then one uniform draw from
- * philox_uniform(seed, sample index, position), walked through the kept
- * tokens in ascending id order with double accumulation (in fixed chunks of
- * 64). The result is a pure
- * function of (logits, parameters, seed, position), whatever shares the batch,
- * and the CUDA sampler implements the same steps.
+ * repetition, frequency and presence penalties; then greedy (temperature
+ * < 1e-5: the largest logit, the lowest id among equals), or temperature,
+ * exp, min-p, top-k, top-p and one uniform draw. The CUDA sampler
+ * (cuda/cuda_sampler.h) implements the same steps with the same arithmetic
+ * (sampler_math.h), so when the logits agree the token agrees, bit for bit;
+ * the result is a pure function of (logits, parameters, seed, position),
+ * whatever shares the batch. The canonical semantics, for finite logits:
+ *
+ *  1. penalties, per distinct token: repetition over prompt and output
+ *     (l > 0 ? l / r : l * r), then l - (frequency * count + presence) over
+ *     the output counts.
+ *  2. p_i = sm_exp(l_i * inv_t - max_j(l_j) * inv_t), inv_t = 1 / temperature;
+ *     the top token has p = 1.
+ *  3. min-p keeps p >= min_p; top-k keeps the k best of those by (p
+ *     descending, id ascending); the rest get p = 0.
+ *  4. total(S) is the canonical total of a set (sampler_math.h): double sums
+ *     of fixed 64-token chunks, then a fixed pairwise tree over the chunks.
+ *     top-p keeps every remaining token with p >= tau, tau the largest value
+ *     with total({p >= tau}) >= top_p * total(kept). An order-independent
+ *     threshold: it differs from sort-and-cut only in keeping every token
+ *     tied at the cut.
+ *  5. u = philox_uniform(seed, sample index, position); the target u * total
+ *     descends the tree to a chunk and walks it token by token (the first
+ *     token where the running sum passes it). If rounding carries the target
+ *     past that chunk, the answer is the last kept token (p > 0) before the
+ *     chunk's end (token 0 if there is none, which needs a row of NaNs).
  */
 #ifndef NANOVLLM_SAMPLER_H
 #define NANOVLLM_SAMPLER_H
@@ -40,17 +59,25 @@ typedef struct SampleLogprobs {
 /* Per-thread working memory, sized for one vocabulary. */
 typedef struct SamplerScratch {
     int vocab;
-    float *values;     /* [vocab] */
-    int32_t *ids;      /* [vocab] */
-    int32_t *counts;   /* [vocab], all zero between calls */
-    uint8_t *seen;     /* [vocab], all zero between calls */
+    int chunks, leaves; /* of the canonical total (sampler_math.h) */
+    float *values;      /* [vocab] raw logits, for logprobs */
+    float *sorted;      /* [vocab] top-p: candidate values, or the candidates' row */
+    int32_t *ids;       /* [vocab] kept tokens, ascending */
+    int32_t *cand;      /* [vocab] top-p candidates, ascending */
+    int32_t *counts;    /* [vocab], all zero between calls */
+    uint8_t *seen;      /* [vocab], all zero between calls */
+    double *sums;       /* [leaves] chunk sums of the whole row */
+    double *tree;       /* [leaves] chunk sums, then the tree */
+    int32_t *node_ids;  /* [chunks] a sparse level of the tree */
+    double *node_sums;  /* [chunks] */
 } SamplerScratch;
 
 int sampler_scratch_init(SamplerScratch *s, int vocab, Error *err);
 void sampler_scratch_free(SamplerScratch *s);
 
-/* Chooses a token from logits[vocab] (the row is modified: penalties,
- * temperature). Fills *lp when it is not NULL and params->logprobs >= 0. */
+/* Chooses a token from logits[vocab] (the row is modified: penalties, then
+ * unnormalised probabilities). Fills *lp when it is not NULL and
+ * params->logprobs >= 0. */
 int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, SampleLogprobs *lp);
 
 #endif
