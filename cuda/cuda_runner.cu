@@ -7,7 +7,8 @@
  *   embed -> N x [RMSNorm -> qkv GEMM -> q/k norm + RoPE + KV store ->
  *   paged attention -> o_proj GEMM -> residual + RMSNorm -> gate_up GEMM ->
  *   SiLU-and-mul -> down GEMM -> residual + RMSNorm] -> gather the rows that
- *   need logits -> lm_head GEMM -> argmax -> copy the tokens back
+ *   need logits -> lm_head GEMM -> the GPU sampler (cuda_sampler.h) -> copy
+ *   the tokens back
  * all on one stream, with one synchronisation at the end of the step.
  * Activations are allocated once for the largest step
  * (max_num_batched_tokens tokens, max_num_seqs logits rows).
@@ -32,6 +33,7 @@
 #include "cublas_loader.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_sampler.h"
 #include "cuda_weights.h"
 
 extern "C" {
@@ -61,15 +63,20 @@ typedef struct CudaRunner {
     /* activations, [max_num_batched_tokens, width] each; logits [max_num_seqs, vocab] */
     float *x, *delta, *qkv, *gate_up, *logits;
     uint16_t *h, *q, *attn, *act, *normed;
-    int32_t *argmax;
+    int32_t *tokens_dev;
 
     /* The step's metadata: built in pinned host memory, copied in one go to
      * the device buffer of the same layout. */
     int32_t *meta_host, *meta_dev;
     size_t meta_capacity; /* int32 values */
-    int32_t *argmax_host; /* pinned [max_num_seqs] */
+    int32_t *tokens_host; /* pinned [max_num_seqs] */
     float *logits_host;   /* pinned [max_num_seqs, vocab]: rows the CPU sampler takes */
     SamplerScratch sampler;
+    /* the GPU sampler's inputs, pinned and on the device, and its workspace */
+    CudaSampleRow *sample_rows_host, *sample_rows_dev; /* [max_num_seqs] */
+    CudaPenalty *penalties_host, *penalties_dev;       /* [penalty_capacity] */
+    int penalty_capacity;
+    void *sampler_workspace;
     int tile_tokens;
     int max_blocks_per_seq;
     int max_items;
@@ -109,9 +116,66 @@ static int gemm(CudaRunner *r, float *y, const uint16_t *x, const uint16_t *w, i
 
 /* ---- one step -------------------------------------------------------------------------- */
 
-static bool greedy_on_gpu(const SampleInput *in) {
-    const SamplingParams *p = in->params;
-    return !p || (p->temperature < 1e-5f && !sampling_needs_penalties(p) && p->logprobs < 0);
+/* Logprobs are the CPU sampler's alone; every other row samples on the GPU. */
+static bool sampled_on_host(const SampleInput *in) { return in->params && in->params->logprobs >= 0; }
+
+/* Room for `entries` penalty tokens, pinned and on the device, keeping the
+ * first `keep` already written this step (grown as long histories need; the
+ * previous step has finished with the old buffers). */
+static int reserve_penalties(CudaRunner *r, int entries, int keep, Error *err) {
+    if (entries <= r->penalty_capacity) return 0;
+    int cap = r->penalty_capacity > 0 ? r->penalty_capacity : 4096;
+    while (cap < entries) cap *= 2;
+    CudaPenalty *host = NULL;
+    CUDA_TRY(cudaMallocHost((void **)&host, sizeof(CudaPenalty) * (size_t)cap),
+             "allocating pinned host memory", err);
+    CudaPenalty *dev = (CudaPenalty *)cuda_alloc(sizeof(CudaPenalty) * (size_t)cap, err);
+    if (!dev) {
+        cudaFreeHost(host);
+        return error_prefix(err, "penalty tokens");
+    }
+    if (keep > 0) memcpy(host, r->penalties_host, sizeof(CudaPenalty) * (size_t)keep);
+    if (r->penalties_host) cudaFreeHost(r->penalties_host);
+    cuda_free(r->penalties_dev);
+    r->penalties_host = host;
+    r->penalties_dev = dev;
+    r->penalty_capacity = cap;
+    return 0;
+}
+
+/* Each logits row's sampling parameters and distinct penalty tokens, to
+ * the device. Rows the host samples get a row too (their token is unused). */
+static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
+    static const SamplingParams *greedy = NULL;
+    static SamplingParams greedy_params;
+    if (!greedy) {
+        greedy_params = sampling_params_default();
+        greedy = &greedy_params;
+    }
+    int rows = 0, used = 0;
+    for (int s = 0; s < b->num_seqs; s++) {
+        if (!b->seqs[s].compute_logits) continue;
+        SampleInput in = b->seqs[s].sample;
+        if (!in.params) in.params = greedy;
+        int added;
+        while ((added = cuda_sample_row_prepare(&r->sample_rows_host[rows], r->penalties_host,
+                                                r->penalty_capacity, used, &in, &r->sampler)) < 0) {
+            int need = used + in.prompt_len + in.output_len;
+            if (reserve_penalties(r, need > 2 * r->penalty_capacity ? need : 2 * r->penalty_capacity, used,
+                                  err))
+                return -1;
+        }
+        used += added;
+        rows++;
+    }
+    CUDA_TRY(cudaMemcpyAsync(r->sample_rows_dev, r->sample_rows_host, sizeof(CudaSampleRow) * rows,
+                             cudaMemcpyHostToDevice, r->stream),
+             "copying sampling parameters to the GPU", err);
+    if (used > 0)
+        CUDA_TRY(cudaMemcpyAsync(r->penalties_dev, r->penalties_host, sizeof(CudaPenalty) * used,
+                                 cudaMemcpyHostToDevice, r->stream),
+                 "copying penalty tokens to the GPU", err);
+    return 0;
 }
 
 static size_t align4(size_t n) { return (n + 3) & ~(size_t)3; }
@@ -313,36 +377,39 @@ static int cuda_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *er
         return 0;
     }
 
-    /* The real rows come first (padding, if any, after them). */
+    /* The real rows come first (padding, if any, after them). Raw logits
+     * leave before the GPU sampler rewrites the rows in place: rows the CPU
+     * sampler takes (logprobs) and logits a caller asked for. */
     int n = 0;
-    for (int s = 0; s < b->num_seqs; s++) n += b->seqs[s].compute_logits;
-    if (n > 0) {
-        if (cuda_argmax(r->argmax, r->logits, n, (int)V, r->stream, err)) return -1;
-        CUDA_TRY(cudaMemcpyAsync(r->argmax_host, r->argmax, sizeof(int32_t) * n,
-                                 cudaMemcpyDeviceToHost, r->stream),
-                 "copying tokens from the GPU", err);
-    }
-    /* Rows the CPU sampler takes, and logits a caller asked for, come back too. */
-    for (int s = 0, row = 0; s < b->num_seqs; s++) {
+    for (int s = 0; s < b->num_seqs; s++) {
         if (!b->seqs[s].compute_logits) continue;
-        const float *src = r->logits + (size_t)row * V;
-        if (!greedy_on_gpu(&b->seqs[s].sample))
-            CUDA_TRY(cudaMemcpyAsync(r->logits_host + (size_t)row * V, src, sizeof(float) * V,
+        const float *src = r->logits + (size_t)n * V;
+        if (sampled_on_host(&b->seqs[s].sample))
+            CUDA_TRY(cudaMemcpyAsync(r->logits_host + (size_t)n * V, src, sizeof(float) * V,
                                      cudaMemcpyDeviceToHost, r->stream),
                      "copying logits from the GPU", err);
         if (b->last_logits)
             CUDA_TRY(cudaMemcpyAsync(b->last_logits + (size_t)s * V, src, sizeof(float) * V,
                                      cudaMemcpyDeviceToHost, r->stream),
                      "copying logits from the GPU", err);
-        row++;
+        n++;
+    }
+    if (n > 0) {
+        if (upload_sampling(r, b, err) ||
+            cuda_sample(r->tokens_dev, r->logits, n, (int)V, r->sample_rows_dev, r->penalties_dev,
+                        r->sampler_workspace, r->stream, err))
+            return -1;
+        CUDA_TRY(cudaMemcpyAsync(r->tokens_host, r->tokens_dev, sizeof(int32_t) * n,
+                                 cudaMemcpyDeviceToHost, r->stream),
+                 "copying tokens from the GPU", err);
     }
     CUDA_TRY(cudaStreamSynchronize(r->stream), "running the step", err);
     for (int s = 0, row = 0; s < b->num_seqs; s++) {
         out[s] = -1;
         if (!b->seqs[s].compute_logits) continue;
-        out[s] = greedy_on_gpu(&b->seqs[s].sample)
-                     ? r->argmax_host[row]
-                     : sample_on_host(r, r->logits_host + (size_t)row * V, b, s);
+        out[s] = sampled_on_host(&b->seqs[s].sample)
+                     ? sample_on_host(r, r->logits_host + (size_t)row * V, b, s)
+                     : r->tokens_host[row];
         row++;
     }
     return 0;
@@ -360,10 +427,10 @@ static void cuda_destroy(Runner *base) {
     cublas_unload(&r->blas);
     cuda_weights_free(&r->weights);
     void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
-                      r->logits, r->h, r->q, r->attn, r->act, r->normed, r->argmax, r->meta_dev,
-                      r->split_workspace};
+                      r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
+                      r->split_workspace, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) cuda_free(device[i]);
-    void *pinned[] = {r->meta_host, r->argmax_host, r->logits_host};
+    void *pinned[] = {r->meta_host, r->tokens_host, r->logits_host, r->sample_rows_host, r->penalties_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) cudaFreeHost(pinned[i]);
     if (r->stream) cudaStreamDestroy(r->stream);
@@ -438,7 +505,9 @@ static int alloc_activations(CudaRunner *r, Error *err) {
         {(void **)&r->logits, S * c->vocab_size * 4}, {(void **)&r->h, T * H * 2},
         {(void **)&r->q, T * Q * 2},          {(void **)&r->attn, T * Q * 2},
         {(void **)&r->act, T * I * 2},        {(void **)&r->normed, S * H * 2},
-        {(void **)&r->argmax, S * 4},
+        {(void **)&r->tokens_dev, S * 4},
+        {(void **)&r->sample_rows_dev, S * sizeof(CudaSampleRow)},
+        {&r->sampler_workspace, cuda_sampler_workspace_bytes((int)S, c->vocab_size)},
         {(void **)&r->split_workspace, cuda_attention_split_workspace_bytes(c->head_dim, MAX_SPLIT_BLOCKS)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -454,7 +523,10 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     if (!r->meta_dev) return -1;
     CUDA_TRY(cudaMallocHost((void **)&r->meta_host, sizeof(int32_t) * r->meta_capacity),
              "allocating pinned host memory", err);
-    CUDA_TRY(cudaMallocHost((void **)&r->argmax_host, sizeof(int32_t) * S),
+    CUDA_TRY(cudaMallocHost((void **)&r->sample_rows_host, sizeof(CudaSampleRow) * S),
+             "allocating pinned host memory", err);
+    if (reserve_penalties(r, (int)S * 64, 0, err)) return -1;
+    CUDA_TRY(cudaMallocHost((void **)&r->tokens_host, sizeof(int32_t) * S),
              "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->logits_host, sizeof(float) * S * c->vocab_size),
              "allocating pinned host memory", err);

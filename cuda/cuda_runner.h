@@ -4,10 +4,12 @@
  * bf16 weights and KV cache, float32 residual stream and accumulation,
  * cuBLAS GEMMs and the kernels of cuda_kernels.h. The KV cache takes what
  * --gpu-memory-utilization leaves after the weights and a warm-up step at the
- * largest batch, as nano-vllm sizes it. Greedy tokens are chosen on the GPU
- * and only they come back; a request that samples, asks for logprobs or
- * penalties has its row of logits copied back and goes through the CPU
- * sampler (sampler.h), so both backends share one set of semantics.
+ * largest batch, as nano-vllm sizes it. Tokens are chosen on the GPU
+ * (cuda_sampler.h: penalties, temperature, min-p, top-k, top-p and the
+ * seeded draw, with the CPU sampler's exact arithmetic) and only they come
+ * back; a request that asks for logprobs has its row of raw logits copied
+ * back and goes through the CPU sampler (sampler.h). Decode steps replay
+ * CUDA graphs unless --enforce-eager.
  *
  * Built without CUDA, cuda_runner_create() says so (cuda_device_none.c).
  */

@@ -6,7 +6,7 @@
 #
 # 1. the CUDA tests (kernels against CPU references, the tiny model's golden
 #    logits and greedy tokens, CPU vs GPU batches, the engine under forced
-#    preemption);
+#    preemption, graphs vs eager, the GPU sampler vs the CPU sampler);
 # 2. a full-size random Qwen3-0.6B (scripts/make_random_model.py): logits of
 #    three prompts and the CPU's greedy continuations on the GPU vs the CPU
 #    runner vs Hugging Face transformers where installed, and free-running

@@ -185,7 +185,9 @@ static void collect(const EngineOutput *o, void *user) {
     if (o->finish != FINISH_NONE) r->finish = o->finish;
 }
 
-static EngineStats run_engine(const char *device, int blocks, int logprobs, Result *res) {
+/* base: the requests' sampling parameters (NULL: greedy); each request gets its own seed. */
+static EngineStats run_engine_with(const char *device, int blocks, int logprobs, const SamplingParams *base,
+                                   Result *res) {
     ModelWeights w;
     Runner *r = open_runner(&w, device, 16, blocks);
     Error err = {{0}};
@@ -196,7 +198,9 @@ static EngineStats run_engine(const char *device, int blocks, int logprobs, Resu
         int32_t prompt[20];
         int len = 3 + (i * 7) % 15;
         for (int j = 0; j < len; j++) prompt[j] = (int32_t)((test_uniform(&seed) + 1.0f) * 75000);
-        SamplingParams p = sampling_params_default();
+        SamplingParams p = base ? *base : sampling_params_default();
+        p.has_seed = true;
+        p.seed = 1000 + (uint64_t)i;
         p.max_tokens = OUT;
         p.ignore_eos = true;
         p.logprobs = logprobs;
@@ -213,6 +217,10 @@ static EngineStats run_engine(const char *device, int blocks, int logprobs, Resu
     runner_destroy(r);
     model_weights_free(&w);
     return st;
+}
+
+static EngineStats run_engine(const char *device, int blocks, int logprobs, Result *res) {
+    return run_engine_with(device, blocks, logprobs, NULL, res);
 }
 
 /* 16 requests outgrowing 12 blocks on the GPU: preemption after preemption,
@@ -313,4 +321,36 @@ Test(cuda_runner, decode_graphs_match_eager_steps, .timeout = 120) {
     runner_destroy(eager);
     model_weights_free(&wg);
     model_weights_free(&we);
+}
+
+/* Seeded sampling with every control: the GPU sampler (no logprobs) and the
+ * CPU sampler (logprobs send rows to the host) see the very same logits, so
+ * they must choose the very same tokens (cuda_sampler.h's promise). */
+Test(cuda_runner, gpu_sampler_matches_the_cpu_sampler, .timeout = 180) {
+    require_gpu();
+    SamplingParams variants[4];
+    for (int v = 0; v < 4; v++) variants[v] = sampling_params_default();
+    variants[0].temperature = 1.0f;
+    variants[1].temperature = 0.7f;
+    variants[1].top_p = 0.9f;
+    variants[1].top_k = 40;
+    variants[1].min_p = 0.02f;
+    variants[2].temperature = 1.3f;
+    variants[2].repetition_penalty = 1.3f;
+    variants[2].presence_penalty = 0.5f;
+    variants[2].frequency_penalty = 0.3f;
+    variants[2].top_p = 0.5f;
+    variants[3].temperature = 0.0f; /* greedy with penalties */
+    variants[3].repetition_penalty = 0.8f;
+    variants[3].frequency_penalty = -0.4f;
+    for (int v = 0; v < 4; v++) {
+        Result *gpu = calloc(REQS, sizeof *gpu), *host = calloc(REQS, sizeof *host);
+        run_engine_with("cuda", 256, -1, &variants[v], gpu);
+        run_engine_with("cuda", 256, 0, &variants[v], host);
+        for (int i = 0; i < REQS; i++)
+            cr_expect(memcmp(gpu[i].ids, host[i].ids, sizeof gpu[i].ids) == 0,
+                      "variant %d request %d: GPU and CPU samplers chose differently", v, i);
+        free(gpu);
+        free(host);
+    }
 }
