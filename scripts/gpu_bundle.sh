@@ -8,6 +8,9 @@
 #
 # glibc, libstdc++ and libgcc_s stay out: the GPU machine's own are newer.
 # cuBLAS stays out too: it is opened at run time from the machine's CUDA.
+# Everything is packed into gpu-bundle/bundle.tar.xz (~13 MB instead of ~65:
+# OpenBLAS alone is 36 MB), well inside what a device call may carry;
+# scripts/gpu_check.sh unpacks it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -j"$(nproc)" CUDA=1 build/nanovllm build/test_nanovllm
@@ -18,4 +21,8 @@ for bin in build/nanovllm build/test_nanovllm; do
     ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | grep -vE '^(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^ ]*)\.so' |
     while read -r soname path; do cp -L "$path" "gpu-bundle/lib/$soname"; done
-du -sh gpu-bundle
+tar -C gpu-bundle -cf - nanovllm test_nanovllm lib | xz -T0 -6 > gpu-bundle.tar.xz.tmp
+rm -rf gpu-bundle
+mkdir gpu-bundle
+mv gpu-bundle.tar.xz.tmp gpu-bundle/bundle.tar.xz
+du -sh gpu-bundle/bundle.tar.xz
