@@ -1,8 +1,9 @@
 /*
- * cuda_device_none.c - cuda_device.h and cuda_runner.h for builds without
- * nvcc (or with CUDA=0).
+ * cuda_device_none.c - cuda_device.h, cuda_runner.h and cuda_bench.h for
+ * builds without nvcc (or with CUDA=0).
  */
 #include "cuda_device.h"
+#include "cuda_bench.h"
 #include "cuda_runner.h"
 
 #include <stdio.h>
@@ -19,4 +20,11 @@ Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts,
     (void)opts;
     error_set(err, "this binary was built without CUDA (make CUDA=1 with nvcc installed)");
     return NULL;
+}
+
+int cuda_bench_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
+                         int block_size, CudaAttentionBench *out, Error *err) {
+    (void)batch, (void)context, (void)num_heads, (void)num_kv_heads, (void)head_dim, (void)block_size;
+    (void)out;
+    return error_set(err, "this binary was built without CUDA (make CUDA=1 with nvcc installed)");
 }

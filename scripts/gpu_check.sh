@@ -147,6 +147,14 @@ row "single-sequence decode (tok/s)" "-" "$(json_field "$json" "['decode_tokens_
 json=$(timeout 120 "$BIN" bench --latency --device cuda --enforce-eager --model "$MODEL" --input-len 512 --output-len 256 --json --quiet 2> "$OUT/bench_latency_eager.log")
 echo "$json" > "$OUT/bench_latency_eager.json"
 row "  the same without CUDA graphs" "-" "$(json_field "$json" "['decode_tokens_per_s']" .0f) tok/s"
+# Decode attention alone against the copy bandwidth (bench --attention).
+for shape in "256 1024" "64 4096" "1 16384"; do
+    set -- $shape
+    json=$(timeout 120 "$BIN" bench --attention --num-seqs "$1" --input-len "$2" --json 2> "$OUT/bench_attention_$1_$2.log")
+    echo "$json" > "$OUT/bench_attention_$1_$2.json"
+    row "attention $1 x $2 tokens" "$([ -n "$json" ] && echo ok || echo FAIL)" \
+        "$(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy ($(json_field "$json" "['splits']") splits; unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f) GB/s)"
+done
 # The device's own copy bandwidth (bytes read + written), for the floor.
 bw=$(timeout 60 "$PY" - 2> "$OUT/copy_bandwidth.log" <<'PY'
 import time

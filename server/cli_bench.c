@@ -16,7 +16,9 @@
  * (decode must read every matrix per token, so bytes / bandwidth is its
  * floor) and the rate of a large float32 matmul through prefill's path.
  * `--matmul` instead times both matmul strategies at several row counts
- * (how SMALL_M_MAX in cpu_matmul.c was chosen).
+ * (how SMALL_M_MAX in cpu_matmul.c was chosen). `--attention` times the
+ * GPU's decode attention for --num-seqs sequences of --input-len tokens
+ * (Qwen3-0.6B's head shape) against the GPU's copy bandwidth (cuda_bench.h).
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -28,6 +30,7 @@
 #include <sys/resource.h>
 
 #include "../config/cli_args.h"
+#include "../cuda/cuda_bench.h"
 #include "../engine/cpu_matmul.h"
 #include "../engine/log.h"
 #include "../engine/thread_pool.h"
@@ -50,10 +53,12 @@ static const char HELP[] =
     "  --latency                     load, one prefill, single-stream decode, peak RSS\n"
     "  --input-len N --output-len N  prompt and decode lengths (default 512, 64)\n"
     "  --matmul                      time the matmul strategies instead\n"
+    "  --attention                   time the GPU's decode attention (--num-seqs sequences of\n"
+    "                                --input-len tokens) against its copy bandwidth\n"
     "  --json                        print one JSON object with the results\n"
     "  --quiet                       no log or progress on stderr\n" RUNNER_OPTIONS_USAGE;
 
-typedef enum BenchMode { BENCH_THROUGHPUT, BENCH_LATENCY, BENCH_MATMUL } BenchMode;
+typedef enum BenchMode { BENCH_THROUGHPUT, BENCH_LATENCY, BENCH_MATMUL, BENCH_ATTENTION } BenchMode;
 
 typedef struct BenchArgs {
     const char *model_dir;
@@ -71,7 +76,8 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         {"min-output", required_argument, 0, 'c'}, {"max-output", required_argument, 0, 'd'},
         {"input-len", required_argument, 0, 'i'}, {"output-len", required_argument, 0, 'o'},
         {"seed", required_argument, 0, 's'}, {"latency", no_argument, 0, 'l'},
-        {"matmul", no_argument, 0, 'x'}, {"json", no_argument, 0, 'j'},
+        {"matmul", no_argument, 0, 'x'}, {"attention", no_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (BenchArgs){.num_seqs = 256, .min_input = 100, .max_input = 1024, .min_output = 100,
                      .max_output = 1024, .input_len = 512, .output_len = 64,
@@ -103,6 +109,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         case 'm': a->model_dir = optarg; break;
         case 'l': a->mode = BENCH_LATENCY; break;
         case 'x': a->mode = BENCH_MATMUL; break;
+        case 't': a->mode = BENCH_ATTENTION; break;
         case 'j': a->json = true; break;
         default: {
             if (c == 'q') a->quiet = true;
@@ -114,7 +121,8 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         }
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
-    if (!a->model_dir && a->mode != BENCH_MATMUL) return error_set(err, "--model is required");
+    if (!a->model_dir && a->mode != BENCH_MATMUL && a->mode != BENCH_ATTENTION)
+        return error_set(err, "--model is required");
     if (a->min_input > a->max_input || a->min_output > a->max_output)
         return error_set(err, "each --min-* must be at most its --max-*");
     return 0;
@@ -365,6 +373,38 @@ static int bench_engine(const BenchArgs *a, Error *err) {
     return rc;
 }
 
+/* ---- --attention: the GPU's decode attention against its copy bandwidth ----- */
+
+static int bench_attention(const BenchArgs *a, Error *err) {
+    enum { HEADS = 16, KV_HEADS = 8, HEAD_DIM = 128 }; /* Qwen3-0.6B */
+    CudaAttentionBench r;
+    if (cuda_bench_attention(a->num_seqs, a->input_len, HEADS, KV_HEADS, HEAD_DIM, a->runner.block_size, &r,
+                             err))
+        return error_prefix(err, "--attention");
+    double achieved = r.kv_bytes / r.seconds, unsplit = r.kv_bytes / r.seconds_unsplit;
+    if (a->json) {
+        json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "device", r.device,
+                              "batch", a->num_seqs, "context", a->input_len, "splits", r.splits,
+                              "us_per_launch", r.seconds * 1e6, "us_unsplit", r.seconds_unsplit * 1e6,
+                              "kv_gb_per_s", achieved / 1e9, "kv_gb_per_s_unsplit", unsplit / 1e9,
+                              "copy_gb_per_s", r.copy_bytes_per_s / 1e9,
+                              "fraction_of_copy", achieved / r.copy_bytes_per_s);
+        if (!o) return error_set(err, "out of memory");
+        char *text = json_dumps(o, JSON_REAL_PRECISION(6));
+        json_decref(o);
+        if (!text) return error_set(err, "out of memory");
+        puts(text);
+        free(text);
+        return 0;
+    }
+    printf("%s: decode attention, %d sequences x %d tokens (16/8 heads x 128, block %d)\n", r.device,
+           a->num_seqs, a->input_len, a->runner.block_size);
+    printf("  %d splits: %.1f us, %.0f GB/s of KV = %.0f%% of the copy bandwidth (%.0f GB/s)\n", r.splits,
+           r.seconds * 1e6, achieved / 1e9, 100 * achieved / r.copy_bytes_per_s, r.copy_bytes_per_s / 1e9);
+    printf("  unsplit: %.1f us, %.0f GB/s\n", r.seconds_unsplit * 1e6, unsplit / 1e9);
+    return 0;
+}
+
 int command_bench(int argc, char **argv) {
     BenchArgs a;
     Error err = {{0}};
@@ -374,7 +414,8 @@ int command_bench(int argc, char **argv) {
         fprintf(stderr, "nanovllm bench: %s\n%s", err.msg, USAGE);
         return 2;
     }
-    int rc = a.mode == BENCH_MATMUL    ? bench_matmul(&a, &err)
+    int rc = a.mode == BENCH_ATTENTION ? bench_attention(&a, &err)
+             : a.mode == BENCH_MATMUL  ? bench_matmul(&a, &err)
              : a.mode == BENCH_LATENCY ? bench_latency(&a, &err)
                                        : bench_engine(&a, &err);
     if (rc != 0) {

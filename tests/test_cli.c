@@ -174,6 +174,17 @@ Test(cli, device_selection) {
     cr_expect(strstr(err, gpu ? "device cuda (" : "using the CPU"), "%s", err);
     free(out);
     free(err);
+    /* the attention benchmark needs no model; without a GPU it says why */
+    rc = run_nanovllm("bench --attention --num-seqs 3 --input-len 300 --json", &out, &err);
+    if (gpu) {
+        cr_expect_eq(rc, 0, "%s", err);
+        cr_expect(strstr(out, "\"fraction_of_copy\""), "%s", out);
+    } else {
+        cr_expect_eq(rc, 1);
+        cr_expect(strstr(err, "--attention: "), "%s", err);
+    }
+    free(out);
+    free(err);
 }
 
 Test(cli, chunked_prefill_matches_one_step) {

@@ -1,0 +1,37 @@
+/*
+ * cuda_bench.h - kernel benchmarks for `nanovllm bench --attention` (plain C).
+ *
+ * Decode attention is most of the bytes a decode step moves, so its speed
+ * is read against the device's own copy bandwidth, measured in the same
+ * run: achieved bytes/s over copy bytes/s is the fraction of the reachable
+ * limit (the guide's rule: ratios against a baseline from the same run).
+ * Built without CUDA, cuda_bench_attention() says so (cuda_device_none.c).
+ */
+#ifndef NANOVLLM_CUDA_BENCH_H
+#define NANOVLLM_CUDA_BENCH_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "../engine/error.h"
+
+typedef struct CudaAttentionBench {
+    char device[128];
+    int splits;               /* what the runner would choose for this batch */
+    double seconds;           /* one decode attention launch (with its merge), best of the runs */
+    double seconds_unsplit;   /* the same with one block per (sequence, KV head) */
+    double kv_bytes;          /* K and V bytes one launch must read */
+    double copy_bytes_per_s;  /* device-to-device copy, bytes read + written per second */
+} CudaAttentionBench;
+
+/* Times decode attention for `batch` sequences of `context` tokens each
+ * (one layer, the given head shape), on GPU 0. */
+int cuda_bench_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
+                         int block_size, CudaAttentionBench *out, Error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
