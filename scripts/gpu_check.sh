@@ -3,6 +3,8 @@
 #
 #   scripts/gpu_bundle.sh                 (on the development machine: build, bundle)
 #   scripts/gpu_check.sh OUT_DIR          (on the GPU machine, gpu-bundle/ carried)
+#   ONLY="tests" scripts/gpu_check.sh OUT_DIR, then ONLY="compare figures":
+#                                         the same in two calls (each under 10 min)
 #
 # 1. the CUDA tests (kernels against CPU references, the tiny model's golden
 #    logits and greedy tokens, CPU vs GPU batches, the engine under forced
@@ -49,47 +51,58 @@ gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,nohea
 row "GPU" "-" "$gpu"
 "$BIN" --help > /dev/null 2>&1 || { row "binary starts" FAIL "$($BIN --help 2>&1 | head -2)"; }
 
+# ONLY="tests compare figures" (the default) picks sections, e.g. to split a
+# run over two calls of a limited length.
+want() { [[ " ${ONLY:-tests compare figures} " == *" $1 "* ]]; }
+
 # ---- 1. CUDA tests -------------------------------------------------------------
-NANOVLLM_BIN=$BIN timeout 240 "$TESTS" --filter 'cuda*/*' --verbose > "$OUT/cuda_tests.log" 2>&1
-synth=$(grep -a "Synthesis" "$OUT/cuda_tests.log" | tail -1)
-if grep -aq "CUDA tests did not run" "$OUT/cuda_tests.log"; then
-    row "CUDA tests" FAIL "skipped: $(grep -a "CUDA tests did not run" "$OUT/cuda_tests.log" | head -1)"
-elif grep -q "Failing: 0 | Crashing: 0" <<< "$synth" && ! grep -q "Tested: 0 " <<< "$synth"; then
-    row "CUDA tests" ok "${synth#*Synthesis: }"
-else
-    row "CUDA tests" FAIL "${synth#*Synthesis: } (see cuda_tests.log)"
+if want tests; then
+    NANOVLLM_BIN=$BIN timeout 240 "$TESTS" --filter 'cuda*/*' --verbose > "$OUT/cuda_tests.log" 2>&1
+    synth=$(grep -a "Synthesis" "$OUT/cuda_tests.log" | tail -1)
+    if grep -aq "CUDA tests did not run" "$OUT/cuda_tests.log"; then
+        row "CUDA tests" FAIL "skipped: $(grep -a "CUDA tests did not run" "$OUT/cuda_tests.log" | head -1)"
+    elif grep -q "Failing: 0 | Crashing: 0" <<< "$synth" && ! grep -q "Tested: 0 " <<< "$synth"; then
+        row "CUDA tests" ok "${synth#*Synthesis: }"
+    else
+        row "CUDA tests" FAIL "${synth#*Synthesis: } (see cuda_tests.log)"
+    fi
+    grep -a "relative error" "$OUT/cuda_tests.log" | sed 's/^.*\] //' | head -12 > "$OUT/cuda_tests_errors.txt"
+    worst=$(grep -aoE "relative error [0-9.e+-]+" "$OUT/cuda_tests.log" | awk '{print $3}' | sort -g | tail -1)
+    row "tiny model logits (worst rel. err)" "-" "${worst:-none} (limit 2e-2)"
+    NANOVLLM_BIN=$BIN timeout 60 "$TESTS" --filter 'cli/device_selection' > "$OUT/cli_tests.log" 2>&1 \
+        && row "--device cuda / auto pick the GPU" ok "" || row "--device cuda / auto pick the GPU" FAIL "cli_tests.log"
+
 fi
-grep -a "relative error" "$OUT/cuda_tests.log" | sed 's/^.*\] //' | head -12 > "$OUT/cuda_tests_errors.txt"
-worst=$(grep -aoE "relative error [0-9.e+-]+" "$OUT/cuda_tests.log" | awk '{print $3}' | sort -g | tail -1)
-row "tiny model logits (worst rel. err)" "-" "${worst:-none} (limit 2e-2)"
-NANOVLLM_BIN=$BIN timeout 60 "$TESTS" --filter 'cli/device_selection' > "$OUT/cli_tests.log" 2>&1 \
-    && row "--device cuda / auto pick the GPU" ok "" || row "--device cuda / auto pick the GPU" FAIL "cli_tests.log"
+
+MODEL=$WORK/qwen3-0.6b-random
+if want compare || want figures; then
+    [ -f "$MODEL/model.safetensors" ] || "$PY" scripts/make_random_model.py "$MODEL" > "$OUT/make_model.log" 2>&1 \
+        || row "random 0.6B model" FAIL "make_model.log"
+fi
 
 # ---- 2. full-size random model -------------------------------------------------------
-MODEL=$WORK/qwen3-0.6b-random
-[ -f "$MODEL/model.safetensors" ] || "$PY" scripts/make_random_model.py "$MODEL" > "$OUT/make_model.log" 2>&1 \
-    || row "random 0.6B model" FAIL "make_model.log"
-LONG=$(printf 'The quick brown fox jumps over the lazy dog while the band plays on. %.0s' $(seq 1 110))
-MEDIUM=$(printf 'Paged attention keeps the KV cache in fixed-size blocks. %.0s' $(seq 1 25))
-SHORT="Hello, my name is"
-cases="["
-for name in short medium long; do
-    case $name in short) prompt=$SHORT ;; medium) prompt=$MEDIUM ;; long) prompt=$LONG ;; esac
-    for dev in cpu cuda; do
-        timeout 120 "$BIN" generate --model "$MODEL" --device "$dev" --prompt "$prompt" --max-tokens 32 \
-            --ignore-eos --json --max-num-batched-tokens 4096 > "$OUT/gen_${name}_$dev.json" 2> "$OUT/gen_${name}_$dev.log"
-    done
-    ids=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(",".join(map(str, d["prompt_ids"] + d["ids"][:-1])))' \
-        "$OUT/gen_${name}_cpu.json" 2>/dev/null)
-    if [ -z "$ids" ]; then
-        row "0.6B $name: generate" FAIL "gen_${name}_cpu.log"
-        continue
-    fi
-    for dev in cpu cuda; do
-        timeout 120 "$BIN" generate --model "$MODEL" --device "$dev" --prompt-ids "$ids" --max-tokens 1 --quiet \
-            --max-num-batched-tokens 4096 --dump-logits "$WORK/${name}_$dev.f32" > /dev/null 2>> "$OUT/gen_${name}_$dev.log"
-    done
-    cases+=$("$PY" - "$OUT/gen_${name}_cpu.json" "$OUT/gen_${name}_cuda.json" "$WORK" "$name" <<'PY'
+if want compare; then
+    LONG=$(printf 'The quick brown fox jumps over the lazy dog while the band plays on. %.0s' $(seq 1 110))
+    MEDIUM=$(printf 'Paged attention keeps the KV cache in fixed-size blocks. %.0s' $(seq 1 25))
+    SHORT="Hello, my name is"
+    cases="["
+    for name in short medium long; do
+        case $name in short) prompt=$SHORT ;; medium) prompt=$MEDIUM ;; long) prompt=$LONG ;; esac
+        for dev in cpu cuda; do
+            timeout 120 "$BIN" generate --model "$MODEL" --device "$dev" --prompt "$prompt" --max-tokens 32 \
+                --ignore-eos --json --max-num-batched-tokens 4096 > "$OUT/gen_${name}_$dev.json" 2> "$OUT/gen_${name}_$dev.log"
+        done
+        ids=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(",".join(map(str, d["prompt_ids"] + d["ids"][:-1])))' \
+            "$OUT/gen_${name}_cpu.json" 2>/dev/null)
+        if [ -z "$ids" ]; then
+            row "0.6B $name: generate" FAIL "gen_${name}_cpu.log"
+            continue
+        fi
+        for dev in cpu cuda; do
+            timeout 120 "$BIN" generate --model "$MODEL" --device "$dev" --prompt-ids "$ids" --max-tokens 1 --quiet \
+                --max-num-batched-tokens 4096 --dump-logits "$WORK/${name}_$dev.f32" > /dev/null 2>> "$OUT/gen_${name}_$dev.log"
+        done
+        cases+=$("$PY" - "$OUT/gen_${name}_cpu.json" "$OUT/gen_${name}_cuda.json" "$WORK" "$name" <<'PY'
 import json, sys
 cpu = json.load(open(sys.argv[1]))
 try:
@@ -101,62 +114,67 @@ print(json.dumps({"name": name, "ids": cpu["prompt_ids"] + cpu["ids"][:-1], "pro
                   "cpu_logits": f"{work}/{name}_cpu.f32", "cuda_logits": f"{work}/{name}_cuda.f32",
                   "cpu_greedy": cpu["ids"], "cuda_greedy": cuda.get("ids", [])}) + ",")
 PY
-)
-done
-cases="${cases%,}]"
-echo "$cases" > "$WORK/cases.json"
-timeout 240 "$PY" scripts/compare_logits.py "$MODEL" "$WORK/cases.json" --hf > "$OUT/compare.jsonl" 2> "$OUT/compare.log"
-while read -r line; do
-    [ -n "$line" ] || continue
-    name=$(json_field "$line" "['name']")
-    error=$(json_field "$line" ".get('error', '')")
-    if [ -n "$error" ]; then
-        row "0.6B $name: logits GPU vs CPU" FAIL "$error"
-        continue
-    fi
-    rel=$(json_field "$line" "['rel_cuda_cpu']")
-    agree=$(json_field "$line" "['argmax_cuda_cpu']")
-    hf=$(json_field "$line" ".get('rel_cuda_hf', d.get('hf_error', 'n/a'))")
-    hf_cpu=$(json_field "$line" ".get('rel_cpu_hf', 'n/a')")
-    ok=$(json_field "$line" "['greedy_ok']")
-    div=$(json_field "$line" "['greedy_first_divergence']")
-    verdict=$("$PY" -c "print('ok' if float('$rel') <= 2e-2 else 'FAIL')" 2>/dev/null || echo FAIL)
-    row "0.6B $name: logits GPU vs CPU" "$verdict" "rel $rel; argmax agree (clear margin) $agree"
-    row "0.6B $name: vs transformers" "-" "GPU rel $hf; CPU rel $hf_cpu"
-    [ "$ok" = True ] && v=ok || v=FAIL
-    row "0.6B $name: greedy GPU vs CPU" "$v" "first divergence at step ${div} of 32"
-done < "$OUT/compare.jsonl"
-[ -s "$OUT/compare.jsonl" ] || row "logits comparison" FAIL "compare.log"
+    )
+    done
+    cases="${cases%,}]"
+    echo "$cases" > "$WORK/cases.json"
+    timeout 240 "$PY" scripts/compare_logits.py "$MODEL" "$WORK/cases.json" --hf > "$OUT/compare.jsonl" 2> "$OUT/compare.log"
+    while read -r line; do
+        [ -n "$line" ] || continue
+        name=$(json_field "$line" "['name']")
+        error=$(json_field "$line" ".get('error', '')")
+        if [ -n "$error" ]; then
+            row "0.6B $name: logits GPU vs CPU" FAIL "$error"
+            continue
+        fi
+        rel=$(json_field "$line" "['rel_cuda_cpu']")
+        agree=$(json_field "$line" "['argmax_cuda_cpu']")
+        hf=$(json_field "$line" ".get('rel_cuda_hf', d.get('hf_error', 'n/a'))")
+        hf_cpu=$(json_field "$line" ".get('rel_cpu_hf', 'n/a')")
+        ok=$(json_field "$line" "['greedy_ok']")
+        div=$(json_field "$line" "['greedy_first_divergence']")
+        verdict=$("$PY" -c "print('ok' if float('$rel') <= 2e-2 else 'FAIL')" 2>/dev/null || echo FAIL)
+        row "0.6B $name: logits GPU vs CPU" "$verdict" "rel $rel; argmax agree (clear margin) $agree"
+        row "0.6B $name: vs transformers" "-" "GPU rel $hf; CPU rel $hf_cpu"
+        [ "$ok" = True ] && v=ok || v=FAIL
+        row "0.6B $name: greedy GPU vs CPU" "$v" "first divergence at step ${div} of 32"
+    done < "$OUT/compare.jsonl"
+    [ -s "$OUT/compare.jsonl" ] || row "logits comparison" FAIL "compare.log"
+
+fi
 
 # ---- 3. figures ------------------------------------------------------------------------
-kv=$(grep -ao "KV cache [0-9]* blocks x [0-9]* tokens = [0-9]* tokens ([0-9.]* GB)" "$OUT/gen_short_cuda.log" | head -1)
-row "KV capacity (0.6B, util 0.9)" "-" "${kv:-unknown}"
-graphs=$(grep -ao "[0-9]* decode graphs (up to batch [0-9]*) in [0-9.]* s" "$OUT/gen_short_cuda.log" | head -1)
-row "CUDA graphs captured" "-" "${graphs:-unknown}"
-for run in 1 2; do
-    t0=$(date +%s.%N)
-    "$BIN" generate --model "$MODEL" --device cuda --prompt "Hello" --max-tokens 1 --quiet > /dev/null 2> "$OUT/ttft_$run.log"
-    rc=$?
-    t1=$(date +%s.%N)
-    row "start to first token, run $run (s)" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
-        "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}') (target <= 3)"
-done
-json=$(timeout 120 "$BIN" bench --latency --device cuda --model "$MODEL" --input-len 512 --output-len 256 --json --quiet 2> "$OUT/bench_latency.log")
-echo "$json" > "$OUT/bench_latency.json"
-row "single-sequence decode (tok/s)" "-" "$(json_field "$json" "['decode_tokens_per_s']" .0f) (prefill 512: $(json_field "$json" "['prefill_tokens_per_s']" .0f) tok/s)"
-json=$(timeout 120 "$BIN" bench --latency --device cuda --enforce-eager --model "$MODEL" --input-len 512 --output-len 256 --json --quiet 2> "$OUT/bench_latency_eager.log")
-echo "$json" > "$OUT/bench_latency_eager.json"
-row "  the same without CUDA graphs" "-" "$(json_field "$json" "['decode_tokens_per_s']" .0f) tok/s"
-# Decode attention alone against the copy bandwidth (bench --attention).
-for shape in "256 1024" "64 4096" "1 16384"; do
-    set -- $shape
-    json=$(timeout 120 "$BIN" bench --attention --num-seqs "$1" --input-len "$2" --json 2> "$OUT/bench_attention_$1_$2.log")
-    echo "$json" > "$OUT/bench_attention_$1_$2.json"
-    row "attention $1 x $2 tokens" "$([ -n "$json" ] && echo ok || echo FAIL)" \
-        "$(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy ($(json_field "$json" "['splits']") splits; unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f) GB/s)"
-done
-# The device's own copy bandwidth (bytes read + written), for the floor.
-bw=$(timeout 60 "$PY" - 2> "$OUT/copy_bandwidth.log" <<'PY'
+if want figures; then
+    [ -s "$OUT/gen_short_cuda.log" ] || timeout 120 "$BIN" generate --model "$MODEL" --device cuda --prompt "Hi" \
+        --max-tokens 1 --quiet > /dev/null 2> "$OUT/gen_short_cuda.log"
+    kv=$(grep -ao "KV cache [0-9]* blocks x [0-9]* tokens = [0-9]* tokens ([0-9.]* GB)" "$OUT/gen_short_cuda.log" | head -1)
+    row "KV capacity (0.6B, util 0.9)" "-" "${kv:-unknown}"
+    graphs=$(grep -ao "[0-9]* decode graphs (up to batch [0-9]*) in [0-9.]* s" "$OUT/gen_short_cuda.log" | head -1)
+    row "CUDA graphs captured" "-" "${graphs:-unknown}"
+    for run in 1 2; do
+        t0=$(date +%s.%N)
+        "$BIN" generate --model "$MODEL" --device cuda --prompt "Hello" --max-tokens 1 --quiet > /dev/null 2> "$OUT/ttft_$run.log"
+        rc=$?
+        t1=$(date +%s.%N)
+        row "start to first token, run $run (s)" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+            "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}') (target <= 3)"
+    done
+    json=$(timeout 120 "$BIN" bench --latency --device cuda --model "$MODEL" --input-len 512 --output-len 256 --json --quiet 2> "$OUT/bench_latency.log")
+    echo "$json" > "$OUT/bench_latency.json"
+    row "single-sequence decode (tok/s)" "-" "$(json_field "$json" "['decode_tokens_per_s']" .0f) (prefill 512: $(json_field "$json" "['prefill_tokens_per_s']" .0f) tok/s)"
+    json=$(timeout 120 "$BIN" bench --latency --device cuda --enforce-eager --model "$MODEL" --input-len 512 --output-len 256 --json --quiet 2> "$OUT/bench_latency_eager.log")
+    echo "$json" > "$OUT/bench_latency_eager.json"
+    row "  the same without CUDA graphs" "-" "$(json_field "$json" "['decode_tokens_per_s']" .0f) tok/s"
+    # Decode attention alone against the copy bandwidth (bench --attention).
+    for shape in "256 1024" "64 4096" "1 16384"; do
+        set -- $shape
+        json=$(timeout 120 "$BIN" bench --attention --num-seqs "$1" --input-len "$2" --json 2> "$OUT/bench_attention_$1_$2.log")
+        echo "$json" > "$OUT/bench_attention_$1_$2.json"
+        row "attention $1 x $2 tokens" "$([ -n "$json" ] && echo ok || echo FAIL)" \
+            "$(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy ($(json_field "$json" "['splits']") splits; unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f) GB/s)"
+    done
+    # The device's own copy bandwidth (bytes read + written), for the floor.
+    bw=$(timeout 60 "$PY" - 2> "$OUT/copy_bandwidth.log" <<'PY'
 import time
 import torch
 n = 1 << 30
@@ -171,21 +189,22 @@ for _ in range(20):
 torch.cuda.synchronize()
 print(f"{2 * n * 20 / (time.perf_counter() - t) / 1e9:.0f}")
 PY
-)
-row "device copy bandwidth (GB/s)" "-" "${bw:-unknown (torch missing?), floor at 3000}"
-floor=$("$PY" scripts/floor.py "$MODEL" --bandwidth "${bw:-3000}" --json 2>> "$OUT/copy_bandwidth.log")
-echo "$floor" > "$OUT/floor.json"
-row "bench.py floor (out tok/s)" "-" "$(json_field "$floor" "['floor_output_tokens_per_s']" .0f) ($(json_field "$floor" "['memory_floor_s']" .2f) s memory, $(json_field "$floor" "['compute_floor_s']" .2f) s compute)"
-json=$(timeout 240 "$BIN" bench --device cuda --model "$MODEL" --json 2> "$OUT/bench.log")
-echo "$json" > "$OUT/bench.json"
-pct=$("$PY" -c "import json,sys; b=json.loads(sys.argv[1]); f=json.loads(sys.argv[2]); print('%.0f%%' % (100 * b['output_tokens_per_s'] / f['floor_output_tokens_per_s']))" "$json" "$floor" 2>/dev/null)
-row "bench.py workload (out tok/s)" "$([ -n "$json" ] && echo ok || echo FAIL)" \
-    "$(json_field "$json" "['output_tokens_per_s']" .0f) in $(json_field "$json" "['seconds']" .2f) s = ${pct:-?} of the floor, $(json_field "$json" "['preemptions']") preemptions"
-json=$(timeout 180 "$BIN" bench --device cuda --model "$MODEL" --num-seqs 64 --num-gpu-blocks-override 24 --json 2> "$OUT/bench_preempt.log")
-echo "$json" > "$OUT/bench_preempt.json"
-row "64 seqs, 24 KV blocks (preemption)" "$([ -n "$json" ] && echo ok || echo FAIL)" \
-    "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s, $(json_field "$json" "['preemptions']") preemptions"
+    )
+    row "device copy bandwidth (GB/s)" "-" "${bw:-unknown (torch missing?), floor at 3000}"
+    floor=$("$PY" scripts/floor.py "$MODEL" --bandwidth "${bw:-3000}" --json 2>> "$OUT/copy_bandwidth.log")
+    echo "$floor" > "$OUT/floor.json"
+    row "bench.py floor (out tok/s)" "-" "$(json_field "$floor" "['floor_output_tokens_per_s']" .0f) ($(json_field "$floor" "['memory_floor_s']" .2f) s memory, $(json_field "$floor" "['compute_floor_s']" .2f) s compute)"
+    json=$(timeout 240 "$BIN" bench --device cuda --model "$MODEL" --json 2> "$OUT/bench.log")
+    echo "$json" > "$OUT/bench.json"
+    pct=$("$PY" -c "import json,sys; b=json.loads(sys.argv[1]); f=json.loads(sys.argv[2]); print('%.0f%%' % (100 * b['output_tokens_per_s'] / f['floor_output_tokens_per_s']))" "$json" "$floor" 2>/dev/null)
+    row "bench.py workload (out tok/s)" "$([ -n "$json" ] && echo ok || echo FAIL)" \
+        "$(json_field "$json" "['output_tokens_per_s']" .0f) in $(json_field "$json" "['seconds']" .2f) s = ${pct:-?} of the floor, $(json_field "$json" "['preemptions']") preemptions"
+    json=$(timeout 180 "$BIN" bench --device cuda --model "$MODEL" --num-seqs 64 --num-gpu-blocks-override 24 --json 2> "$OUT/bench_preempt.log")
+    echo "$json" > "$OUT/bench_preempt.json"
+    row "64 seqs, 24 KV blocks (preemption)" "$([ -n "$json" ] && echo ok || echo FAIL)" \
+        "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s, $(json_field "$json" "['preemptions']") preemptions"
 
+fi
 echo
 echo "==== nanovllm GPU check ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
 for r in "${ROWS[@]}"; do

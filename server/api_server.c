@@ -161,30 +161,39 @@ static void on_wake(uv_async_t *a) {
     pthread_mutex_lock(&s->events_lock);
     ApiRequest *list = s->dirty_head;
     s->dirty_head = NULL;
-    for (ApiRequest *r = list; r; r = r->dirty_next) r->dirty = false;
-    /* Each request's events, taken while the engine cannot be appending. */
-    ApiEvent *events[64], **taken = events;
+    /* Each request with its events, taken while the engine cannot be
+     * appending. The list itself must not be walked after the unlock: an
+     * event arriving then re-links its request (dirty_next) into the next
+     * list, which would strand the rest of this one. */
+    typedef struct Taken {
+        ApiRequest *r;
+        ApiEvent *events;
+    } Taken;
+    Taken small[64], *taken = small;
     int n = 0;
     for (ApiRequest *r = list; r; r = r->dirty_next) n++;
     if (n > 64 && !(taken = malloc(sizeof *taken * (size_t)n))) taken = NULL;
     int k = 0;
     for (ApiRequest *r = list; r && taken; r = r->dirty_next, k++) {
-        taken[k] = r->ev_head;
+        taken[k] = (Taken){r, r->ev_head};
         r->ev_head = r->ev_tail = NULL;
     }
+    if (taken)
+        for (ApiRequest *r = list; r; r = r->dirty_next) r->dirty = false;
     pthread_mutex_unlock(&s->events_lock);
-    if (!taken) { /* out of memory: leave them for the next wake */
+    if (!taken) { /* out of memory: leave them (still marked dirty) for the next wake */
         pthread_mutex_lock(&s->events_lock);
-        for (ApiRequest *r = list; r; r = r->dirty_next) r->dirty = true;
+        ApiRequest *last = list;
+        while (last->dirty_next) last = last->dirty_next;
+        last->dirty_next = s->dirty_head;
         s->dirty_head = list;
         pthread_mutex_unlock(&s->events_lock);
         uv_async_send(&s->wake);
         return;
     }
-    k = 0;
-    for (ApiRequest *r = list, *next; r; r = next, k++) {
-        next = r->dirty_next;
-        for (ApiEvent *ev = taken[k], *ev_next; ev; ev = ev_next) {
+    for (k = 0; k < n; k++) {
+        ApiRequest *r = taken[k].r;
+        for (ApiEvent *ev = taken[k].events, *ev_next; ev; ev = ev_next) {
             ev_next = ev->next;
             api_generate_event(r, ev);
             free(ev->text);
@@ -195,7 +204,7 @@ static void on_wake(uv_async_t *a) {
         }
         api_request_maybe_free(r);
     }
-    if (taken != events) free(taken);
+    if (taken != small) free(taken);
 }
 
 /* ---- simple routes ----------------------------------------------------------------------- */
