@@ -15,7 +15,6 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 
-#define MAX_SPLIT_BLOCKS 4096 /* as the runner */
 #define RUNS 10
 
 typedef struct Buffers {
@@ -78,7 +77,7 @@ static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int
         (b->seqs = (CudaAttnSeq *)cuda_alloc(sizeof(CudaAttnSeq) * batch, err)) &&
         (b->items = (CudaAttnItem *)cuda_alloc(sizeof(CudaAttnItem) * batch, err)) &&
         (b->tables = (int32_t *)cuda_alloc(sizeof(int32_t) * blocks, err)) &&
-        (b->split = (float *)cuda_alloc(cuda_attention_split_workspace_bytes(D, MAX_SPLIT_BLOCKS), err)) &&
+        (b->split = (float *)cuda_alloc(cuda_attention_split_workspace_bytes(D, CUDA_MAX_SPLIT_BLOCKS), err)) &&
         cuda_upload(b->seqs, seqs, sizeof(CudaAttnSeq) * batch, err) == 0 &&
         cuda_upload(b->items, items, sizeof(CudaAttnItem) * batch, err) == 0 &&
         cuda_upload(b->tables, tables, sizeof(int32_t) * blocks, err) == 0)
@@ -126,7 +125,7 @@ extern "C" int cuda_bench_attention(int batch, int context, int num_heads, int n
     snprintf(out->device, sizeof out->device, "%.80s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
              prop.multiProcessorCount);
     out->splits = cuda_attention_choose_splits(batch, num_kv_heads, context, prop.multiProcessorCount,
-                                               MAX_SPLIT_BLOCKS);
+                                               CUDA_MAX_SPLIT_BLOCKS);
     out->kv_bytes = 2.0 * context * batch * num_kv_heads * head_dim * 2;
     Buffers b;
     memset(&b, 0, sizeof b);

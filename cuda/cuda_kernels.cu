@@ -124,7 +124,7 @@ __global__ void qk_norm_rope_store_kernel(uint16_t *q_out, uint16_t *k_cache, ui
     }
 }
 
-/* ---- SiLU-and-mul, row gather, argmax --------------------------------------------------- */
+/* ---- SiLU-and-mul, row gather --------------------------------------------------------- */
 
 __global__ void silu_mul_kernel(uint16_t *out, const float *gate_up, int n, int intermediate) {
     size_t total = (size_t)n * intermediate;
@@ -141,43 +141,6 @@ __global__ void gather_rows_kernel(uint16_t *out, const uint16_t *in, const int3
     const uint16_t *src = in + (size_t)rows[blockIdx.x] * width;
     uint16_t *dst = out + (size_t)blockIdx.x * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
-}
-
-/* (value, index) pairs: the larger value wins, the lower index among equals;
- * a NaN never beats a number (the CPU's `x[i] > x[best]` scan). */
-__device__ __forceinline__ void argmax_merge(float &v, int &i, float ov, int oi) {
-    if (ov > v || (ov == v && oi < i) || (isnan(v) && !isnan(ov))) {
-        v = ov;
-        i = oi;
-    }
-}
-
-__global__ void argmax_kernel(int32_t *out, const float *logits, int vocab) {
-    const float *row = logits + (size_t)blockIdx.x * vocab;
-    float best = -INFINITY;
-    int best_i = vocab; /* loses every comparison until a real index arrives */
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) argmax_merge(best, best_i, row[i], i);
-    for (int o = WARP / 2; o > 0; o /= 2)
-        argmax_merge(best, best_i, __shfl_xor_sync(0xffffffffu, best, o),
-                     __shfl_xor_sync(0xffffffffu, best_i, o));
-    __shared__ float vals[WARP];
-    __shared__ int ids[WARP];
-    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
-    if (lane == 0) {
-        vals[warp] = best;
-        ids[warp] = best_i;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        int warps = blockDim.x / WARP;
-        best = lane < warps ? vals[lane] : -INFINITY;
-        best_i = lane < warps ? ids[lane] : vocab;
-        for (int o = WARP / 2; o > 0; o /= 2)
-            argmax_merge(best, best_i, __shfl_xor_sync(0xffffffffu, best, o),
-                         __shfl_xor_sync(0xffffffffu, best_i, o));
-        /* every value NaN (or -inf): the CPU scan answers 0 */
-        if (lane == 0) out[blockIdx.x] = best_i < vocab ? best_i : 0;
-    }
 }
 
 /* ---- launchers ------------------------------------------------------------------------- */
@@ -256,14 +219,6 @@ extern "C" int cuda_gather_rows(uint16_t *out, const uint16_t *in, const int32_t
     if (n <= 0) return 0;
     gather_rows_kernel<<<n, ROW_THREADS, 0, as_stream(stream)>>>(out, in, rows, width);
     CUDA_LAUNCHED("the row gather kernel", err);
-    return 0;
-}
-
-extern "C" int cuda_argmax(int32_t *out, const float *logits, int rows, int vocab,
-                           CudaStream stream, Error *err) {
-    if (rows <= 0) return 0;
-    argmax_kernel<<<rows, 1024, 0, as_stream(stream)>>>(out, logits, vocab);
-    CUDA_LAUNCHED("the argmax kernel", err);
     return 0;
 }
 

@@ -4,9 +4,9 @@
  * Everything here that is not a GEMM (those go through cuBLAS): the
  * embedding gather, residual-add + RMSNorm, per-head q/k RMSNorm + RoPE + the
  * store of K and V into the paged cache, paged attention, SiLU-and-mul, the
- * row gather in front of the lm_head, and argmax. Each launcher checks its
- * launch and returns 0, or -1 with the CUDA error in err; none waits for the
- * GPU. Pointers are device memory; bf16 values travel as their raw 16 bits
+ * row gather in front of the lm_head (greedy and sampling are in
+ * cuda_sampler.h). Each launcher checks its launch and returns 0, or -1 with
+ * the CUDA error in err; none waits for the GPU. Pointers are device memory; bf16 values travel as their raw 16 bits
  * (uint16_t), the top half of a float32, as in half.h. The tests call these
  * directly against the CPU runner's functions (llm.c style).
  *
@@ -95,6 +95,10 @@ int cuda_prefill_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_c
                            int num_heads, int num_kv_heads, int head_dim, int block_size,
                            CudaStream stream, Error *err);
 
+/* The most attention blocks one split decode launch may use (it sizes the
+ * split workspace; cuda_attention_choose_splits keeps launches under it). */
+#define CUDA_MAX_SPLIT_BLOCKS 4096
+
 int cuda_attention_max_splits(void);
 size_t cuda_attention_split_workspace_bytes(int head_dim, int max_split_blocks);
 
@@ -111,11 +115,6 @@ int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, 
 /* out[i] = in[rows[i]] for n rows of width bf16 values. */
 int cuda_gather_rows(uint16_t *out, const uint16_t *in, const int32_t *rows, int n, int width,
                      CudaStream stream, Error *err);
-
-/* out[r] = index of the largest of logits[r, :vocab], the lowest among
- * equals (as the CPU sampler's greedy choice). */
-int cuda_argmax(int32_t *out, const float *logits, int rows, int vocab, CudaStream stream,
-                Error *err);
 
 /* Plain memory helpers for the runner and the tests. */
 void *cuda_alloc(size_t bytes, Error *err);

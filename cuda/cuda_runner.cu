@@ -42,7 +42,6 @@ extern "C" {
 }
 
 #define CUBLAS_WORKSPACE_BYTES (32u << 20)
-#define MAX_SPLIT_BLOCKS 4096 /* attention blocks of one split decode launch */
 #define MAX_GRAPHS 64
 /* Graph memory is allocated after the KV cache is sized: keep this much back. */
 #define GRAPH_RESERVE_BYTES(n) ((size_t)(64u << 20) + (size_t)(n) * (4u << 20))
@@ -146,17 +145,12 @@ static int reserve_penalties(CudaRunner *r, int entries, int keep, Error *err) {
 /* Each logits row's sampling parameters and distinct penalty tokens, to
  * the device. Rows the host samples get a row too (their token is unused). */
 static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
-    static const SamplingParams *greedy = NULL;
-    static SamplingParams greedy_params;
-    if (!greedy) {
-        greedy_params = sampling_params_default();
-        greedy = &greedy_params;
-    }
+    const SamplingParams greedy = sampling_params_default();
     int rows = 0, used = 0;
     for (int s = 0; s < b->num_seqs; s++) {
         if (!b->seqs[s].compute_logits) continue;
         SampleInput in = b->seqs[s].sample;
-        if (!in.params) in.params = greedy;
+        if (!in.params) in.params = &greedy;
         int added;
         while ((added = cuda_sample_row_prepare(&r->sample_rows_host[rows], r->penalties_host,
                                                 r->penalty_capacity, used, &in, &r->sampler)) < 0) {
@@ -339,7 +333,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
         for (int s = 0; s < b->num_seqs; s++)
             if (b->seqs[s].start_pos + 1 > longest) longest = b->seqs[s].start_pos + 1;
         splits = cuda_attention_choose_splits(L->num_items, c->num_kv_heads, longest,
-                                              r->prop.multiProcessorCount, MAX_SPLIT_BLOCKS);
+                                              r->prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);
     }
     if (forward(r, L, splits, err)) return -1;
     if (b->all_logits || L->num_logit_rows == 0) return 0;
@@ -508,7 +502,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
         {(void **)&r->tokens_dev, S * 4},
         {(void **)&r->sample_rows_dev, S * sizeof(CudaSampleRow)},
         {&r->sampler_workspace, cuda_sampler_workspace_bytes((int)S, c->vocab_size)},
-        {(void **)&r->split_workspace, cuda_attention_split_workspace_bytes(c->head_dim, MAX_SPLIT_BLOCKS)},
+        {(void **)&r->split_workspace, cuda_attention_split_workspace_bytes(c->head_dim, CUDA_MAX_SPLIT_BLOCKS)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = cuda_alloc(bufs[i].bytes, err)))
@@ -657,7 +651,7 @@ static void capture_graphs(CudaRunner *r) {
     Error err = {{0}};
     for (int g = 0; g < n; g++) {
         int splits = cuda_attention_choose_splits(sizes[g], r->cfg.num_kv_heads, o->max_model_len,
-                                                  r->prop.multiProcessorCount, MAX_SPLIT_BLOCKS);
+                                                  r->prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);
         if (capture_graph(r, sizes[g], splits, &r->graphs[g], &err)) {
             for (int i = 0; i < g; i++) cudaGraphExecDestroy(r->graphs[i]);
             r->num_graphs = 0;

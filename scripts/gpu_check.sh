@@ -14,7 +14,7 @@
 #    runner vs Hugging Face transformers where installed, and free-running
 #    greedy tokens GPU vs CPU (scripts/compare_logits.py);
 # 3. figures: bench.py's workload against its floor (scripts/floor.py at the
-#    device's measured copy bandwidth), the same with preemption forced,
+#    device's copy bandwidth measured by bench --attention), the same with preemption forced,
 #    single-sequence decode with and without CUDA graphs, process start to
 #    first token, KV capacity.
 # Logs and JSON go to OUT_DIR; the model and the logits dumps (GBs) to $WORK.
@@ -173,25 +173,11 @@ if want figures; then
         row "attention $1 x $2 tokens" "$([ -n "$json" ] && echo ok || echo FAIL)" \
             "$(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy ($(json_field "$json" "['splits']") splits; unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f) GB/s)"
     done
-    # The device's own copy bandwidth (bytes read + written), for the floor.
-    bw=$(timeout 60 "$PY" - 2> "$OUT/copy_bandwidth.log" <<'PY'
-import time
-import torch
-n = 1 << 30
-a = torch.empty(n, dtype=torch.uint8, device="cuda")
-b = torch.empty_like(a)
-for _ in range(3):
-    b.copy_(a)
-torch.cuda.synchronize()
-t = time.perf_counter()
-for _ in range(20):
-    b.copy_(a)
-torch.cuda.synchronize()
-print(f"{2 * n * 20 / (time.perf_counter() - t) / 1e9:.0f}")
-PY
-    )
-    row "device copy bandwidth (GB/s)" "-" "${bw:-unknown (torch missing?), floor at 3000}"
-    floor=$("$PY" scripts/floor.py "$MODEL" --bandwidth "${bw:-3000}" --json 2>> "$OUT/copy_bandwidth.log")
+    # The device's own copy bandwidth (bytes read + written), for the floor:
+    # bench --attention measured it in its last run.
+    bw=$(json_field "$json" "['copy_gb_per_s']" .0f)
+    row "device copy bandwidth (GB/s)" "-" "${bw:-unknown, floor at 3000}"
+    floor=$("$PY" scripts/floor.py "$MODEL" --bandwidth "${bw:-3000}" --json 2> "$OUT/floor.log")
     echo "$floor" > "$OUT/floor.json"
     row "bench.py floor (out tok/s)" "-" "$(json_field "$floor" "['floor_output_tokens_per_s']" .0f) ($(json_field "$floor" "['memory_floor_s']" .2f) s memory, $(json_field "$floor" "['compute_floor_s']" .2f) s compute)"
     json=$(timeout 240 "$BIN" bench --device cuda --model "$MODEL" --json 2> "$OUT/bench.log")

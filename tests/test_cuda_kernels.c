@@ -217,29 +217,6 @@ Test(cuda_kernels, gather_rows) {
     free(out);
 }
 
-Test(cuda_kernels, argmax_lowest_index_among_ties) {
-    require_gpu();
-    const int V = 151936, rows = 5;
-    float *logits = random_floats((size_t)rows * V, 30.0f, 40);
-    logits[0 * V + 151935] = 100.0f; /* the very last id */
-    logits[1 * V + 0] = 100.0f;      /* the very first */
-    logits[2 * V + 777] = 100.0f;    /* a tie: the lower id wins */
-    logits[2 * V + 99999] = 100.0f;
-    for (int i = 0; i < V; i++) logits[3 * V + i] = -5.0f; /* all equal: id 0 */
-    int32_t want[5];
-    for (int r = 0; r < rows; r++) want[r] = argmax(logits + (size_t)r * V, V);
-    cr_assert(want[2] == 777 && want[3] == 0);
-    float *d_logits = dev_copy(logits, sizeof(float) * rows * V);
-    int32_t *d_out = dev_poisoned(sizeof(int32_t) * rows), got[5];
-    Error err = {{0}};
-    cr_assert(cuda_argmax(d_out, d_logits, rows, V, NULL, &err) == 0, "%s", err.msg);
-    dev_fetch(got, d_out, sizeof got);
-    for (int r = 0; r < rows; r++) cr_expect_eq(got[r], want[r], "row %d: GPU %d, CPU %d", r, got[r], want[r]);
-    cuda_free(d_logits);
-    cuda_free(d_out);
-    free(logits);
-}
-
 /* ---- paged attention ------------------------------------------------------------------ */
 
 typedef struct AttnCase {
