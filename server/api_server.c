@@ -491,8 +491,10 @@ static void finish_shutdown(ApiServer *s) {
 static void on_shutdown_tick(uv_timer_t *t) {
     ApiServer *s = t->data;
     double waited = now_seconds() - s->shutdown_started;
-    bool busy = false;
-    for (ApiRequest *r = s->requests; r; r = r->next) busy |= !r->done;
+    /* A request leaves the list only once its response has reached the
+     * client (or the client left): `done` alone means the last bytes are
+     * still in the HTTP server's buffers, and stopping then cuts the stream. */
+    bool busy = s->requests != NULL;
     if (busy && waited < s->opts.shutdown_grace_seconds) return;
     if (busy) {
         log_info("shutdown: aborting the %d unfinished requests", s->num_requests);
