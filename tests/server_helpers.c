@@ -157,3 +157,18 @@ json_t *sse_events(const char *body, int *done) {
     }
     return events;
 }
+
+bool wait_for_gauge(const TestServer *s, const char *name, double value) {
+    char key[160];
+    snprintf(key, sizeof key, "nanovllm:%s{", name);
+    for (int tries = 0; tries < 800; tries++) {
+        HttpResult m = http(s, "GET", "/metrics", NULL, NULL);
+        const char *p = m.body ? strstr(m.body, key) : NULL;
+        const char *close = p ? strchr(p, '}') : NULL;
+        bool reached = close && strtod(close + 1, NULL) == value;
+        http_free(&m);
+        if (reached) return true;
+        sleep_ms(25);
+    }
+    return false;
+}

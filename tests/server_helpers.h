@@ -9,6 +9,7 @@
 #define NANOVLLM_TEST_SERVER_HELPERS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 typedef struct TestServer {
@@ -35,6 +36,10 @@ HttpResult http(const TestServer *s, const char *method, const char *path, const
                 const char *curl_args);
 void http_free(HttpResult *r);
 json_t *http_json(const TestServer *s, const char *path, const char *body, int *status);
+
+/* Polls /metrics (up to ~20 s) until the gauge nanovllm:NAME reads value;
+ * false if it never does. Tests wait for states, never for fixed times. */
+bool wait_for_gauge(const TestServer *s, const char *name, double value);
 
 /* The SSE events of a streamed body: every "data: {...}" parsed, in order;
  * *done set when "data: [DONE]" ended it. */

@@ -371,8 +371,9 @@ Test(server, parallel_streams_equal_sequential, .timeout = 120) {
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
 
-/* Clients that hang up mid-stream: their requests are aborted and every KV
- * block comes back. */
+/* Clients that hang up mid-stream (after their first events, so however
+ * fast the machine, long before 1900 tokens): their requests are aborted
+ * and every KV block comes back. */
 Test(server, disconnects_free_the_cache, .timeout = 60) {
     TestServer s;
     server_start(&s, "");
@@ -380,8 +381,9 @@ Test(server, disconnects_free_the_cache, .timeout = 60) {
     int off = 0;
     for (int i = 0; i < 6; i++)
         off += snprintf(script + off, sizeof script - (size_t)off,
-                        "curl -s -N -m 1.5 http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"long %d\", "
-                        "\"max_tokens\": 1900, \"ignore_eos\": true, \"stream\": true}' > /dev/null & ",
+                        "(curl -s -N http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"long %d\", "
+                        "\"max_tokens\": 1900, \"ignore_eos\": true, \"stream\": true}' | head -c 400 "
+                        "> /dev/null) & ",
                         s.port, i);
     snprintf(script + off, sizeof script - (size_t)off, "wait");
     cr_assert_neq(system(script), -1);
@@ -483,16 +485,26 @@ Test(server, limits, .timeout = 60) {
     HttpResult r = http(&s, "POST", "/v1/completions", big, NULL);
     cr_expect_eq(r.status, 413, "%s", r.body);
     http_free(&r);
-    /* one long request runs (max-num-seqs 1), one waits; a third is refused */
+    /* one long request runs (max-num-seqs 1), one waits; a third is refused.
+     * Each step waits for the server to reach the state the next one needs:
+     * fixed sleeps raced on both slow and fast machines. */
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "curl -s -o /dev/null http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"a\", "
-             "\"max_tokens\": 1500, \"ignore_eos\": true}' & sleep 0.3; "
+             "\"max_tokens\": 2000, \"ignore_eos\": true}' &",
+             s.port);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert(wait_for_gauge(&s, "num_requests_running", 1), "the long request never started");
+    snprintf(cmd, sizeof cmd,
              "curl -s -o /dev/null http://127.0.0.1:%d/v1/completions -d '{\"prompt\": \"b\", "
-             "\"max_tokens\": 5}' & sleep 0.3; "
+             "\"max_tokens\": 5}' &",
+             s.port);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert(wait_for_gauge(&s, "num_requests_waiting", 1), "the second request never queued");
+    snprintf(cmd, sizeof cmd,
              "curl -s -D %s/h503 -o %s/b503 -w '%%{http_code}' http://127.0.0.1:%d/v1/completions "
-             "-d '{\"prompt\": \"c\", \"max_tokens\": 5}' > %s/s503; wait",
-             s.port, s.port, s.dir, s.dir, s.port, s.dir);
+             "-d '{\"prompt\": \"c\", \"max_tokens\": 5}' > %s/s503",
+             s.dir, s.dir, s.port, s.dir);
     cr_assert_eq(system(cmd), 0);
     char path[512];
     snprintf(path, sizeof path, "%s/s503", s.dir);
