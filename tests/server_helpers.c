@@ -129,7 +129,7 @@ void http_free(HttpResult *r) {
 json_t *http_json(const TestServer *s, const char *path, const char *body, int *status) {
     HttpResult r = http(s, body ? "POST" : "GET", path, body, NULL);
     json_error_t jerr;
-    json_t *j = json_loads(r.body, 0, &jerr);
+    json_t *j = json_loads(r.body, JSON_ALLOW_NUL, &jerr);
     if (status) *status = r.status;
     cr_assert(j, "%s %s -> %d, not JSON: %s", body ? "POST" : "GET", path, r.status, r.body);
     http_free(&r);
@@ -149,7 +149,7 @@ json_t *sse_events(const char *body, int *done) {
             *done = 1;
         } else {
             json_error_t jerr;
-            json_t *e = json_loadb(p, (size_t)(end - p), 0, &jerr);
+            json_t *e = json_loadb(p, (size_t)(end - p), JSON_ALLOW_NUL, &jerr);
             cr_assert(e, "SSE event is not JSON: %.*s", (int)(end - p), p);
             json_array_append_new(events, e);
         }

@@ -51,7 +51,7 @@ Test(cli, generate_json_matches_golden) {
     rm_rf(dir);
     free(dir);
     json_error_t jerr;
-    json_t *res = json_loads(out, 0, &jerr);
+    json_t *res = json_loads(out, JSON_ALLOW_NUL, &jerr);
     cr_assert(res, "stdout is not one JSON object: %s", out);
     cr_expect(json_equal(json_object_get(res, "prompt_ids"), json_object_get(p, "prompt_ids")));
     cr_expect(json_equal(json_object_get(res, "ids"), json_object_get(p, "greedy_ids")),
@@ -87,7 +87,7 @@ Test(cli, generate_stops_at_eos) {
     free(err);
     strcat(args, " --ignore-eos");
     cr_assert_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
-    json_t *res = json_loads(out, 0, NULL);
+    json_t *res = json_loads(out, JSON_ALLOW_NUL, NULL);
     cr_assert(res);
     cr_expect_eq(json_array_size(json_object_get(res, "ids")), 8);
     cr_expect_str_eq(json_string_value(json_object_get(res, "finish_reason")), "length");
@@ -212,7 +212,7 @@ Test(cli, seeded_samples) {
     cr_assert_eq(run_nanovllm(args, &out2, &err), 0, "%s", err);
     free(err);
     cr_expect_str_eq(out1, out2, "the same seed gives the same samples");
-    json_t *res = json_loads(out1, 0, NULL);
+    json_t *res = json_loads(out1, JSON_ALLOW_NUL, NULL);
     cr_assert(res, "%s", out1);
     json_t *choices = json_object_get(res, "choices");
     cr_assert_eq(json_array_size(choices), 3);

@@ -300,7 +300,7 @@ Test(server, bad_requests_table, .timeout = 120) {
         HttpResult r = http(&s, c->method, c->path, body ? body : c->body, NULL);
         cr_expect_eq(r.status, c->status, "case %zu (%s %s %s): status %d, body %s", i, c->method,
                      c->path, c->body ? c->body : "", r.status, r.body);
-        json_t *j = json_loads(r.body, 0, NULL);
+        json_t *j = json_loads(r.body, JSON_ALLOW_NUL, NULL);
         const char *type = str(json_object_get(j, "error"), "type");
         cr_expect(type && strcmp(type, c->type) == 0, "case %zu: type %s, body %s", i,
                   type ? type : "(none)", r.body);
