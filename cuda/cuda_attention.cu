@@ -279,12 +279,19 @@ static int launch(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, con
                   int num_splits, float *split_workspace, cudaStream_t stream, Error *err) {
     const int D = DL * WARP;
     size_t shared = sizeof(float) * ((size_t)TILE_ROWS * D + ATTN_WARPS * TILE_ROWS * WARP + 2 * TILE_ROWS);
-    static bool shared_raised = false; /* once, before any graph capture (warm-up) */
-    if (shared > 48 * 1024 && !shared_raised) {
-        CUDA_TRY(cudaFuncSetAttribute(paged_attention_kernel<DL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)shared),
-                 "raising the attention kernel's shared memory", err);
-        shared_raised = true;
+    /* Once, in the warm-up before any graph capture: raise the shared-memory
+     * limit, and load the merge kernel (warm-up never splits) so that lazy
+     * module loading never has to happen inside a capture. */
+    static bool prepared = false;
+    if (!prepared) {
+        if (shared > 48 * 1024)
+            CUDA_TRY(cudaFuncSetAttribute(paged_attention_kernel<DL>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared),
+                     "raising the attention kernel's shared memory", err);
+        cudaFuncAttributes attributes;
+        CUDA_TRY(cudaFuncGetAttributes(&attributes, merge_splits_kernel), "loading the attention merge kernel",
+                 err);
+        prepared = true;
     }
     float *part_o = split_workspace;
     float *part_ml = part_o ? part_o + (size_t)num_items * num_kv_heads * num_splits * TILE_ROWS * D : NULL;

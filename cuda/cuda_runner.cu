@@ -1,7 +1,7 @@
 /*
  * cuda_runner.cu - Qwen3 forward pass on the GPU (see cuda_runner.h).
  *
- * One step, read top to bottom in cuda_step():
+ * One step, read top to bottom in step_on_stream():
  *   copy the step's metadata (tokens, positions, KV slots, block tables,
  *   attention work items) to the GPU in one transfer ->
  *   embed -> N x [RMSNorm -> qkv GEMM -> q/k norm + RoPE + KV store ->
@@ -348,7 +348,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
                 c->hidden_size, err);
 }
 
-static int cuda_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
+static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
     CudaRunner *r = (CudaRunner *)base;
     if (runner_validate_batch(base, b, err)) return -1;
     const size_t V = (size_t)r->cfg.vocab_size;
@@ -407,6 +407,14 @@ static int cuda_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *er
         row++;
     }
     return 0;
+}
+
+/* A failed step may leave copies in flight from the pinned staging buffers
+ * the next step rewrites: drain the stream before the error goes up. */
+static int cuda_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
+    int rc = step_on_stream(base, b, out, err);
+    if (rc) cudaStreamSynchronize(((CudaRunner *)base)->stream);
+    return rc;
 }
 
 /* ---- creation ---------------------------------------------------------------------------- */
@@ -619,22 +627,37 @@ static int capture_graph(CudaRunner *r, int batch, int splits, cudaGraphExec_t *
                              cudaMemcpyHostToDevice, r->stream),
              "copying the batch to the GPU", err);
     CUDA_TRY(cudaStreamSynchronize(r->stream), "copying the batch to the GPU", err);
-    cudaGraph_t graph = NULL;
-    CUDA_TRY(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal),
-             "starting a graph capture", err);
+    /* One eager run of exactly this shape first: every kernel it uses (the
+     * split path and merge, cuBLAS's choice for this row count) is loaded
+     * and set up outside the capture, where lazy loading is always legal. */
     int rc = forward(r, &L, splits, err);
     if (rc == 0)
         rc = gemm(r, r->logits, r->h, r->weights.lm_head, batch, r->cfg.vocab_size, r->cfg.hidden_size,
                   err);
-    cudaError_t end = cudaStreamEndCapture(r->stream, &graph); /* always: the stream must leave capture */
     if (rc) return -1;
-    CUDA_TRY(end, "ending a graph capture", err);
+    CUDA_TRY(cudaStreamSynchronize(r->stream), "running a decode step before its capture", err);
+    cudaGraph_t graph = NULL;
+    CUDA_TRY(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal),
+             "starting a graph capture", err);
+    rc = forward(r, &L, splits, err);
+    if (rc == 0)
+        rc = gemm(r, r->logits, r->h, r->weights.lm_head, batch, r->cfg.vocab_size, r->cfg.hidden_size,
+                  err);
+    cudaError_t end = cudaStreamEndCapture(r->stream, &graph); /* always: the stream must leave capture */
+    if (rc || end != cudaSuccess) {
+        if (graph) cudaGraphDestroy(graph);
+        return rc ? -1 : cuda_fail(err, "ending a graph capture", end);
+    }
     cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
     cudaGraphDestroy(graph);
     CUDA_TRY(inst, "instantiating a graph", err);
     /* One replay now: it must run, and the first replay's set-up cost is paid here. */
-    CUDA_TRY(cudaGraphLaunch(*exec, r->stream), "replaying a graph", err);
-    CUDA_TRY(cudaStreamSynchronize(r->stream), "replaying a graph", err);
+    cudaError_t replay = cudaGraphLaunch(*exec, r->stream);
+    if (replay == cudaSuccess) replay = cudaStreamSynchronize(r->stream);
+    if (replay != cudaSuccess) {
+        cudaGraphExecDestroy(*exec);
+        return cuda_fail(err, "replaying a graph", replay);
+    }
     return 0;
 }
 
@@ -690,6 +713,9 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     if (rc == 0) rc = cuda_weights_upload(&r->weights, model, err);
     double t_weights = now_seconds();
     if (rc == 0) rc = upload_rope(r, err);
+    /* Those uploads ran on the legacy stream, which the compute stream does
+     * not wait for (non-blocking): they must have landed before it starts. */
+    if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = error_set(err, "uploading the model to the GPU");
     if (rc == 0) rc = alloc_activations(r, err);
     if (rc == 0) rc = warm_up(r, err);
     if (rc == 0) rc = alloc_kv_cache(r, err);
