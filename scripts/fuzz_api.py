@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""fuzz_api.py - random malformed requests against a running `nanovllm serve`.
+
+Takes valid completion, chat, tokenize and detokenize bodies, mutates a few
+fields at a time (wrong types, huge or negative numbers, NUL and surrogate-
+edge strings, deep or empty containers, dropped fields, truncated JSON) and
+checks that every answer is a well-formed one: a 2xx/4xx/503 status, and a
+JSON body unless it is an event stream. The server must stay up throughout.
+Best run against the sanitizer build, whose log then shows any fault:
+
+    make asan   # builds build-asan/nanovllm
+    build-asan/nanovllm serve --model tests/fixtures/tiny-qwen3 --port 8001 &
+    python3 scripts/fuzz_api.py --port 8001 --requests 2000 --seed 1
+
+Exits 1 at the first connection failure or if any answer was malformed.
+Only the standard library: it runs wherever python3 does.
+"""
+import argparse
+import http.client
+import json
+import random
+import sys
+
+COMPLETION = {
+    "prompt": "Hello", "max_tokens": 4, "temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.1,
+    "n": 2, "stream": True, "stop": ["a"], "seed": 3, "logprobs": 2, "echo": True,
+    "presence_penalty": 0.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1, "ignore_eos": True,
+    "stream_options": {"include_usage": True}, "user": "x", "max_completion_tokens": 3,
+}
+MESSAGES = [
+    {"role": "system", "content": "s"},
+    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    {"role": "assistant", "content": "yo"},
+    {"role": "user", "content": "again"},
+]
+CHAT = {
+    "messages": MESSAGES, "max_tokens": 4, "logprobs": True, "top_logprobs": 2, "n": 1, "stream": True,
+    "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": True,
+}
+TOKENIZE = {"prompt": "hi", "add_special_tokens": True, "messages": MESSAGES}
+DETOKENIZE = {"tokens": [1, 2, 3]}
+ROUTES = [("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT),
+          ("/tokenize", TOKENIZE), ("/detokenize", DETOKENIZE)]
+
+ODD_VALUES = [
+    None, True, False, 0, -1, 1, 2**31, 2**63, -2**63, 1e308, -1e308, 0.5, -0.5, "", "x", "\u0000",
+    "\ud7ff", "\U0001F600" * 3, [], [1], [[1, 2]], [151935], [151936], [-5], {}, {"a": 1}, "a" * 5000,
+    [0] * 3000, float("nan"),
+]
+OK_STATUSES = {200, 400, 404, 413, 422, 503}
+
+
+def mutate(obj, rng, depth=0):
+    out = json.loads(json.dumps(obj))
+    for _ in range(rng.randint(1, 4)):
+        key = rng.choice(list(out) + ["extra"])
+        roll = rng.random()
+        value = out.get(key)
+        if roll < 0.1:
+            out.pop(key, None)
+        elif roll < 0.35 and depth < 2 and isinstance(value, dict) and value:
+            out[key] = mutate(value, rng, depth + 1)
+        elif roll < 0.35 and depth < 2 and isinstance(value, list) and value and isinstance(value[0], dict):
+            value[rng.randrange(len(value))] = mutate(value[0], rng, depth + 1)
+        else:
+            out[key] = rng.choice(ODD_VALUES)
+    return out
+
+
+def send(port, path, body):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("Content-Type", ""), resp.read()
+    finally:
+        conn.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    malformed = 0
+    counts = {}
+    for i in range(args.requests):
+        path, base = rng.choice(ROUTES)
+        text = json.dumps(mutate(base, rng))
+        if rng.random() < 0.05:
+            text = text[:rng.randint(0, len(text))]
+        body = text.encode("utf-8", "surrogatepass")
+        try:
+            status, ctype, data = send(args.port, path, body)
+        except (OSError, http.client.HTTPException) as e:
+            print(f"request {i}: no answer ({e}) to POST {path} {text[:300]}")
+            return 1
+        counts[(path, status)] = counts.get((path, status), 0) + 1
+        problem = None
+        if status not in OK_STATUSES:
+            problem = f"status {status}"
+        elif "text/event-stream" not in ctype:
+            try:
+                json.loads(data)
+            except ValueError:
+                problem = "a body that is not JSON"
+        if problem:
+            malformed += 1
+            print(f"request {i}: {problem} for POST {path} {text[:300]}\n  -> {data[:300]!r}")
+    for (path, status), n in sorted(counts.items()):
+        print(f"{n:6d}  {status}  {path}")
+    print(f"{args.requests} requests, {malformed} malformed answers")
+    return 1 if malformed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
