@@ -233,9 +233,41 @@ typedef struct BadCase {
     const char *type;
 } BadCase;
 
+/* The texts of a completion stream's chunks, joined (NUL-safe). */
+static json_t *joined_stream_text(json_t *events) {
+    json_t *all = json_string("");
+    for (size_t k = 0; k < json_array_size(events); k++) {
+        json_t *choice = json_array_get(json_object_get(json_array_get(events, k), "choices"), 0);
+        json_t *t = json_object_get(choice, "text");
+        if (!json_is_string(t)) continue;
+        size_t a = json_string_length(all), b = json_string_length(t);
+        char *joined = malloc(a + b + 1);
+        cr_assert(joined);
+        memcpy(joined, json_string_value(all), a);
+        memcpy(joined + a, json_string_value(t), b);
+        json_string_setn_nocheck(all, joined, a + b);
+        free(joined);
+    }
+    return all;
+}
+
 Test(server, bad_requests_table, .timeout = 120) {
     TestServer s;
     server_start(&s, "");
+    /* A long greedy stream runs while the bad requests arrive: it must end
+     * exactly as the same request does alone. */
+    const char *long_request = "{\"prompt\": \"in flight\", \"max_tokens\": 1500, \"temperature\": 0, "
+                               "\"ignore_eos\": true%s}";
+    char body_alone[256], body_stream[256], cmd[1024];
+    snprintf(body_alone, sizeof body_alone, long_request, "");
+    snprintf(body_stream, sizeof body_stream, long_request, ", \"stream\": true");
+    int alone_status;
+    json_t *alone = http_json(&s, "/v1/completions", body_alone, &alone_status);
+    cr_assert_eq(alone_status, 200);
+    snprintf(cmd, sizeof cmd, "curl -s -N http://127.0.0.1:%d/v1/completions -d '%s' > %s/inflight.txt "
+             "&& touch %s/inflight.done &", s.port, body_stream, s.dir, s.dir);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert(wait_for_gauge(&s, "num_requests_running", 1), "the long stream never started");
     static const BadCase cases[] = {
         {"POST", "/v1/completions", "{", 400, "invalid_request_error"},
         {"POST", "/v1/completions", "[1, 2]", 400, "invalid_request_error"},
@@ -321,6 +353,24 @@ Test(server, bad_requests_table, .timeout = 120) {
     cr_expect_eq(status, 200);
     cr_expect_eq(num(ok, "usage", "completion_tokens"), 3);
     json_decref(ok);
+    /* the stream that was in flight throughout is whole and unchanged */
+    char path[512];
+    snprintf(path, sizeof path, "%s/inflight.done", s.dir);
+    for (int i = 0; i < 2400 && access(path, F_OK) != 0; i++) usleep(25000);
+    cr_assert(access(path, F_OK) == 0, "the in-flight stream never finished");
+    snprintf(path, sizeof path, "%s/inflight.txt", s.dir);
+    char *streamed = read_text(path);
+    int done;
+    json_t *events = sse_events(streamed, &done);
+    cr_expect(done, "the in-flight stream ended with [DONE]");
+    json_t *text = joined_stream_text(events);
+    json_t *alone_text = json_object_get(json_array_get(json_object_get(alone, "choices"), 0), "text");
+    cr_expect(json_equal(text, alone_text), "the stream beside the bad requests differs from the request alone "
+              "(%zu vs %zu bytes)", json_string_length(text), json_string_length(alone_text));
+    json_decref(text);
+    json_decref(events);
+    json_decref(alone);
+    free(streamed);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
 
