@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 char *make_temp_dir(void) {
     char tmpl[] = "/tmp/nanovllm-test-XXXXXX";
@@ -95,6 +96,20 @@ void copy_tiny_config(const char *dir) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, cfg);
     free(cfg);
+}
+
+char *tiny_model_with_generation_config(const char *const *files, int num_files,
+                                        const char *generation_config) {
+    char *dir = make_temp_dir(), cwd[1024], target[1400], path[1400];
+    cr_assert(getcwd(cwd, sizeof cwd));
+    for (int i = 0; i < num_files; i++) {
+        snprintf(target, sizeof target, "%s/" TINY_MODEL "/%s", cwd, files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        cr_assert(symlink(target, path) == 0, "linking %s", files[i]);
+    }
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    write_text(path, generation_config);
+    return dir;
 }
 
 json_t *golden_load(void) {

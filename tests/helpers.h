@@ -45,6 +45,12 @@ void write_raw_safetensors(const char *path, const char *header, const void *dat
 /* Copies config.json of the tiny model into dir. */
 void copy_tiny_config(const char *dir);
 
+/* A fresh folder with symlinks to the named files of the tiny model and a
+ * generation_config.json holding generation_config (malloc'ed path; the
+ * caller removes it with rm_rf). */
+char *tiny_model_with_generation_config(const char *const *files, int num_files,
+                                        const char *generation_config);
+
 /* Golden data of the tiny model. */
 json_t *golden_load(void);
 json_t *golden_prompt(json_t *golden, const char *name);

@@ -67,17 +67,8 @@ Test(cli, generate_json_matches_golden) {
 /* generation_config.json's eos ids stop generation: make the tiny model's
  * first greedy token (14981 after <|im_start|>) an end-of-sequence id. */
 Test(cli, generate_stops_at_eos) {
-    char *dir = make_temp_dir(), cwd[1024], path[1200], args[2048];
-    cr_assert(getcwd(cwd, sizeof cwd));
-    const char *files[] = {"config.json", "model.safetensors"};
-    for (int i = 0; i < 2; i++) {
-        char target[1200];
-        snprintf(target, sizeof target, "%s/" TINY_MODEL "/%s", cwd, files[i]);
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        cr_assert(symlink(target, path) == 0);
-    }
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    write_text(path, "{\"eos_token_id\": [151643, 14981]}");
+    const char *files[] = {"config.json", "model.safetensors"}; /* no tokenizer: ids only */
+    char *dir = tiny_model_with_generation_config(files, 2, "{\"eos_token_id\": [151643, 14981]}"), args[2048];
     char *out, *err;
     snprintf(args, sizeof args, "generate --model %s --prompt-ids 151644 --max-tokens 8 --json --quiet", dir);
     cr_assert_eq(run_nanovllm(args, &out, &err), 0, "%s", err);

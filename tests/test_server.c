@@ -109,6 +109,24 @@ Test(server, completions_and_chat_shapes, .timeout = 60) {
 
 /* ---- streaming --------------------------------------------------------------- */
 
+/* The texts of a completion stream's chunks, joined (NUL-safe). */
+static json_t *joined_stream_text(json_t *events) {
+    json_t *all = json_string("");
+    for (size_t k = 0; k < json_array_size(events); k++) {
+        json_t *choice = json_array_get(json_object_get(json_array_get(events, k), "choices"), 0);
+        json_t *t = json_object_get(choice, "text");
+        if (!json_is_string(t)) continue;
+        size_t a = json_string_length(all), b = json_string_length(t);
+        char *joined = malloc(a + b + 1);
+        cr_assert(joined);
+        memcpy(joined, json_string_value(all), a);
+        memcpy(joined + a, json_string_value(t), b);
+        json_string_setn_nocheck(all, joined, a + b);
+        free(joined);
+    }
+    return all;
+}
+
 Test(server, streaming, .timeout = 60) {
     TestServer s;
     server_start(&s, "");
@@ -122,15 +140,13 @@ Test(server, streaming, .timeout = 60) {
     cr_expect(strstr(r.headers, "text/event-stream"), "%s", r.headers);
     json_t *ev = sse_events(r.body, &done);
     cr_expect(done, "ends with data: [DONE]");
-    char text[1024] = "";
     size_t n = json_array_size(ev);
-    for (size_t i = 0; i + 1 < n; i++) {
-        json_t *e = json_array_get(ev, i);
-        cr_expect_str_eq(str(e, "object"), "text_completion");
-        const char *t = str(e, "choices.0.text");
-        if (t) strcat(text, t);
-    }
-    cr_expect_str_eq(text, str(whole, "choices.0.text"), "streamed text equals the whole answer");
+    for (size_t i = 0; i + 1 < n; i++)
+        cr_expect_str_eq(str(json_array_get(ev, i), "object"), "text_completion");
+    json_t *text = joined_stream_text(ev);
+    cr_expect(json_equal(text, json_object_get(json_array_get(json_object_get(whole, "choices"), 0), "text")),
+              "streamed text equals the whole answer");
+    json_decref(text);
     cr_expect_str_eq(str(json_array_get(ev, n - 2), "choices.0.finish_reason"), "length");
     json_t *usage = json_array_get(ev, n - 1);
     cr_expect_eq(json_array_size(json_object_get(usage, "choices")), 0);
@@ -232,24 +248,6 @@ typedef struct BadCase {
     int status;
     const char *type;
 } BadCase;
-
-/* The texts of a completion stream's chunks, joined (NUL-safe). */
-static json_t *joined_stream_text(json_t *events) {
-    json_t *all = json_string("");
-    for (size_t k = 0; k < json_array_size(events); k++) {
-        json_t *choice = json_array_get(json_object_get(json_array_get(events, k), "choices"), 0);
-        json_t *t = json_object_get(choice, "text");
-        if (!json_is_string(t)) continue;
-        size_t a = json_string_length(all), b = json_string_length(t);
-        char *joined = malloc(a + b + 1);
-        cr_assert(joined);
-        memcpy(joined, json_string_value(all), a);
-        memcpy(joined + a, json_string_value(t), b);
-        json_string_setn_nocheck(all, joined, a + b);
-        free(joined);
-    }
-    return all;
-}
 
 Test(server, bad_requests_table, .timeout = 120) {
     TestServer s;
@@ -380,14 +378,14 @@ Test(server, parallel_streams_equal_sequential, .timeout = 120) {
     TestServer s;
     server_start(&s, "");
     enum { N = 32 };
-    char *alone[N];
+    json_t *alone[N];
     for (int i = 0; i < N; i++) {
         char body[256];
         snprintf(body, sizeof body, "{\"prompt\": \"request number %d\", \"max_tokens\": %d, "
                                     "\"temperature\": 0, \"ignore_eos\": true}", i, 8 + i % 9);
         int status;
         json_t *j = http_json(&s, "/v1/completions", body, &status);
-        alone[i] = strdup(str(j, "choices.0.text"));
+        alone[i] = json_incref(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
         json_decref(j);
     }
     /* all at once, streaming, from N curl processes */
@@ -407,16 +405,14 @@ Test(server, parallel_streams_equal_sequential, .timeout = 120) {
         char *body = read_text(path);
         int done;
         json_t *ev = sse_events(body, &done);
-        char text[1024] = "";
-        for (size_t k = 0; k < json_array_size(ev); k++) {
-            const char *t = str(json_array_get(ev, k), "choices.0.text");
-            if (t) strcat(text, t);
-        }
+        json_t *text = joined_stream_text(ev);
         cr_expect(done);
-        cr_expect_str_eq(text, alone[i], "request %d differs when run with 31 others", i);
+        cr_expect(json_is_string(alone[i]) && json_equal(text, alone[i]),
+                  "request %d differs when run with 31 others", i);
+        json_decref(text);
         json_decref(ev);
         free(body);
-        free(alone[i]);
+        json_decref(alone[i]);
     }
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
@@ -733,17 +729,8 @@ Test(server, readme_examples, .timeout = 120) {
  * that leave sampling fields out (vLLM's behaviour): temperature 0 there
  * makes such requests greedy. */
 Test(server, generation_config_defaults, .timeout = 60) {
-    char *dir = make_temp_dir(), cwd[1024], path[1400];
-    cr_assert(getcwd(cwd, sizeof cwd));
     const char *files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 4; i++) {
-        char target[1400];
-        snprintf(target, sizeof target, "%s/" TINY_MODEL "/%s", cwd, files[i]);
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        cr_assert(symlink(target, path) == 0);
-    }
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    write_text(path, "{\"temperature\": 0.0, \"top_p\": 0.5}");
+    char *dir = tiny_model_with_generation_config(files, 4, "{\"temperature\": 0.0, \"top_p\": 0.5}");
     char extra[1500];
     snprintf(extra, sizeof extra, "--model %s --served-model-name g", dir);
     TestServer s;
