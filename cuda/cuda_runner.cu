@@ -616,6 +616,12 @@ static int alloc_kv_cache(CudaRunner *r, Error *err) {
     return 0;
 }
 
+/* A decode step's forward and lm_head: every row is a logits row. */
+static int decode_forward(CudaRunner *r, const StepLayout *L, int batch, int splits, Error *err) {
+    if (forward(r, L, splits, err)) return -1;
+    return gemm(r, r->logits, r->h, r->weights.lm_head, batch, r->cfg.vocab_size, r->cfg.hidden_size, err);
+}
+
 /* Captures the decode step (forward and lm_head) of one bucket of batch
  * sizes, on a batch of padding sequences laid out as the real ones will be. */
 static int capture_graph(CudaRunner *r, int batch, int splits, cudaGraphExec_t *exec, Error *err) {
@@ -630,19 +636,12 @@ static int capture_graph(CudaRunner *r, int batch, int splits, cudaGraphExec_t *
     /* One eager run of exactly this shape first: every kernel it uses (the
      * split path and merge, cuBLAS's choice for this row count) is loaded
      * and set up outside the capture, where lazy loading is always legal. */
-    int rc = forward(r, &L, splits, err);
-    if (rc == 0)
-        rc = gemm(r, r->logits, r->h, r->weights.lm_head, batch, r->cfg.vocab_size, r->cfg.hidden_size,
-                  err);
-    if (rc) return -1;
+    if (decode_forward(r, &L, batch, splits, err)) return -1;
     CUDA_TRY(cudaStreamSynchronize(r->stream), "running a decode step before its capture", err);
     cudaGraph_t graph = NULL;
     CUDA_TRY(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal),
              "starting a graph capture", err);
-    rc = forward(r, &L, splits, err);
-    if (rc == 0)
-        rc = gemm(r, r->logits, r->h, r->weights.lm_head, batch, r->cfg.vocab_size, r->cfg.hidden_size,
-                  err);
+    int rc = decode_forward(r, &L, batch, splits, err);
     cudaError_t end = cudaStreamEndCapture(r->stream, &graph); /* always: the stream must leave capture */
     if (rc || end != cudaSuccess) {
         if (graph) cudaGraphDestroy(graph);
