@@ -1,6 +1,6 @@
 # nanovllm - build, test, sanitizers, benchmark.
 #
-#   make              build/nanovllm and build/libnanovllm.a (engine + config + cuda)
+#   make              build/nanovllm (server/) and build/libnanovllm.a (engine/, cpu/, cuda/)
 #   make test         the Criterion suite (and the binary it drives)
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
@@ -18,18 +18,19 @@ CUDA    ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 WARN     = -Wall -Wextra -Werror
-CFLAGS  += -std=c11 -D_GNU_SOURCE -O3 -g -pthread $(WARN) -MMD -MP $(EXTRA_CFLAGS)
+# Includes across folders name the path from the repository root ("engine/base/error.h").
+CFLAGS  += -std=c11 -D_GNU_SOURCE -O3 -g -pthread -I. $(WARN) -MMD -MP $(EXTRA_CFLAGS)
 LDLIBS   = -lmicrohttpd -luv -ljansson -lpcre2-8 -lutf8proc -lopenblas -lxxhash -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
-LIB_SRC  = $(wildcard engine/*.c) $(wildcard config/*.c)
-BIN_SRC  = $(wildcard server/*.c)
+LIB_SRC  = $(wildcard engine/*.c engine/*/*.c cpu/*.c)
+BIN_SRC  = $(wildcard server/*.c server/*/*.c)
 TEST_SRC = $(wildcard tests/*.c)
 
 ifeq ($(CUDA),1)
 CU_SRC    = $(wildcard cuda/*.cu)
 # sm_80 machine code also runs on sm_86/89; the compute_90 PTX lets newer GPUs JIT it.
-NVCCFLAGS = -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+NVCCFLAGS = -O2 -std=c++17 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
@@ -83,17 +84,16 @@ bench: $(BUILD)/nanovllm
 docker-test: $(BUILD)/nanovllm
 	NANOVLLM_BIN=$(BUILD)/nanovllm scripts/docker_test.sh
 
-# libFuzzer + ASan + UBSan on the tokenizer's sources only; not part of test.
+# libFuzzer + ASan + UBSan on the tokenizer library (and the two base files it
+# stands on) only; not part of test.
 # Run from the repository root: build-fuzz/fuzz_tokenizer -runs=N CORPUS_DIR
 FUZZ_CC  ?= clang-14
-FUZZ_SRC  = $(addprefix engine/,added_tokens.c bpe.c byte_buf.c chat_template.c detokenizer.c \
-              error.c pretokenizer.c pyjson.c tokenizer.c tokenizer_encode.c tokenizer_json.c \
-              unicode_nfc.c unicode_props.c utf8.c word_cache.c)
+FUZZ_SRC  = $(wildcard engine/tokenizer/*.c) engine/base/error.c engine/base/byte_buf.c
 fuzz: build-fuzz/fuzz_tokenizer
 
-build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(wildcard engine/*.h)
+build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(wildcard engine/tokenizer/*.h engine/base/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -pthread $(WARN) \
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -pthread -I. $(WARN) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -o $@
 

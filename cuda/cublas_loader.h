@@ -15,7 +15,7 @@
 #include <cublas_api.h>
 
 extern "C" {
-#include "../engine/error.h"
+#include "engine/base/error.h"
 }
 
 typedef struct CublasApi {

@@ -37,8 +37,8 @@
 #include "cuda_weights.h"
 
 extern "C" {
-#include "../engine/log.h"
-#include "../engine/sampler.h"
+#include "engine/base/log.h"
+#include "engine/sampler.h"
 }
 
 #define CUBLAS_WORKSPACE_BYTES (32u << 20)

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#include "../engine/runner.h"
+#include "engine/runner.h"
 
 Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err);
 

@@ -27,8 +27,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../engine/philox.h"
-#include "../engine/sampler_math.h"
+#include "engine/philox.h"
+#include "engine/sampler_math.h"
 
 #define THREADS 1024
 #define WARPS (THREADS / 32)

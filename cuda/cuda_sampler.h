@@ -25,8 +25,8 @@
 extern "C" {
 #endif
 
-#include "../engine/error.h"
-#include "../engine/sampler.h"
+#include "engine/base/error.h"
+#include "engine/sampler.h"
 
 /* One row's sampling parameters, as the kernel reads them. */
 typedef struct CudaSampleRow {

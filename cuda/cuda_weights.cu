@@ -15,7 +15,7 @@
 #include "cuda_kernels.h"
 
 extern "C" {
-#include "../engine/half.h"
+#include "engine/base/half.h"
 }
 
 #define ALIGN 256

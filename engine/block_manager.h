@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "engine/base/error.h"
 
 typedef struct BlockTable {
     int32_t *ids;

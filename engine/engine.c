@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
+#include "engine/base/log.h"
 #include "scheduler.h"
 
 typedef struct Request {
@@ -38,12 +38,9 @@ typedef struct Request {
 } Request;
 
 struct Engine {
-    ModelWeights weights; /* when the engine loaded the model itself */
-    const ModelWeights *model;
+    const ModelWeights *model; /* borrowed, as the runner */
     Runner *runner;
     const Tokenizer *tok; /* optional: text and stop strings */
-    bool owns_model_and_runner;
-    double load_seconds;
     BlockManager *bm;
     Scheduler *sched;
     int block_size;
@@ -261,7 +258,7 @@ static Engine *engine_alloc(Error *err) {
     return e;
 }
 
-Engine *engine_create_with_runner(const ModelWeights *model, Runner *runner, Error *err) {
+Engine *engine_create(const ModelWeights *model, Runner *runner, Error *err) {
     Engine *e = engine_alloc(err);
     if (!e) return NULL;
     e->model = model;
@@ -270,26 +267,6 @@ Engine *engine_create_with_runner(const ModelWeights *model, Runner *runner, Err
         engine_destroy(e);
         return NULL;
     }
-    return e;
-}
-
-Engine *engine_create(const char *model_dir, const RunnerOptions *opts, char *note,
-                      size_t note_size, Error *err) {
-    double t0 = now_seconds();
-    Engine *e = engine_alloc(err);
-    if (!e) return NULL;
-    if (model_weights_load(&e->weights, model_dir, err)) {
-        engine_destroy(e);
-        return NULL;
-    }
-    e->model = &e->weights;
-    e->owns_model_and_runner = true;
-    e->runner = runner_create(&e->weights, opts, note, note_size, err);
-    if (!e->runner || engine_init(e, err)) {
-        engine_destroy(e);
-        return NULL;
-    }
-    e->load_seconds = now_seconds() - t0;
     return e;
 }
 
@@ -312,10 +289,6 @@ void engine_destroy(Engine *e) {
     }
     scheduler_destroy(e->sched);
     block_manager_destroy(e->bm);
-    if (e->owns_model_and_runner) {
-        runner_destroy(e->runner); /* NULL-safe */
-        model_weights_free(&e->weights);
-    }
     free(e->aborts);
     free(e->batch_seqs);
     free(e->tokens_out);
@@ -330,7 +303,6 @@ void engine_set_tokenizer(Engine *e, const Tokenizer *t) { e->tok = t; }
 
 const ModelConfig *engine_model_config(const Engine *e) { return &e->model->config; }
 const Runner *engine_runner(const Engine *e) { return e->runner; }
-double engine_load_seconds(const Engine *e) { return e->load_seconds; }
 
 /* ---- submission ------------------------------------------------------------- */
 

@@ -1,7 +1,9 @@
 /*
  * engine.h - the inference engine: requests in, tokens out.
  *
- * Owns the model weights, the runner, the block manager and the scheduler.
+ * Owns the block manager, the scheduler and the requests; drives a runner
+ * it is given (engine/runner.h), over weights it is given, both created and
+ * freed by the caller - the engine never chooses or knows the backend.
  * Requests are submitted from any thread (engine_submit / engine_abort only
  * take a lock and queue); the engine's step loop - on its own thread after
  * engine_start(), or in the caller with engine_step() - drains them,
@@ -21,7 +23,7 @@
 
 #include "runner.h"
 #include "sampling_params.h"
-#include "tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 typedef enum FinishReason {
     FINISH_NONE,   /* not finished */
@@ -78,13 +80,8 @@ typedef struct EngineStats {
 
 typedef struct Engine Engine;
 
-/* Loads the model in model_dir and creates the runner (runner.h options). */
-Engine *engine_create(const char *model_dir, const RunnerOptions *opts, char *note,
-                      size_t note_size, Error *err);
-
-/* Same on a model already loaded and a runner already created (tests,
- * benchmarks with a null runner); the engine takes neither. */
-Engine *engine_create_with_runner(const ModelWeights *model, Runner *runner, Error *err);
+/* An engine over a loaded model and its runner; both must outlive it. */
+Engine *engine_create(const ModelWeights *model, Runner *runner, Error *err);
 
 void engine_destroy(Engine *e); /* stops the thread; pending requests are dropped silently */
 
@@ -94,7 +91,6 @@ void engine_set_tokenizer(Engine *e, const Tokenizer *t);
 
 const ModelConfig *engine_model_config(const Engine *e);
 const Runner *engine_runner(const Engine *e);
-double engine_load_seconds(const Engine *e);
 
 /* Validates and queues a request; -1 with a message (too long for
  * max_model_len, larger than the KV cache, bad ids or parameters). */

@@ -1,16 +1,12 @@
 /*
- * runner.c - backend selection and the batch checks shared by all runners.
+ * runner.c - what every backend shares: default options, their resolution
+ * against the model, and the checks of a batch. Which backend runs is not
+ * decided here: the program that assembles engine and backends chooses
+ * (server/model_setup.c).
  */
 #include "runner.h"
 
-#include <stdio.h>
-#include <string.h>
-
-#include "../config/defaults.h"
-#include "../cuda/cuda_device.h"
-#include "../cuda/cuda_runner.h"
-#include "cpu_runner.h"
-#include "null_runner.h"
+#include "config/defaults.h"
 
 RunnerOptions runner_default_options(void) {
     return (RunnerOptions){
@@ -23,42 +19,6 @@ RunnerOptions runner_default_options(void) {
         .max_model_len = 0, /* 0: the model's max_position_embeddings */
         .num_threads = 0,
     };
-}
-
-static void write_note(char *note, size_t size, const char *text) {
-    if (note && size) snprintf(note, size, "%s", text);
-}
-
-Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char *note,
-                      size_t note_size, Error *err) {
-    write_note(note, note_size, "");
-    const char *device = opts->device ? opts->device : "auto";
-    bool want_cuda = strcmp(device, "cuda") == 0, want_auto = strcmp(device, "auto") == 0;
-    if (strcmp(device, "null") == 0) return null_runner_create(model, opts, err);
-    if (!want_cuda && !want_auto && strcmp(device, "cpu") != 0) {
-        error_set(err, "unknown device '%s' (expected auto, cuda or cpu)", device);
-        return NULL;
-    }
-    if (want_cuda || want_auto) {
-        char why[256];
-        int gpus = cuda_device_probe(why, sizeof why);
-        if (gpus > 0) {
-            Error cuda_err = {{0}};
-            Runner *r = cuda_runner_create(model, opts, &cuda_err);
-            if (r) return r;
-            if (want_cuda) return error_set(err, "--device cuda: %s", cuda_err.msg), NULL;
-            /* auto: a GPU that cannot run the model (too small, no cuBLAS)
-             * still leaves the CPU, and the log says why */
-            snprintf(why, sizeof why, "the GPU cannot run it (%.200s)", cuda_err.msg);
-        } else if (want_cuda) {
-            error_set(err, "--device cuda: %s", why);
-            return NULL;
-        }
-        char text[400];
-        snprintf(text, sizeof text, "%s; using the CPU", why);
-        write_note(note, note_size, text);
-    }
-    return cpu_runner_create(model, opts, err);
 }
 
 int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err) {

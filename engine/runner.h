@@ -8,8 +8,9 @@
  * and returns one sampled token per sequence. Prefill, prefill on top of a
  * cached prefix, chunked prefill and decode are the same call with different
  * numbers. Sampling happens inside the runner (logits never leave the
- * device), with the semantics of sampler.h. Both backends (CPU here, CUDA in cuda/) fill the same vtable, so
- * nothing above this file knows which one runs.
+ * device), with the semantics of sampler.h. Both backends (cpu/ and cuda/)
+ * fill the same vtable, so nothing above this file knows which one runs; the
+ * program that assembles them chooses (server/model_setup.c).
  *
  * KV layout (both backends): per layer, K and V are
  * [num_blocks, block_size, num_kv_heads, head_dim]; the token at position p
@@ -23,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model_weights.h"
+#include "engine/model/model_weights.h"
 #include "sampler.h"
 
 typedef struct RunnerSeq {
@@ -50,7 +51,7 @@ typedef struct RunnerBatch {
 } RunnerBatch;
 
 typedef struct RunnerOptions {
-    const char *device;            /* "auto", "cpu" or "cuda" */
+    const char *device;            /* "auto", "cpu", "cuda" or "null" (chosen by the caller) */
     int block_size;                /* tokens per KV block (power of two, 16..256) */
     size_t kv_cache_bytes;         /* CPU: KV cache budget */
     double gpu_memory_utilization; /* CUDA: fraction of the GPU memory to use */
@@ -83,11 +84,6 @@ struct Runner {
 
 /* Options with nanovllm's defaults (see config/defaults.h). */
 RunnerOptions runner_default_options(void);
-
-/* Creates the runner for opts->device. "auto" takes the GPU when one is usable
- * and otherwise the CPU, writing why into note (may be NULL). */
-Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char *note,
-                      size_t note_size, Error *err);
 
 /* For a backend's create: fills max_model_len 0 with the model's and checks
  * the options every backend relies on. */

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_isa.h"
-#include "cpu_ops.h"
+#include "engine/base/cpu_isa.h"
+#include "engine/base/row_max.h"
 #include "philox.h"
 #include "sampler_math.h"
 
@@ -82,7 +82,7 @@ static int top_n(const float *v, int vocab, int n, int32_t *ids) {
 
 static void fill_logprobs(const float *raw, int vocab, int n_top, int32_t chosen,
                           SampleLogprobs *lp) {
-    float mx = max_of(raw, vocab);
+    float mx = row_max(raw, vocab);
     double sum = 0;
     for (int i = 0; i < vocab; i++) sum += exp((double)raw[i] - mx);
     double lse = mx + log(sum);
@@ -123,7 +123,7 @@ static void apply_penalties(float *logits, const SampleInput *in, SamplerScratch
 
 /* The first index of the maximum: a vectorized max, then one scan for it. */
 static int32_t greedy(const float *x, int n) {
-    float m = max_of(x, n);
+    float m = row_max(x, n);
     for (int i = 0; i < n; i++)
         if (x[i] == m) return i;
     return 0; /* NaN in the row: unspecified, but in range */
@@ -503,7 +503,7 @@ int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, 
         chosen = greedy(logits, vocab);
     } else {
         float inv_t = SM_FDIV(1.0f, p->temperature);
-        float mx = SM_FMUL(max_of(logits, vocab), inv_t);
+        float mx = SM_FMUL(row_max(logits, vocab), inv_t);
         to_probs(logits, vocab, inv_t, mx, s->sums);
         for (int c = s->chunks; c < s->leaves; c++) s->sums[c] = 0.0;
         chosen = draw(logits, p, philox_uniform(in->seed, in->sample_index, in->position), s);

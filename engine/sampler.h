@@ -34,7 +34,7 @@
 
 #include <stdint.h>
 
-#include "error.h"
+#include "engine/base/error.h"
 #include "sampling_params.h"
 
 /* What the sampler needs to know about the sequence besides its logits. */

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "engine/base/error.h"
 
 #define MAX_TOP_LOGPROBS 20 /* OpenAI's limit for top_logprobs */
 #define MAX_STOP_TOKEN_IDS 64

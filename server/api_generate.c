@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/log.h"
+#include "engine/base/log.h"
 #include "api_internal.h"
 
 #define MAX_PROMPTS 256

@@ -15,16 +15,15 @@
 #include <stdbool.h>
 #include <uv.h>
 
-#include "../engine/byte_buf.h"
-#include "../engine/chat_template.h"
-#include "../engine/engine.h"
-#include "../engine/tokenizer.h"
+#include "engine/base/byte_buf.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/engine.h"
 #include "api_error.h"
 #include "api_server.h"
 #include "http_server.h"
 #include "metrics.h"
 #include "model_setup.h"
-#include "openai_params.h"
+#include "api_parse.h"
 #include "openai_response.h"
 
 typedef enum Route {

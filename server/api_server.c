@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../engine/log.h"
+#include "engine/base/log.h"
 #include "api_internal.h"
 
 static const char *route_method(Route r);
@@ -435,7 +435,7 @@ static void load_run(uv_work_t *w) {
     if (s->load_rc) return;
     const ModelConfig *c = &s->model.weights.config;
     s->tok = tokenizer_load(s->opts.model_dir, c->vocab_size, &s->load_err);
-    s->engine = s->tok ? engine_create_with_runner(&s->model.weights, s->model.runner, &s->load_err) : NULL;
+    s->engine = s->tok ? engine_create(&s->model.weights, s->model.runner, &s->load_err) : NULL;
     if (!s->engine) {
         s->load_rc = -1;
         return;

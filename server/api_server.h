@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-#include "../engine/runner.h"
+#include "engine/runner.h"
 
 typedef struct ApiServerOptions {
     const char *model_dir;

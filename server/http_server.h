@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <uv.h>
 
-#include "../engine/error.h"
+#include "engine/base/error.h"
 
 typedef struct HttpServer HttpServer;
 typedef struct HttpExchange HttpExchange;

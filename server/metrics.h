@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "../engine/engine.h"
+#include "engine/engine.h"
 
 #define HISTOGRAM_MAX_BUCKETS 24
 

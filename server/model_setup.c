@@ -1,11 +1,53 @@
 /*
- * model_setup.c - checkpoint + runner start-up with logging (see model_setup.h).
+ * model_setup.c - checkpoint + backend choice + runner start-up, with
+ * logging (see model_setup.h).
  */
 #include "model_setup.h"
 
+#include <stdio.h>
 #include <string.h>
 
-#include "../engine/log.h"
+#include "cpu/cpu_runner.h"
+#include "cpu/null_runner.h"
+#include "cuda/cuda_device.h"
+#include "cuda/cuda_runner.h"
+#include "engine/base/log.h"
+
+static void write_note(char *note, size_t size, const char *text) {
+    if (note && size) snprintf(note, size, "%s", text);
+}
+
+Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char *note,
+                      size_t note_size, Error *err) {
+    write_note(note, note_size, "");
+    const char *device = opts->device ? opts->device : "auto";
+    bool want_cuda = strcmp(device, "cuda") == 0, want_auto = strcmp(device, "auto") == 0;
+    if (strcmp(device, "null") == 0) return null_runner_create(model, opts, err);
+    if (!want_cuda && !want_auto && strcmp(device, "cpu") != 0) {
+        error_set(err, "unknown device '%s' (expected auto, cuda or cpu)", device);
+        return NULL;
+    }
+    if (want_cuda || want_auto) {
+        char why[256];
+        int gpus = cuda_device_probe(why, sizeof why);
+        if (gpus > 0) {
+            Error cuda_err = {{0}};
+            Runner *r = cuda_runner_create(model, opts, &cuda_err);
+            if (r) return r;
+            if (want_cuda) return error_set(err, "--device cuda: %s", cuda_err.msg), NULL;
+            /* auto: a GPU that cannot run the model (too small, no cuBLAS)
+             * still leaves the CPU, and the log says why */
+            snprintf(why, sizeof why, "the GPU cannot run it (%.200s)", cuda_err.msg);
+        } else if (want_cuda) {
+            error_set(err, "--device cuda: %s", why);
+            return NULL;
+        }
+        char text[400];
+        snprintf(text, sizeof text, "%s; using the CPU", why);
+        write_note(note, note_size, text);
+    }
+    return cpu_runner_create(model, opts, err);
+}
 
 int loaded_model_open(LoadedModel *m, const char *model_dir, const RunnerOptions *opts,
                       Error *err) {

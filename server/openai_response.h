@@ -12,8 +12,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "../engine/engine.h"
-#include "../engine/tokenizer.h"
+#include "engine/engine.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "api_error.h"
 
 typedef enum ApiKind { API_COMPLETION, API_CHAT } ApiKind;

@@ -13,9 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../cuda/cuda_device.h"
-#include "../cuda/cuda_kernels.h"
-#include "../engine/half.h"
+#include "cuda/cuda_device.h"
+#include "cuda/cuda_kernels.h"
+#include "engine/base/half.h"
 
 static inline void require_gpu(void) {
     char why[256];

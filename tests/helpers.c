@@ -156,7 +156,7 @@ void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens) {
     o.max_num_batched_tokens = max_tokens;
     o.max_num_seqs = 16;
     o.kv_cache_bytes = 64u << 20;
-    *r = runner_create(w, &o, NULL, 0, &err);
+    *r = cpu_runner_create(w, &o, &err);
     cr_assert(*r, "%s", err.msg);
 }
 

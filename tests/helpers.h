@@ -10,8 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../engine/runner.h"
-#include "../engine/tokenizer.h"
+#include "cpu/cpu_runner.h"
+#include "engine/runner.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #define TINY_MODEL "tests/fixtures/tiny-qwen3"
 #define TINY_GOLDEN "tests/fixtures/tiny-qwen3-golden"

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../engine/sampling_params.h"
+#include "engine/sampling_params.h"
 
 static inline uint64_t case_next(uint64_t *state) {
     *state = *state * 6364136223846793005ull + 1442695040888963407ull;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/block_manager.h"
+#include "engine/block_manager.h"
 
 /* ---- the worked example -------------------------------------------------- */
 

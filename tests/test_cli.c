@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../cuda/cuda_device.h"
+#include "cuda/cuda_device.h"
 #include "helpers.h"
 
 static void expect_failure(const char *args, int status, const char *needle) {

@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/cpu_attention.h"
-#include "../engine/cpu_matmul.h"
-#include "../engine/cpu_matmul_amx.h"
-#include "../engine/cpu_ops.h"
-#include "../engine/half.h"
+#include "cpu/cpu_attention.h"
+#include "cpu/cpu_matmul.h"
+#include "cpu/cpu_matmul_amx.h"
+#include "cpu/cpu_ops.h"
+#include "engine/base/row_max.h"
+#include "engine/base/half.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float uniform(void) { /* xorshift64, uniform in [-1, 1) */
@@ -282,7 +283,7 @@ Test(cpu_kernels, exp_and_silu_accuracy) {
         worst = fmax(worst, fabs(g[i] - want) / (fabs(want) + 1e-30));
     }
     cr_expect(worst < 1e-6, "silu relative error %g", worst);
-    cr_expect_float_eq(max_of(g0, N), g0[argmax(g0, N)], 0);
+    cr_expect_float_eq(row_max(g0, N), g0[argmax(g0, N)], 0);
     free(x);
     free(g);
     free(g0);

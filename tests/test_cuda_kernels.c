@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../engine/cpu_ops.h"
+#include "cpu/cpu_ops.h"
 #include "cuda_test.h"
 
 /* Criterion reports skipped tests only with --verbose; make test must say

@@ -14,9 +14,10 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../engine/cpu_ops.h"
-#include "../engine/cpu_runner.h"
-#include "../engine/engine.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/cpu_runner.h"
+#include "cuda/cuda_runner.h"
+#include "engine/engine.h"
 #include "cuda_test.h"
 #include "helpers.h"
 
@@ -37,7 +38,7 @@ static Runner *open_runner_eager(ModelWeights *w, const char *device, int block_
     o.num_gpu_blocks_override = blocks;
     o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, block_size) * (size_t)blocks;
     o.enforce_eager = eager;
-    Runner *r = runner_create(w, &o, NULL, 0, &err);
+    Runner *r = strcmp(device, "cuda") == 0 ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
     cr_assert(r, "%s runner: %s", device, err.msg);
     cr_assert_str_eq(r->device, device);
     return r;
@@ -191,7 +192,7 @@ static EngineStats run_engine_with(const char *device, int blocks, int logprobs,
     ModelWeights w;
     Runner *r = open_runner(&w, device, 16, blocks);
     Error err = {{0}};
-    Engine *e = engine_create_with_runner(&w, r, &err);
+    Engine *e = engine_create(&w, r, &err);
     cr_assert(e, "%s", err.msg);
     uint64_t seed = 9;
     for (int i = 0; i < REQS; i++) {

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/cuda_sampler.h"
-#include "../engine/sampler.h"
+#include "cuda/cuda_sampler.h"
+#include "engine/sampler.h"
 #include "cuda_test.h"
 #include "sampler_cases.h"
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/cpu_runner.h"
-#include "../engine/engine.h"
+#include "cpu/cpu_runner.h"
+#include "engine/engine.h"
 #include "helpers.h"
 
 #define MAX_SAMPLES 4
@@ -56,9 +56,9 @@ static void open_engine(TinyEngine *t, int block_size, int num_blocks, int max_b
     o.max_num_batched_tokens = max_batched;
     o.max_num_seqs = 32;
     o.max_model_len = 1024;
-    t->runner = runner_create(&t->w, &o, NULL, 0, &err);
+    t->runner = cpu_runner_create(&t->w, &o, &err);
     cr_assert(t->runner, "%s", err.msg);
-    t->e = engine_create_with_runner(&t->w, t->runner, &err);
+    t->e = engine_create(&t->w, t->runner, &err);
     cr_assert(t->e, "%s", err.msg);
 }
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../config/model_config.h"
+#include "engine/model/model_config.h"
 #include "helpers.h"
 
 #define BASE_FIELDS                                                                               \

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/half.h"
-#include "../engine/safetensors.h"
+#include "engine/base/half.h"
+#include "engine/model/safetensors.h"
 #include "helpers.h"
 
 static char *dir;
@@ -216,7 +216,7 @@ static void run_prompt(const char *model_dir, float *logits, int32_t *tok) {
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
     o.kv_cache_bytes = 16u << 20;
-    Runner *r = runner_create(&w, &o, NULL, 0, &err);
+    Runner *r = cpu_runner_create(&w, &o, &err);
     cr_assert(r, "%s", err.msg);
     int32_t ids[7] = {9707, 11, 1879, 151643, 100000, 151935, 785}, table[1] = {0};
     RunnerSeq seq = {.tokens = ids, .num_tokens = 7, .start_pos = 0, .block_table = table, .num_blocks = 1, .compute_logits = true};

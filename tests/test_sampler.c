@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../engine/philox.h"
-#include "../engine/sampler.h"
+#include "engine/philox.h"
+#include "engine/sampler.h"
 
 Test(sampler, philox_known_answers) {
     /* Random123's kat_vectors for philox4x32-10 */

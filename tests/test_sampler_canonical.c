@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/cpu_isa.h"
-#include "../engine/philox.h"
-#include "../engine/sampler.h"
-#include "../engine/sampler_math.h"
+#include "engine/base/cpu_isa.h"
+#include "engine/philox.h"
+#include "engine/sampler.h"
+#include "engine/sampler_math.h"
 #include "sampler_cases.h"
 
 static int64_t ulps_apart(float a, float b) { /* both >= 0 */

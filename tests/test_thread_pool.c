@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "../engine/thread_pool.h"
+#include "cpu/thread_pool.h"
 
 typedef struct Counts {
     atomic_int *hits;

@@ -12,12 +12,12 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "../engine/detokenizer.h"
-#include "../engine/tokenizer_internal.h"
-#include "../engine/unicode9_assigned.h"
-#include "../engine/unicode_nfc.h"
-#include "../engine/unicode_props.h"
-#include "../engine/utf8.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_internal.h"
+#include "engine/tokenizer/unicode9_assigned.h"
+#include "engine/tokenizer/unicode_nfc.h"
+#include "engine/tokenizer/unicode_props.h"
+#include "engine/tokenizer/utf8.h"
 #include "helpers.h"
 
 static uint64_t rng_state;

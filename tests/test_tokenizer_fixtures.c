@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/chat_template.h"
-#include "../engine/detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "helpers.h"
 
 static bool ids_equal(const int32_t *ids, size_t n, json_t *want) {

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/bpe.h"
-#include "../engine/chat_template.h"
-#include "../engine/tokenizer_internal.h"
-#include "../engine/utf8.h"
+#include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_internal.h"
+#include "engine/tokenizer/utf8.h"
 #include "helpers.h"
 
 /* The 256 byte tokens (ids 0..255, GPT-2 alphabet), then merges:

@@ -18,11 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../engine/chat_template.h"
-#include "../../engine/detokenizer.h"
-#include "../../engine/tokenizer.h"
-#include "../../engine/unicode_nfc.h"
-#include "../../engine/utf8.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode_nfc.h"
+#include "engine/tokenizer/utf8.h"
 
 static Tokenizer *tok;
 static ChatTemplateKind chat_kind;

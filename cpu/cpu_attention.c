@@ -1,0 +1,195 @@
+/*
+ * cpu_attention.c - tiled attention with online softmax (see cpu_attention.h).
+ *
+ * Work is split into tasks of (sequence, KV head, tile of query tokens). A
+ * task gathers its queries - every query head of the KV head's group, for
+ * each token of the tile - into one matrix, then walks the context one KV
+ * block at a time: S = scale * Q K^T (sgemm straight from the cache block,
+ * whose rows are num_kv_heads * head_dim apart), causal mask, running
+ * max/sum rescaling (flash-attention's online softmax), O += P V. The score
+ * matrix never exceeds one block, whatever the context length, and each K/V
+ * block is read once per tile rather than once per query.
+ */
+#include "cpu_attention.h"
+
+#include "cpu_ops.h"
+#include "engine/base/row_max.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Query rows (tokens x heads of a group) per task. */
+#define TILE_ROWS 128
+
+typedef struct AttnTask {
+    int seq;
+    int token0;    /* index of the sequence's first new token in the batch */
+    int tile0;     /* first new token of this tile, relative to the sequence */
+    int tile_len;  /* tokens in this tile */
+    int kv_head;
+} AttnTask;
+
+typedef struct ThreadScratch {
+    float *q;      /* [rows, head_dim] */
+    float *scores; /* [rows, block_size] */
+    float *acc;    /* [rows, head_dim] */
+    float *row_max, *row_sum;
+} ThreadScratch;
+
+struct CpuAttention {
+    ThreadPool *pool;
+    AttentionShape shape;
+    int group;         /* query heads per KV head */
+    int tile_tokens;   /* query tokens per task */
+    int max_rows;      /* tile_tokens * group */
+    AttnTask *tasks;
+    int max_tasks;
+    ThreadScratch *scratch;
+    /* per call */
+    float *out;
+    const float *q, *k_cache, *v_cache;
+    const RunnerBatch *batch;
+};
+
+static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
+    const AttentionShape *sh = &a->shape;
+    const RunnerSeq *seq = &a->batch->seqs[t->seq];
+    int D = sh->head_dim, G = a->group, bs = sh->block_size;
+    int q_stride = sh->num_heads * D, kv_stride = sh->num_kv_heads * D;
+    int rows = t->tile_len * G;
+    float scale = 1.0f / sqrtf((float)D);
+
+    /* Row r = (token r / G, head kv_head * G + r % G): a group's heads are
+     * adjacent in q, so each token contributes G * D contiguous floats. */
+    for (int i = 0; i < t->tile_len; i++) {
+        const float *src = a->q + (size_t)(t->token0 + t->tile0 + i) * q_stride + (size_t)t->kv_head * G * D;
+        memcpy(s->q + (size_t)i * G * D, src, sizeof(float) * (size_t)G * D);
+    }
+    for (int r = 0; r < rows; r++) {
+        s->row_max[r] = -INFINITY;
+        s->row_sum[r] = 0.0f;
+    }
+    memset(s->acc, 0, sizeof(float) * (size_t)rows * D);
+
+    int first_pos = seq->start_pos + t->tile0;
+    int last_pos = first_pos + t->tile_len - 1;
+    for (int kb = 0; kb <= last_pos / bs; kb++) {
+        int key0 = kb * bs;
+        int n = last_pos + 1 - key0 < bs ? last_pos + 1 - key0 : bs;
+        size_t base = ((size_t)seq->block_table[kb] * bs * sh->num_kv_heads + t->kv_head) * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, D, scale, s->q, D,
+                    a->k_cache + base, kv_stride, 0.0f, s->scores, n);
+        for (int r = 0; r < rows; r++) {
+            float *sc = s->scores + (size_t)r * n;
+            int visible = first_pos + r / G - key0 + 1; /* keys this query may see */
+            if (visible > n) visible = n;
+            if (visible <= 0) { /* whole block is in this query's future */
+                memset(sc, 0, sizeof(float) * (size_t)n);
+                continue;
+            }
+            float mx = row_max(sc, visible);
+            float new_max = mx > s->row_max[r] ? mx : s->row_max[r];
+            float correction = expf(s->row_max[r] - new_max); /* 0 on the first block */
+            float sum = exp_shifted_sum(sc, visible, new_max);
+            for (int j = visible; j < n; j++) sc[j] = 0.0f;
+            s->row_sum[r] = s->row_sum[r] * correction + sum;
+            s->row_max[r] = new_max;
+            if (correction != 1.0f) {
+                float *acc = s->acc + (size_t)r * D;
+                for (int d = 0; d < D; d++) acc[d] *= correction;
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, n, 1.0f, s->scores, n,
+                    a->v_cache + base, kv_stride, 1.0f, s->acc, D);
+    }
+
+    for (int i = 0; i < t->tile_len; i++) {
+        float *dst = a->out + (size_t)(t->token0 + t->tile0 + i) * q_stride + (size_t)t->kv_head * G * D;
+        for (int g = 0; g < G; g++) {
+            int r = i * G + g;
+            float inv = 1.0f / s->row_sum[r];
+            const float *acc = s->acc + (size_t)r * D;
+            for (int d = 0; d < D; d++) dst[(size_t)g * D + d] = acc[d] * inv;
+        }
+    }
+}
+
+static void attention_task(void *ctx, int task, int thread) {
+    CpuAttention *a = ctx;
+    attend_tile(a, &a->tasks[task], &a->scratch[thread]);
+}
+
+void cpu_attention(CpuAttention *a, float *out, const float *q, const float *k_cache,
+                   const float *v_cache, const RunnerBatch *batch) {
+    a->out = out;
+    a->q = q;
+    a->k_cache = k_cache;
+    a->v_cache = v_cache;
+    a->batch = batch;
+    int n = 0, token0 = 0;
+    for (int s = 0; s < batch->num_seqs; s++) {
+        int len = batch->seqs[s].num_tokens;
+        for (int t0 = 0; t0 < len; t0 += a->tile_tokens) {
+            int tl = len - t0 < a->tile_tokens ? len - t0 : a->tile_tokens;
+            for (int h = 0; h < a->shape.num_kv_heads; h++)
+                a->tasks[n++] = (AttnTask){s, token0, t0, tl, h};
+        }
+        token0 += len;
+    }
+    thread_pool_run(a->pool, n, attention_task, a);
+}
+
+CpuAttention *cpu_attention_create(ThreadPool *pool, AttentionShape shape, int max_num_seqs,
+                                   int max_num_tokens, Error *err) {
+    CpuAttention *a = calloc(1, sizeof *a);
+    if (!a) {
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    a->pool = pool;
+    a->shape = shape;
+    a->group = shape.num_heads / shape.num_kv_heads;
+    a->tile_tokens = TILE_ROWS / a->group > 0 ? TILE_ROWS / a->group : 1;
+    a->max_rows = a->tile_tokens * a->group;
+    /* Each sequence splits into at most ceil(len / tile) tiles. */
+    a->max_tasks = (max_num_tokens / a->tile_tokens + max_num_seqs) * shape.num_kv_heads;
+    a->tasks = calloc((size_t)a->max_tasks, sizeof *a->tasks);
+    int threads = thread_pool_size(pool);
+    a->scratch = calloc((size_t)threads, sizeof *a->scratch);
+    bool ok = a->tasks && a->scratch;
+    size_t rows = (size_t)a->max_rows, D = (size_t)shape.head_dim;
+    for (int i = 0; ok && i < threads; i++) {
+        ThreadScratch *s = &a->scratch[i];
+        s->q = malloc(sizeof(float) * rows * D);
+        s->scores = malloc(sizeof(float) * rows * (size_t)shape.block_size);
+        s->acc = malloc(sizeof(float) * rows * D);
+        s->row_max = malloc(sizeof(float) * rows);
+        s->row_sum = malloc(sizeof(float) * rows);
+        ok = s->q && s->scores && s->acc && s->row_max && s->row_sum;
+    }
+    if (!ok) {
+        cpu_attention_destroy(a);
+        error_set(err, "out of memory (attention scratch)");
+        return NULL;
+    }
+    return a;
+}
+
+void cpu_attention_destroy(CpuAttention *a) {
+    if (!a) return;
+    if (a->scratch) {
+        for (int i = 0; i < thread_pool_size(a->pool); i++) {
+            ThreadScratch *s = &a->scratch[i];
+            free(s->q);
+            free(s->scores);
+            free(s->acc);
+            free(s->row_max);
+            free(s->row_sum);
+        }
+    }
+    free(a->scratch);
+    free(a->tasks);
+    free(a);
+}

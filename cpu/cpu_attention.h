@@ -1,0 +1,32 @@
+/*
+ * cpu_attention.h - causal GQA attention over the paged KV cache, on the CPU.
+ *
+ * One call per layer attends every new token of every sequence in a batch to
+ * its own context (cached prefix + new tokens up to itself) through the
+ * sequence's block table. Prefill, prefill after a cached prefix and decode
+ * are the same code: only the number of query tokens differs.
+ */
+#ifndef NANOVLLM_CPU_ATTENTION_H
+#define NANOVLLM_CPU_ATTENTION_H
+
+#include "engine/runner.h"
+#include "thread_pool.h"
+
+typedef struct CpuAttention CpuAttention;
+
+typedef struct AttentionShape {
+    int num_heads, num_kv_heads, head_dim, block_size;
+} AttentionShape;
+
+CpuAttention *cpu_attention_create(ThreadPool *pool, AttentionShape shape, int max_num_seqs,
+                                   int max_num_tokens, Error *err);
+void cpu_attention_destroy(CpuAttention *a);
+
+/* out[T, num_heads * head_dim] for the batch's T new tokens (in batch order),
+ * from q[T, num_heads * head_dim] (normed and rotated) and the layer's caches
+ * k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim], which
+ * already hold the new tokens' K and V. */
+void cpu_attention(CpuAttention *a, float *out, const float *q, const float *k_cache,
+                   const float *v_cache, const RunnerBatch *batch);
+
+#endif

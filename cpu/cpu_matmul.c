@@ -1,0 +1,462 @@
+/*
+ * cpu_matmul.c - the two matmul strategies of cpu_matmul.h and their kernels.
+ *
+ * Own kernels (small M): each task owns a range of weight rows and reads
+ * them one after another as a single sequential stream (measured faster than
+ * four rows side by side: the prefetchers follow one stream best), widening
+ * 16 (AVX-512) or 8 (AVX2) bf16 values per load with a zero-extend and a
+ * 16-bit shift. Up to four activation rows share each weight load, and a
+ * task's rows stay in L2 for the next four. Partial sums are reduced once
+ * per output, after the K loop.
+ *
+ * BLAS (large M): each task widens PANEL_ROWS weight rows into its own f32
+ * panel (cache-sized) and calls cblas_sgemm on it. OpenBLAS is told to use
+ * one thread, because the parallelism is ours.
+ */
+#include "cpu_matmul.h"
+
+#include <cblas.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_matmul_amx.h"
+#include "engine/base/half.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* Activation rows above which the AMX tiles (where present) take over from
+ * our row kernels, and above which OpenBLAS does (elsewhere). Measured with
+ * `nanovllm bench --matmul`; see cpu/PERFORMANCE.md. */
+#define AMX_MIN_ROWS 3
+#define SMALL_M_MAX 8
+
+/* Weight rows per AMX task (a multiple of 32, the kernel's block). */
+#define AMX_TASK_ROWS 128
+
+/* Weight rows per widened panel: 128 rows x K=3072 x 4 bytes = 1.5 MiB, in L2. */
+#define PANEL_ROWS 128
+
+/* Weight rows per task of the small-M kernels: long sequential streams for
+ * the prefetchers, yet enough tasks to balance threads on the smallest
+ * matrices (k/v_proj of Qwen3-0.6B: 1024 rows). 64 and 1024 both measured
+ * slower on decode. */
+#define GEMV_ROWS_PER_TASK 256
+
+/* Software prefetch distance of the small-M kernels (1 KiB: best of
+ * 256 B..4 KiB on decode). */
+#define PREFETCH_BYTES 1024
+
+typedef struct MatmulTask MatmulTask;
+
+struct CpuMatmul {
+    ThreadPool *pool;
+    int max_rows, max_cols;
+    float **panels;   /* BLAS: one PANEL_ROWS x max_cols buffer per thread */
+    uint16_t *packed; /* AMX: the packed activations of the current input */
+    MatmulTask *tasks;
+    int max_tasks;
+};
+
+typedef void (*RowsKernel)(float *y, int ldy, const float *x, int ldx, int M, const void *w, int K,
+                           int n0, int n1);
+
+/* ---- portable kernels ---------------------------------------------------- */
+
+static float weight_at(const void *w, int bf16, size_t i) {
+    return bf16 ? bf16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
+}
+
+static void rows_scalar(float *y, int ldy, const float *x, int ldx, int M, const void *w, int K,
+                        int n0, int n1, int bf16) {
+    for (int n = n0; n < n1; n++) {
+        for (int m = 0; m < M; m++) {
+            const float *xr = x + (size_t)m * ldx;
+            float s = 0.0f;
+            for (int k = 0; k < K; k++) s += xr[k] * weight_at(w, bf16, (size_t)n * K + k);
+            y[(size_t)m * ldy + n] = s;
+        }
+    }
+}
+
+static void rows_bf16_scalar(float *y, int ldy, const float *x, int ldx, int M, const void *w,
+                             int K, int n0, int n1) {
+    rows_scalar(y, ldy, x, ldx, M, w, K, n0, n1, 1);
+}
+
+static void rows_f32_scalar(float *y, int ldy, const float *x, int ldx, int M, const void *w, int K,
+                            int n0, int n1) {
+    rows_scalar(y, ldy, x, ldx, M, w, K, n0, n1, 0);
+}
+
+static void widen_scalar(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+#if defined(__x86_64__)
+/* ---- AVX-512 ------------------------------------------------------------- */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define INLINE static inline __attribute__((always_inline))
+/* The register-blocking loops below have constant trip counts once inlined;
+ * unrolled, their accumulators live in registers instead of on the stack. */
+#define UNROLL _Pragma("GCC unroll 4")
+
+AVX512 INLINE __m512 load16_avx512(const void *w, int bf16, size_t i) {
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i))),
+            16));
+    return _mm512_loadu_ps((const float *)w + i);
+}
+
+/* Prefetches the bytes one step (64 weights) will need PREFETCH_BYTES from
+ * now: the hardware prefetcher alone leaves DRAM bandwidth unused on a
+ * single sequential stream (measured: +7% decode). */
+INLINE void prefetch_ahead(const void *w, int bf16, size_t i) {
+    const char *p = (const char *)w + i * (bf16 ? 2 : 4) + PREFETCH_BYTES;
+    for (int off = 0; off < 64 * (bf16 ? 2 : 4); off += 64) __builtin_prefetch(p + off, 0, 3);
+}
+
+/* One weight row n against MB activation rows (1, 2 or 4): the row is read
+ * once as one sequential stream, 64 weights per step into 4 x MB accumulators. */
+AVX512 INLINE void row_avx512(float *y, int ldy, const float *x, int ldx, const void *w, int K,
+                              int n, int MB, int bf16) {
+    __m512 acc[4][4];
+    UNROLL for (int u = 0; u < 4; u++)
+        UNROLL for (int m = 0; m < MB; m++) acc[u][m] = _mm512_setzero_ps();
+    size_t base = (size_t)n * K;
+    int k = 0;
+    for (; k + 64 <= K; k += 64) {
+        prefetch_ahead(w, bf16, base + k);
+        UNROLL for (int u = 0; u < 4; u++) {
+            __m512 wv = load16_avx512(w, bf16, base + k + 16 * u);
+            UNROLL for (int m = 0; m < MB; m++)
+                acc[u][m] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)m * ldx + k + 16 * u),
+                                            acc[u][m]);
+        }
+    }
+    for (; k + 16 <= K; k += 16) {
+        __m512 wv = load16_avx512(w, bf16, base + k);
+        UNROLL for (int m = 0; m < MB; m++)
+            acc[0][m] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)m * ldx + k), acc[0][m]);
+    }
+    UNROLL for (int m = 0; m < MB; m++) {
+        __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]),
+                                   _mm512_add_ps(acc[2][m], acc[3][m]));
+        float s = _mm512_reduce_add_ps(sum);
+        for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * weight_at(w, bf16, base + kk);
+        y[(size_t)m * ldy + n] = s;
+    }
+}
+
+AVX512 INLINE void rows_avx512(float *y, int ldy, const float *x, int ldx, int M, const void *w,
+                               int K, int n0, int n1, int bf16) {
+    for (int m = 0; m < M;) {
+        int left = M - m, MB = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        const float *xm = x + (size_t)m * ldx;
+        float *ym = y + (size_t)m * ldy;
+        for (int n = n0; n < n1; n++) {
+            if (MB == 4) row_avx512(ym, ldy, xm, ldx, w, K, n, 4, bf16);
+            else if (MB == 2) row_avx512(ym, ldy, xm, ldx, w, K, n, 2, bf16);
+            else row_avx512(ym, ldy, xm, ldx, w, K, n, 1, bf16);
+        }
+        m += MB;
+    }
+}
+
+AVX512 static void rows_bf16_avx512(float *y, int ldy, const float *x, int ldx, int M,
+                                    const void *w, int K, int n0, int n1) {
+    rows_avx512(y, ldy, x, ldx, M, w, K, n0, n1, 1);
+}
+
+AVX512 static void rows_f32_avx512(float *y, int ldy, const float *x, int ldx, int M, const void *w,
+                                   int K, int n0, int n1) {
+    rows_avx512(y, ldy, x, ldx, M, w, K, n0, n1, 0);
+}
+
+AVX512 static void widen_avx512(float *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16_avx512(src, 1, i));
+    widen_scalar(dst + i, src + i, n - i);
+}
+
+/* ---- AVX2 ---------------------------------------------------------------- */
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 INLINE __m256 load8_avx2(const void *w, int bf16, size_t i) {
+    if (bf16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i))), 16));
+    return _mm256_loadu_ps((const float *)w + i);
+}
+
+AVX2 INLINE float hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* As row_avx512 with 8-wide vectors and MB <= 2: 8 accumulators, 4 weight
+ * vectors and an activation fit the 16 ymm registers. */
+AVX2 INLINE void row_avx2(float *y, int ldy, const float *x, int ldx, const void *w, int K, int n,
+                          int MB, int bf16) {
+    __m256 acc[4][2];
+    UNROLL for (int u = 0; u < 4; u++)
+        UNROLL for (int m = 0; m < MB; m++) acc[u][m] = _mm256_setzero_ps();
+    size_t base = (size_t)n * K;
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        if ((k & 63) == 0) prefetch_ahead(w, bf16, base + k);
+        UNROLL for (int u = 0; u < 4; u++) {
+            __m256 wv = load8_avx2(w, bf16, base + k + 8 * u);
+            UNROLL for (int m = 0; m < MB; m++)
+                acc[u][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)m * ldx + k + 8 * u),
+                                            acc[u][m]);
+        }
+    }
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv = load8_avx2(w, bf16, base + k);
+        UNROLL for (int m = 0; m < MB; m++)
+            acc[0][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)m * ldx + k), acc[0][m]);
+    }
+    UNROLL for (int m = 0; m < MB; m++) {
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0][m], acc[1][m]),
+                                   _mm256_add_ps(acc[2][m], acc[3][m]));
+        float s = hsum_avx2(sum);
+        for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * weight_at(w, bf16, base + kk);
+        y[(size_t)m * ldy + n] = s;
+    }
+}
+
+AVX2 INLINE void rows_avx2(float *y, int ldy, const float *x, int ldx, int M, const void *w, int K,
+                           int n0, int n1, int bf16) {
+    for (int m = 0; m < M;) {
+        int MB = M - m >= 2 ? 2 : 1;
+        const float *xm = x + (size_t)m * ldx;
+        float *ym = y + (size_t)m * ldy;
+        for (int n = n0; n < n1; n++) {
+            if (MB == 2) row_avx2(ym, ldy, xm, ldx, w, K, n, 2, bf16);
+            else row_avx2(ym, ldy, xm, ldx, w, K, n, 1, bf16);
+        }
+        m += MB;
+    }
+}
+
+AVX2 static void rows_bf16_avx2(float *y, int ldy, const float *x, int ldx, int M, const void *w,
+                                int K, int n0, int n1) {
+    rows_avx2(y, ldy, x, ldx, M, w, K, n0, n1, 1);
+}
+
+AVX2 static void rows_f32_avx2(float *y, int ldy, const float *x, int ldx, int M, const void *w,
+                               int K, int n0, int n1) {
+    rows_avx2(y, ldy, x, ldx, M, w, K, n0, n1, 0);
+}
+
+AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_avx2(src, 1, i));
+    widen_scalar(dst + i, src + i, n - i);
+}
+#endif /* __x86_64__ */
+
+static RowsKernel rows_kernel(CpuIsa isa, WeightType type) {
+    int bf16 = type == WEIGHT_BF16;
+#if defined(__x86_64__)
+    if (isa >= CPU_ISA_AVX512) return bf16 ? rows_bf16_avx512 : rows_f32_avx512;
+    if (isa == CPU_ISA_AVX2) return bf16 ? rows_bf16_avx2 : rows_f32_avx2;
+#else
+    (void)isa;
+#endif
+    return bf16 ? rows_bf16_scalar : rows_f32_scalar;
+}
+
+static void widen(CpuIsa isa, float *dst, const uint16_t *src, size_t n) {
+#if defined(__x86_64__)
+    if (isa >= CPU_ISA_AVX512) return widen_avx512(dst, src, n);
+    if (isa == CPU_ISA_AVX2) return widen_avx2(dst, src, n);
+#else
+    (void)isa;
+#endif
+    widen_scalar(dst, src, n);
+}
+
+/* ---- parallel drivers ---------------------------------------------------- */
+
+/* One parallel loop computes several products that share the input x: task
+ * i covers rows [n0, n1) of weight ws[wi]. */
+struct MatmulTask {
+    int wi, n0, n1; /* weight ws[wi], its rows [n0, n1) */
+    int m0, m1;     /* AMX: activation rows [m0, m1) (others: all) */
+};
+
+typedef struct MatmulJob {
+    CpuMatmul *mm;
+    const float *x;
+    int M;
+    const Weight *const *ws;
+    float *const *ys;
+    MatmulStrategy strategy;
+    CpuIsa isa;
+    RowsKernel kernels[2]; /* by weight type */
+    const MatmulTask *tasks;
+} MatmulJob;
+
+static void rows_task(const MatmulJob *j, const MatmulTask *t) {
+    const Weight *w = j->ws[t->wi];
+    j->kernels[w->type](j->ys[t->wi], w->rows, j->x, w->cols, j->M, w->data, w->cols, t->n0, t->n1);
+}
+
+static void blas_task(const MatmulJob *j, const MatmulTask *t, int thread) {
+    const Weight *w = j->ws[t->wi];
+    int N = w->rows, K = w->cols, rows = t->n1 - t->n0;
+    const float *panel;
+    if (w->type == WEIGHT_BF16) {
+        float *buf = j->mm->panels[thread];
+        widen(j->isa, buf, (const uint16_t *)w->data + (size_t)t->n0 * K, (size_t)rows * K);
+        panel = buf;
+    } else {
+        panel = (const float *)w->data + (size_t)t->n0 * K;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->M, rows, K, 1.0f, j->x, K, panel, K,
+                0.0f, j->ys[t->wi] + t->n0, N);
+}
+
+static void matmul_task(void *ctx, int task, int thread) {
+    const MatmulJob *j = ctx;
+    const MatmulTask *t = &j->tasks[task];
+    switch (j->strategy) {
+    case MATMUL_AMX:
+        amx_matmul(j->ys[t->wi], j->ws[t->wi]->rows, j->mm->packed, j->M, t->m0, t->m1,
+                   j->ws[t->wi], t->n0, t->n1);
+        break;
+    case MATMUL_BLAS: blas_task(j, t, thread); break;
+    default: rows_task(j, t); break;
+    }
+}
+
+static void pack_task(void *ctx, int group, int thread) {
+    (void)thread;
+    const MatmulJob *j = ctx;
+    amx_pack_group(j->mm->packed, j->x, j->M, j->ws[0]->cols, group);
+}
+
+/* Weight rows per task of each strategy. */
+static int rows_per_task(MatmulStrategy s) {
+    return s == MATMUL_AMX ? AMX_TASK_ROWS : s == MATMUL_BLAS ? PANEL_ROWS : GEMV_ROWS_PER_TASK;
+}
+
+/* AMX tasks also split the tokens, so that the packed activations a task
+ * sweeps once per 32 weight rows (tokens x K x 3 terms x 2 bytes) stay in
+ * L2: about 768 KiB, a multiple of 32 tokens. */
+static int amx_tokens_per_task(int K) {
+    int tokens = (768 * 1024) / (K * 6) / 32 * 32;
+    return tokens < 32 ? 32 : tokens;
+}
+
+MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
+    if (M > AMX_MIN_ROWS && isa >= CPU_ISA_AMX && amx_supports(w)) return MATMUL_AMX;
+    if (M > SMALL_M_MAX) return MATMUL_BLAS;
+    return MATMUL_ROWS;
+}
+
+static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, float *const *ys,
+                int count, MatmulStrategy strategy, CpuIsa isa) {
+    if (M <= 0 || count <= 0) return;
+    if (strategy == MATMUL_AUTO) strategy = cpu_matmul_choose(M, ws[0], isa);
+    for (int i = 0; i < count; i++) {
+        bool amx_ok = isa >= CPU_ISA_AMX && amx_supports(ws[i]) && ws[i]->cols == ws[0]->cols &&
+                      M <= mm->max_rows;
+        if (strategy == MATMUL_AMX && !amx_ok) strategy = MATMUL_ROWS;
+    }
+    MatmulJob job = {mm, x, M, ws, ys, strategy, isa,
+                     {rows_kernel(isa, WEIGHT_BF16), rows_kernel(isa, WEIGHT_F32)}, mm->tasks};
+    if (strategy == MATMUL_AMX)
+        thread_pool_run(mm->pool, (M + AMX_GROUP - 1) / AMX_GROUP, pack_task, &job);
+    int per = rows_per_task(strategy), n = 0;
+    int tokens = strategy == MATMUL_AMX ? amx_tokens_per_task(ws[0]->cols) : M;
+    for (int i = 0; i < count; i++) {
+        for (int n0 = 0; n0 < ws[i]->rows; n0 += per) {
+            for (int m0 = 0; m0 < M; m0 += tokens) {
+                if (n == mm->max_tasks) { /* more than planned: run what we have */
+                    thread_pool_run(mm->pool, n, matmul_task, &job);
+                    n = 0;
+                }
+                mm->tasks[n++] = (MatmulTask){i, n0, n0 + per < ws[i]->rows ? n0 + per : ws[i]->rows,
+                                              m0, m0 + tokens < M ? m0 + tokens : M};
+            }
+        }
+    }
+    thread_pool_run(mm->pool, n, matmul_task, &job);
+}
+
+void cpu_matmul_multi(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
+                      float *const *ys, int count) {
+    run(mm, x, M, ws, ys, count, MATMUL_AUTO, cpu_isa_active());
+}
+
+void cpu_matmul(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w) {
+    run(mm, x, M, &w, &y, 1, MATMUL_AUTO, cpu_isa_active());
+}
+
+void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w,
+                     MatmulStrategy strategy, CpuIsa isa) {
+    run(mm, x, M, &w, &y, 1, strategy, isa);
+}
+
+const char *matmul_strategy_name(MatmulStrategy s) {
+    switch (s) {
+    case MATMUL_ROWS: return "rows";
+    case MATMUL_BLAS: return "blas";
+    case MATMUL_AMX: return "amx";
+    default: return "auto";
+    }
+}
+
+CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error *err) {
+    CpuMatmul *mm = calloc(1, sizeof *mm);
+    int threads = thread_pool_size(pool);
+    if (mm) mm->panels = calloc((size_t)threads, sizeof *mm->panels);
+    if (!mm || !mm->panels) {
+        free(mm);
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    mm->pool = pool;
+    mm->max_rows = max_rows;
+    mm->max_cols = max_cols;
+    /* Enough tasks for the widest multi-product (3 x 151936 rows would be
+     * absurd; run() flushes when full, so this only sets the batch size). */
+    mm->max_tasks = 4096;
+    mm->tasks = malloc(sizeof *mm->tasks * (size_t)mm->max_tasks);
+    bool ok = mm->tasks != NULL;
+    for (int i = 0; ok && i < threads; i++) {
+        mm->panels[i] = aligned_alloc(64, sizeof(float) * PANEL_ROWS * (size_t)max_cols);
+        ok = mm->panels[i] != NULL;
+    }
+    if (ok && amx_available()) {
+        mm->packed = aligned_alloc(64, amx_packed_elems(max_rows, max_cols) * sizeof(uint16_t) + 64);
+        ok = mm->packed != NULL;
+    }
+    if (!ok) {
+        cpu_matmul_destroy(mm);
+        error_set(err, "out of memory (matmul scratch)");
+        return NULL;
+    }
+    /* Our pool supplies the parallelism; OpenBLAS threads would fight it. */
+    openblas_set_num_threads(1);
+    return mm;
+}
+
+void cpu_matmul_destroy(CpuMatmul *mm) {
+    if (!mm) return;
+    if (mm->panels)
+        for (int i = 0; i < thread_pool_size(mm->pool); i++) free(mm->panels[i]);
+    free(mm->panels);
+    free(mm->packed);
+    free(mm->tasks);
+    free(mm);
+}

@@ -1,0 +1,50 @@
+/*
+ * cpu_matmul.h - y = x . W^T for float32 activations and bf16 or f32 weights.
+ *
+ * Every projection of the CPU forward pass goes through here. Three
+ * strategies, chosen by the number of activation rows M and the CPU:
+ *  - rows (small M, decode): our own SIMD kernels stream each weight row
+ *    once, widening bf16 to f32 in registers, for up to four activation
+ *    rows per pass. Memory-bound, so reading bf16 (half of f32) is what sets
+ *    the speed; no BLAS has a f32 x bf16 kernel.
+ *  - amx (larger M, where the CPU has AMX): tile multiplies on bf16 terms
+ *    that add up exactly to the float32 activations (cpu_matmul_amx.h).
+ *  - blas (larger M elsewhere): weight rows widened to f32 in per-thread
+ *    panels and multiplied by OpenBLAS sgemm, single-threaded inside each of
+ *    our tasks so that only one thread pool runs.
+ * All three compute in float32; they differ only in summation order.
+ */
+#ifndef NANOVLLM_CPU_MATMUL_H
+#define NANOVLLM_CPU_MATMUL_H
+
+#include "engine/base/cpu_isa.h"
+#include "engine/model/model_weights.h"
+#include "thread_pool.h"
+
+typedef struct CpuMatmul CpuMatmul;
+
+typedef enum MatmulStrategy { MATMUL_AUTO, MATMUL_ROWS, MATMUL_BLAS, MATMUL_AMX } MatmulStrategy;
+
+/* max_rows: the largest M; max_cols: the largest K (W.cols) that will be passed. */
+CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error *err);
+void cpu_matmul_destroy(CpuMatmul *mm);
+
+/* y[M, w->rows] = x[M, w->cols] . w^T; rows of x and y are contiguous. */
+void cpu_matmul(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w);
+
+/* ys[i] = x . ws[i]^T for `count` weights of the same width sharing one
+ * input (q/k/v, gate/up): one pass of preparation and one parallel loop. */
+void cpu_matmul_multi(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
+                      float *const *ys, int count);
+
+/* The same with a forced strategy and SIMD level (tests, benchmarks). A
+ * strategy the CPU or the weight cannot use falls back to MATMUL_ROWS. */
+void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w,
+                     MatmulStrategy strategy, CpuIsa isa);
+
+/* The strategy MATMUL_AUTO picks for these arguments. */
+MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa);
+
+const char *matmul_strategy_name(MatmulStrategy s);
+
+#endif

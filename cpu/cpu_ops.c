@@ -1,0 +1,162 @@
+/*
+ * cpu_ops.c - per-token operations (see cpu_ops.h).
+ *
+ * Plain loops, except where a loop is a reduction or calls expf: those the
+ * compiler cannot vectorize without -ffast-math (which we do not want for a
+ * reference backend), so they have explicit AVX-512 versions. Measured on a
+ * 512-token prefill of Qwen3-0.6B: scalar expf in attention and SiLU cost
+ * ~0.35 s of 1.4 s.
+ */
+#include "cpu_ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "engine/base/cpu_isa.h"
+#include "engine/base/half.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+/* exp(x) for x in about [-87, 88] (inputs here are <= 0 or SiLU's -g):
+ * x = n ln2 + r with |r| <= ln2/2, e^r by Cephes expf's degree-5 minimax
+ * polynomial, times 2^n by scalef (which also saturates out-of-range n). */
+AVX512 static inline __m512 exp_avx512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)),
+                      _mm512_set1_ps(-88.3762626647949f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+AVX512 static float sum_squares_avx512(const float *x, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(x + i), acc);
+    float s = _mm512_reduce_add_ps(acc);
+    for (; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+AVX512 static void silu_mul_avx512(float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+AVX512 static float exp_shifted_sum_avx512(float *x, int n, float shift) {
+    __m512 acc = _mm512_setzero_ps(), sh = _mm512_set1_ps(shift);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), sh));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) { /* masked tail: lanes past n load 0 and are not stored or summed */
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), sh));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(m, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static bool use_avx512(void) { return cpu_isa_active() >= CPU_ISA_AVX512; }
+#else
+static bool use_avx512(void) { return false; }
+#endif
+
+static float sum_squares(const float *x, int n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return sum_squares_avx512(x, n);
+#endif
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float inv = 1.0f / sqrtf(sum_squares(x, n) / (float)n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+}
+
+void add_rmsnorm(float *x, const float *delta, float *out, const float *w, int n, float eps) {
+    for (int i = 0; i < n; i++) x[i] += delta[i];
+    rmsnorm(out, x, w, n, eps);
+}
+
+void rope_inv_freq(double *inv_freq, int head_dim, double theta) {
+    for (int i = 0; i < head_dim / 2; i++) inv_freq[i] = 1.0 / pow(theta, (2.0 * i) / head_dim);
+}
+
+void rope_cos_sin(float *cos_sin, int pos, const double *inv_freq, int half_dim) {
+    for (int i = 0; i < half_dim; i++) {
+        double angle = (double)pos * inv_freq[i];
+        cos_sin[2 * i] = (float)cos(angle);
+        cos_sin[2 * i + 1] = (float)sin(angle);
+    }
+}
+
+void rope_apply(float *head, int head_dim, const float *cos_sin) {
+    int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+        float x1 = head[i], x2 = head[i + half];
+        head[i] = x1 * c - x2 * s;
+        head[i + half] = x2 * c + x1 * s;
+    }
+}
+
+void silu_mul(float *gate, const float *up, size_t n) {
+#if defined(__x86_64__)
+    if (use_avx512()) return silu_mul_avx512(gate, up, n);
+#endif
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+float exp_shifted_sum(float *x, int n, float shift) {
+#if defined(__x86_64__)
+    if (use_avx512()) return exp_shifted_sum_avx512(x, n, shift);
+#endif
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - shift);
+        sum += x[i];
+    }
+    return sum;
+}
+
+int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+void embed_row(float *out, const Weight *embed, int id) {
+    size_t off = (size_t)id * (size_t)embed->cols;
+    if (embed->type == WEIGHT_F32) {
+        memcpy(out, (const float *)embed->data + off, sizeof(float) * (size_t)embed->cols);
+        return;
+    }
+    const uint16_t *row = (const uint16_t *)embed->data + off;
+    for (int i = 0; i < embed->cols; i++) out[i] = bf16_to_f32(row[i]);
+}

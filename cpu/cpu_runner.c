@@ -1,0 +1,444 @@
+/*
+ * cpu_runner.c - Qwen3 forward pass on the CPU (see cpu_runner.h).
+ *
+ * One step, read top to bottom in cpu_step():
+ *   embed -> N x [RMSNorm -> q,k,v proj -> per-head q/k RMSNorm -> RoPE ->
+ *   store K,V in the paged cache -> attention -> o_proj -> residual ->
+ *   RMSNorm -> down(silu(gate) * up) -> residual] -> RMSNorm -> lm_head
+ * over all new tokens of all sequences at once (prefill and decode tokens
+ * side by side), then greedy selection per sequence. The lm_head runs only
+ * for the rows whose logits someone needs.
+ */
+#include "cpu_runner.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cpu_attention.h"
+#include "engine/base/cpu_isa.h"
+#include "cpu_matmul.h"
+#include "cpu_ops.h"
+#include "cpu_weights.h"
+#include "engine/base/log.h"
+#include "thread_pool.h"
+
+/* Where a step's time goes, kept when NANOVLLM_PROFILE is set and printed
+ * when the runner is destroyed (for tuning; see cpu/PERFORMANCE.md). */
+typedef enum Phase {
+    PHASE_QKV,
+    PHASE_ATTENTION,
+    PHASE_O_PROJ,
+    PHASE_GATE_UP,
+    PHASE_DOWN,
+    PHASE_ELEMENTWISE, /* embedding, norms, RoPE, KV store, SiLU, residuals */
+    PHASE_LM_HEAD,
+    PHASE_SAMPLE,
+    NUM_PHASES
+} Phase;
+
+static const char *const PHASE_NAMES[NUM_PHASES] = {"qkv", "attention", "o_proj", "gate_up",
+                                                    "down", "elementwise", "lm_head",
+                                                    "sample"};
+
+typedef struct CpuRunner {
+    Runner base;
+    ModelConfig cfg;
+    ThreadPool *pool;
+    CpuWeights weights; /* the matrices the forward pass reads (cpu_weights.h) */
+    CpuMatmul *matmul;
+    CpuAttention *attention;
+    double *inv_freq; /* [head_dim / 2] */
+
+    float *kv;           /* one mapping: K of every layer, then V of every layer */
+    size_t layer_floats; /* floats of K (or V) per layer */
+
+    /* activations, [max_num_batched_tokens, width] each */
+    float *x, *h, *q, *k, *v, *attn, *gate, *up, *tmp;
+    float *cos_sin;  /* [tokens, head_dim]: interleaved cos, sin per frequency */
+    int32_t *slots;  /* KV slot of each new token */
+    int32_t *tokens; /* the batch's new tokens, flattened */
+    int *logit_rows; /* token index whose logits are computed, per logits row */
+    int *sample_rows; /* per sequence: its row of `logits`, or -1 */
+    int32_t *tokens_out;
+    float *normed;   /* [max rows, hidden]: final-normed rows for the lm_head */
+    float *logits;   /* [max_num_seqs, vocab] */
+    SamplerScratch *samplers; /* one per thread */
+
+    bool profile;
+    double phase_seconds[NUM_PHASES];
+    double phase_start;
+
+    /* per step */
+    const RunnerBatch *batch;
+    int num_tokens;
+    int layer;
+} CpuRunner;
+
+size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size) {
+    return 2 * sizeof(float) * (size_t)cfg->num_layers * (size_t)block_size *
+           (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
+}
+
+static float *k_layer(CpuRunner *r, int l) { return r->kv + (size_t)l * r->layer_floats; }
+static float *v_layer(CpuRunner *r, int l) {
+    return r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_floats;
+}
+
+/* Charges the time since the previous mark to `phase`. */
+static void mark(CpuRunner *r, Phase phase) {
+    if (!r->profile) return;
+    double t = now_seconds();
+    r->phase_seconds[phase] += t - r->phase_start;
+    r->phase_start = t;
+}
+
+/* ---- per-token stages, run over token ranges by the pool ---------------- */
+
+typedef void (*TokenFn)(CpuRunner *r, int token);
+
+typedef struct TokenJob {
+    CpuRunner *r;
+    TokenFn fn;
+    int per_task;
+} TokenJob;
+
+static void token_range_task(void *ctx, int task, int thread) {
+    (void)thread;
+    TokenJob *j = ctx;
+    int t0 = task * j->per_task, t1 = t0 + j->per_task;
+    if (t1 > j->r->num_tokens) t1 = j->r->num_tokens;
+    for (int t = t0; t < t1; t++) j->fn(j->r, t);
+}
+
+static void for_each_token(CpuRunner *r, TokenFn fn) {
+    int threads = thread_pool_size(r->pool);
+    int per_task = (r->num_tokens + 4 * threads - 1) / (4 * threads);
+    TokenJob job = {r, fn, per_task > 0 ? per_task : 1};
+    thread_pool_run(r->pool, (r->num_tokens + job.per_task - 1) / job.per_task, token_range_task,
+                    &job);
+}
+
+static void embed_token(CpuRunner *r, int t) {
+    int H = r->cfg.hidden_size;
+    embed_row(r->x + (size_t)t * H, &r->weights.embed_tokens, r->tokens[t]);
+    rmsnorm(r->h + (size_t)t * H, r->x + (size_t)t * H, r->weights.layers[0].input_norm, H,
+            (float)r->cfg.rms_norm_eps);
+}
+
+/* q/k RMSNorm per head, RoPE, and the store of K and V into the cache. */
+static void qk_norm_rope_store(CpuRunner *r, int t) {
+    const ModelConfig *c = &r->cfg;
+    const LayerWeights *L = &r->weights.layers[r->layer];
+    int D = c->head_dim;
+    float eps = (float)c->rms_norm_eps;
+    const float *cs = r->cos_sin + (size_t)t * D;
+    float *q = r->q + (size_t)t * c->num_heads * D;
+    for (int h = 0; h < c->num_heads; h++) {
+        rmsnorm(q + h * D, q + h * D, L->q_norm, D, eps);
+        rope_apply(q + h * D, D, cs);
+    }
+    size_t kv_width = (size_t)c->num_kv_heads * D;
+    float *k = r->k + (size_t)t * kv_width;
+    for (int h = 0; h < c->num_kv_heads; h++) {
+        rmsnorm(k + h * D, k + h * D, L->k_norm, D, eps);
+        rope_apply(k + h * D, D, cs);
+    }
+    size_t slot = (size_t)r->slots[t] * kv_width;
+    memcpy(k_layer(r, r->layer) + slot, k, sizeof(float) * kv_width);
+    memcpy(v_layer(r, r->layer) + slot, r->v + (size_t)t * kv_width, sizeof(float) * kv_width);
+}
+
+/* residual += attention output; h = post-attention norm. */
+static void attn_residual_norm(CpuRunner *r, int t) {
+    int H = r->cfg.hidden_size;
+    add_rmsnorm(r->x + (size_t)t * H, r->tmp + (size_t)t * H, r->h + (size_t)t * H,
+                r->weights.layers[r->layer].post_attention_norm, H, (float)r->cfg.rms_norm_eps);
+}
+
+static void silu_mul_token(CpuRunner *r, int t) {
+    size_t I = (size_t)r->cfg.intermediate_size;
+    silu_mul(r->gate + t * I, r->up + t * I, I);
+}
+
+/* residual += MLP output; h = next layer's input norm (or the final norm). */
+static void mlp_residual_norm(CpuRunner *r, int t) {
+    int H = r->cfg.hidden_size;
+    const float *w = r->layer + 1 < r->cfg.num_layers ? r->weights.layers[r->layer + 1].input_norm
+                                                      : r->base.model->final_norm;
+    add_rmsnorm(r->x + (size_t)t * H, r->tmp + (size_t)t * H, r->h + (size_t)t * H, w, H,
+                (float)r->cfg.rms_norm_eps);
+}
+
+/* ---- one step ------------------------------------------------------------ */
+
+/* Flattens the batch: token ids, RoPE tables and KV slots per new token. */
+static void prepare_tokens(CpuRunner *r, const RunnerBatch *b) {
+    int D = r->cfg.head_dim, bs = r->base.options.block_size, t = 0;
+    for (int s = 0; s < b->num_seqs; s++) {
+        const RunnerSeq *seq = &b->seqs[s];
+        for (int i = 0; i < seq->num_tokens; i++, t++) {
+            int pos = seq->start_pos + i;
+            r->tokens[t] = seq->tokens[i];
+            r->slots[t] = seq->block_table[pos / bs] * bs + pos % bs;
+            rope_cos_sin(r->cos_sin + (size_t)t * D, pos, r->inv_freq, D / 2);
+        }
+    }
+    r->num_tokens = t;
+}
+
+static void forward_layer(CpuRunner *r, int l) {
+    const LayerWeights *L = &r->weights.layers[l];
+    int T = r->num_tokens;
+    r->layer = l;
+    const Weight *qkv[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
+    float *qkv_out[3] = {r->q, r->k, r->v};
+    cpu_matmul_multi(r->matmul, r->h, T, qkv, qkv_out, 3);
+    mark(r, PHASE_QKV);
+    for_each_token(r, qk_norm_rope_store);
+    mark(r, PHASE_ELEMENTWISE);
+    cpu_attention(r->attention, r->attn, r->q, k_layer(r, l), v_layer(r, l), r->batch);
+    mark(r, PHASE_ATTENTION);
+    cpu_matmul(r->matmul, r->tmp, r->attn, T, &L->o_proj);
+    mark(r, PHASE_O_PROJ);
+    for_each_token(r, attn_residual_norm);
+    mark(r, PHASE_ELEMENTWISE);
+    const Weight *gate_up[2] = {&L->gate_proj, &L->up_proj};
+    float *gate_up_out[2] = {r->gate, r->up};
+    cpu_matmul_multi(r->matmul, r->h, T, gate_up, gate_up_out, 2);
+    mark(r, PHASE_GATE_UP);
+    for_each_token(r, silu_mul_token);
+    mark(r, PHASE_ELEMENTWISE);
+    cpu_matmul(r->matmul, r->tmp, r->gate, T, &L->down_proj);
+    mark(r, PHASE_DOWN);
+    for_each_token(r, mlp_residual_norm); /* leaves h = next input (or final) norm */
+    mark(r, PHASE_ELEMENTWISE);
+}
+
+static void sample_task(void *ctx, int s, int thread) {
+    CpuRunner *r = ctx;
+    int row = r->sample_rows[s];
+    if (row < 0) return;
+    const RunnerBatch *b = r->batch;
+    const RunnerSeq *q = &b->seqs[s];
+    SamplingParams greedy = sampling_params_default();
+    SampleInput in = q->sample;
+    if (!in.params) in.params = &greedy;
+    SampleLogprobs *lp = b->logprobs ? &b->logprobs[s] : NULL;
+    r->tokens_out[s] = sampler_sample(r->logits + (size_t)row * r->cfg.vocab_size, &in,
+                                      &r->samplers[thread], lp);
+}
+
+/* lm_head over the rows that need logits, written to dst [rows, vocab]. */
+static void compute_logits(CpuRunner *r, float *dst, const int *rows, int n) {
+    int H = r->cfg.hidden_size;
+    for (int i = 0; i < n; i++)
+        memcpy(r->normed + (size_t)i * H, r->h + (size_t)rows[i] * H, sizeof(float) * H);
+    cpu_matmul(r->matmul, dst, r->normed, n, &r->weights.lm_head);
+}
+
+static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
+    CpuRunner *r = (CpuRunner *)base;
+    if (runner_validate_batch(base, b, err)) return -1;
+    r->batch = b;
+    if (r->profile) r->phase_start = now_seconds();
+    prepare_tokens(r, b);
+    for_each_token(r, embed_token);
+    mark(r, PHASE_ELEMENTWISE);
+    for (int l = 0; l < r->cfg.num_layers; l++) forward_layer(r, l);
+
+    size_t V = (size_t)r->cfg.vocab_size;
+    if (b->all_logits) { /* every token's logits, straight into the caller's buffer */
+        for (int t0 = 0; t0 < r->num_tokens; t0 += r->base.options.max_num_seqs) {
+            int n = r->num_tokens - t0 < r->base.options.max_num_seqs ? r->num_tokens - t0
+                                                                      : r->base.options.max_num_seqs;
+            for (int i = 0; i < n; i++) r->logit_rows[i] = t0 + i;
+            compute_logits(r, b->all_logits + (size_t)t0 * V, r->logit_rows, n);
+        }
+    }
+    int n = 0, last = -1;
+    for (int s = 0; s < b->num_seqs; s++) {
+        last += b->seqs[s].num_tokens;
+        if (b->seqs[s].compute_logits) r->logit_rows[n++] = last;
+    }
+    if (!b->all_logits) compute_logits(r, r->logits, r->logit_rows, n);
+    mark(r, PHASE_LM_HEAD);
+
+    /* Each sequence's row: copy out the raw logits if asked, then sample. */
+    int row = 0;
+    for (int s = 0; s < b->num_seqs; s++) {
+        r->sample_rows[s] = -1;
+        out[s] = -1;
+        if (!b->seqs[s].compute_logits) continue;
+        float *lg = b->all_logits ? b->all_logits + (size_t)r->logit_rows[row] * V
+                                  : r->logits + (size_t)row * V;
+        if (b->last_logits) memcpy(b->last_logits + (size_t)s * V, lg, sizeof(float) * V);
+        if (b->all_logits) { /* sample from a copy: the caller's logits stay raw */
+            memcpy(r->logits + (size_t)row * V, lg, sizeof(float) * V);
+        }
+        r->sample_rows[s] = row++;
+    }
+    r->tokens_out = out;
+    thread_pool_run(r->pool, b->num_seqs, sample_task, r);
+    mark(r, PHASE_SAMPLE);
+    return 0;
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+static void print_profile(const CpuRunner *r) {
+    double total = 0;
+    for (int i = 0; i < NUM_PHASES; i++) total += r->phase_seconds[i];
+    fprintf(stderr, "nanovllm profile (cpu runner, %.3f s in steps):", total);
+    for (int i = 0; i < NUM_PHASES; i++)
+        fprintf(stderr, " %s %.3f s (%.0f%%)", PHASE_NAMES[i], r->phase_seconds[i],
+                total > 0 ? 100 * r->phase_seconds[i] / total : 0.0);
+    fputc('\n', stderr);
+}
+
+static void cpu_destroy(Runner *base) {
+    CpuRunner *r = (CpuRunner *)base;
+    if (r->profile) print_profile(r);
+    cpu_attention_destroy(r->attention);
+    cpu_matmul_destroy(r->matmul);
+    cpu_weights_free(&r->weights);
+    thread_pool_destroy(r->pool);
+    if (r->kv) munmap(r->kv, 2 * (size_t)r->cfg.num_layers * r->layer_floats * sizeof(float));
+    free(r->inv_freq);
+    float *bufs[] = {r->x, r->h, r->q, r->k, r->v, r->attn, r->gate, r->up, r->tmp,
+                     r->cos_sin, r->normed, r->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(r->slots);
+    free(r->tokens);
+    free(r->logit_rows);
+    free(r->sample_rows);
+    if (r->samplers)
+        for (int i = 0; i < r->base.options.num_threads; i++) sampler_scratch_free(&r->samplers[i]);
+    free(r->samplers);
+    free(r);
+}
+
+static const RunnerOps CPU_OPS = {cpu_step, cpu_destroy};
+
+static void *alloc_floats(size_t n, bool *ok) {
+    void *p = malloc(sizeof(float) * (n ? n : 1));
+    if (!p) *ok = false;
+    return p;
+}
+
+Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err) {
+    const ModelConfig *c = &model->config;
+    RunnerOptions o = *opts;
+    o.device = "cpu";
+    if (runner_resolve_options(&o, c, err)) return NULL;
+
+    size_t block_bytes = cpu_runner_block_bytes(c, o.block_size);
+    size_t num_blocks = o.kv_cache_bytes / block_bytes;
+    if (num_blocks < 1) {
+        error_set(err, "KV cache budget of %zu bytes is smaller than one block (%zu bytes for %d "
+                       "tokens)", o.kv_cache_bytes, block_bytes, o.block_size);
+        return NULL;
+    }
+    if (num_blocks > (1u << 30)) num_blocks = 1u << 30;
+
+    CpuRunner *r = calloc(1, sizeof *r);
+    if (!r) {
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    r->base.ops = &CPU_OPS;
+    r->base.device = "cpu";
+    r->base.model = model;
+    r->cfg = *c;
+    r->profile = getenv("NANOVLLM_PROFILE") != NULL;
+    r->base.num_kv_blocks = (int)num_blocks;
+    r->base.kv_cache_bytes = num_blocks * block_bytes;
+    r->layer_floats = num_blocks * (size_t)o.block_size * c->num_kv_heads * c->head_dim;
+
+    /* Anonymous mapping: pages cost memory only once a block is written. */
+    void *kv = mmap(NULL, r->base.kv_cache_bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (kv == MAP_FAILED) {
+        error_set(err, "cannot reserve %zu bytes of KV cache: %s", r->base.kv_cache_bytes,
+                  strerror(errno));
+        free(r);
+        return NULL;
+    }
+    r->kv = kv;
+    /* No MADV_HUGEPAGE here, unlike the weights: a sequence touches a few
+     * KB of each block per layer, and a huge page would zero 2 MiB around it
+     * on first touch (measured: 32 short requests 196 -> 235 tokens/s without
+     * it; single-stream attention no faster with it). */
+
+    size_t T = (size_t)o.max_num_batched_tokens, H = (size_t)c->hidden_size;
+    size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
+    size_t I = (size_t)c->intermediate_size;
+    size_t max_logit_rows = (size_t)o.max_num_seqs;
+    bool ok = true;
+    r->x = alloc_floats(T * H, &ok);
+    r->h = alloc_floats(T * H, &ok);
+    r->tmp = alloc_floats(T * H, &ok);
+    r->q = alloc_floats(T * Q, &ok);
+    r->attn = alloc_floats(T * Q, &ok);
+    r->k = alloc_floats(T * KV, &ok);
+    r->v = alloc_floats(T * KV, &ok);
+    r->gate = alloc_floats(T * I, &ok);
+    r->up = alloc_floats(T * I, &ok);
+    r->cos_sin = alloc_floats(T * c->head_dim, &ok);
+    r->normed = alloc_floats(max_logit_rows * H, &ok);
+    r->logits = alloc_floats(max_logit_rows * c->vocab_size, &ok);
+    r->slots = malloc(sizeof(int32_t) * T);
+    r->tokens = malloc(sizeof(int32_t) * T);
+    r->logit_rows = malloc(sizeof(int) * (T > max_logit_rows ? T : max_logit_rows));
+    r->sample_rows = malloc(sizeof(int) * max_logit_rows);
+    r->inv_freq = malloc(sizeof(double) * (size_t)(c->head_dim / 2));
+    if (!ok || !r->slots || !r->tokens || !r->logit_rows || !r->sample_rows || !r->inv_freq) {
+        cpu_destroy(&r->base);
+        error_set(err, "out of memory (activations for %zu tokens)", T);
+        return NULL;
+    }
+    rope_inv_freq(r->inv_freq, c->head_dim, c->rope_theta);
+
+    r->pool = thread_pool_create(o.num_threads, err);
+    if (!r->pool) {
+        cpu_destroy(&r->base);
+        return NULL;
+    }
+    o.num_threads = thread_pool_size(r->pool);
+    r->base.options.num_threads = o.num_threads; /* cpu_destroy frees one sampler per thread */
+    r->samplers = calloc((size_t)o.num_threads, sizeof *r->samplers);
+    if (!r->samplers) {
+        cpu_destroy(&r->base);
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < o.num_threads; i++) {
+        if (sampler_scratch_init(&r->samplers[i], c->vocab_size, err)) {
+            cpu_destroy(&r->base);
+            return NULL;
+        }
+    }
+    if (cpu_weights_init(&r->weights, model, r->pool, err)) {
+        cpu_destroy(&r->base);
+        return NULL;
+    }
+    int max_cols = (int)(H > Q ? H : Q);
+    if ((int)I > max_cols) max_cols = (int)I;
+    r->matmul = cpu_matmul_create(r->pool, (int)(T > max_logit_rows ? T : max_logit_rows), max_cols, err);
+    AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
+    if (r->matmul)
+        r->attention = cpu_attention_create(r->pool, shape, o.max_num_seqs, (int)T, err);
+    if (!r->matmul || !r->attention) {
+        cpu_destroy(&r->base);
+        return NULL;
+    }
+    r->base.options = o;
+    snprintf(r->base.description, sizeof r->base.description,
+             "cpu (%d threads, %s kernels), float32 activations, %s weights %s", o.num_threads,
+             cpu_isa_name(cpu_isa_active()), model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32",
+             r->weights.memory ? "in huge pages" : "mapped in place");
+    return &r->base;
+}

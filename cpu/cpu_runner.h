@@ -1,0 +1,18 @@
+/*
+ * cpu_runner.h - the CPU backend of runner.h: the reference implementation.
+ *
+ * float32 activations and KV cache, bf16 (or f32) weights read in place from
+ * the checkpoint mapping. Always built, always tested; it must agree with
+ * the numpy reference (../shared/tools/qwen3_ref.py) to float32 precision.
+ */
+#ifndef NANOVLLM_CPU_RUNNER_H
+#define NANOVLLM_CPU_RUNNER_H
+
+#include "engine/runner.h"
+
+Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err);
+
+/* Bytes of KV cache one block takes on the CPU (K and V, all layers). */
+size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size);
+
+#endif

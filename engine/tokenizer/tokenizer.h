@@ -1,0 +1,172 @@
+/*
+ * tokenizer.h - the tokenizer library's front door: everything text in and
+ * out of the model. Nothing outside engine/tokenizer/ needs another of its
+ * headers (tests and benchmarks of its internals excepted).
+ *
+ * Three parts, one section each below: the Tokenizer (Hugging Face
+ * byte-level BPE, Qwen3's first: text to ids and back exactly as Hugging
+ * Face's tokenizers library does with the model folder's tokenizer.json,
+ * plus tokenizer_config.json's special tokens and chat template), the
+ * Detokenizer (ids back to text one at a time, for streams and stop
+ * strings) and the chat template (OpenAI-style chat requests to prompt
+ * text).
+ *
+ * After tokenizer_load() a Tokenizer is read-only, and every function here
+ * may be called from any number of threads at once (the HTTP server
+ * tokenizes on libuv's worker pool); encode takes per-call work memory
+ * (BPE cache included) from a small pool. Free it only when no thread
+ * uses it any more.
+ *
+ * Input text is bytes with a length: U+0000 is an ordinary character, and
+ * bytes that are not valid UTF-8 are read as Hugging Face reads a Python
+ * str decoded with errors='replace': each maximal invalid subpart becomes
+ * U+FFFD. Nothing here crashes or reads out of bounds on any input.
+ */
+#ifndef NANOVLLM_TOKENIZER_H
+#define NANOVLLM_TOKENIZER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/base/byte_buf.h"
+#include "engine/base/error.h"
+
+/* ---- tokenizer ------------------------------------------------------------- */
+
+typedef struct Tokenizer Tokenizer;
+
+/* Loads DIR/tokenizer.json and (when present) DIR/tokenizer_config.json.
+ * model_vocab_size is the model's embedding rows (151936 for Qwen3): ids
+ * from the tokenizer's size up to it decode to nothing, ids beyond are
+ * errors. 0 means the tokenizer's own size. A tokenizer.json using a
+ * component this code does not implement is an error naming it. */
+Tokenizer *tokenizer_load(const char *model_dir, int model_vocab_size, Error *err);
+void tokenizer_free(Tokenizer *t);
+
+/* text[0..len) -> *ids (malloc'ed, *n_ids of them; free() it). Added tokens
+ * such as <|im_start|> in the text become their ids, as in Hugging Face. */
+int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t **ids,
+                     size_t *n_ids, Error *err);
+
+/* ids -> *text (malloc'ed, NUL-terminated, *len bytes without the NUL; it
+ * may contain U+0000). skip_special_tokens drops the special added tokens
+ * (special: true in tokenizer.json). Invalid UTF-8 in the joined token
+ * bytes becomes U+FFFD, one per maximal invalid subpart. Ids in
+ * [tokenizer_size, model_vocab_size) decode to nothing; any other id
+ * outside [0, model_vocab_size) is an error. */
+int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip_special_tokens,
+                     char **text, size_t *len, Error *err);
+
+/* 1 + the largest token id (151669 for Qwen3), and the model's size. */
+int tokenizer_size(const Tokenizer *t);
+int tokenizer_model_vocab_size(const Tokenizer *t);
+
+/* The id of a token by its text as tokenizer.json writes it (an added
+ * token's content such as "<|im_end|>", or a vocabulary entry such as
+ * "Ġhello"), or -1. */
+int32_t tokenizer_token_to_id(const Tokenizer *t, const char *token, size_t len);
+
+/* The bytes id decodes to on its own (part of a character, possibly):
+ * *bytes points into the tokenizer. Returns 0 (*len 0 for an id in
+ * [tokenizer_size, model_vocab_size) or a hole), -1 for a bad id. */
+int tokenizer_token_bytes(const Tokenizer *t, int32_t id, const char **bytes, size_t *len,
+                          Error *err);
+
+/* The token's text as tokenizer.json writes it (Hugging Face's
+ * convert_ids_to_tokens), malloc'ed; NULL with err set for a bad id or one
+ * the tokenizer lacks. */
+char *tokenizer_id_to_token(const Tokenizer *t, int32_t id, Error *err);
+
+bool tokenizer_is_special(const Tokenizer *t, int32_t id);
+
+/* Ids of tokenizer_config.json's eos_token, pad_token, bos_token; -1 when
+ * not set. */
+int32_t tokenizer_eos_id(const Tokenizer *t);
+int32_t tokenizer_pad_id(const Tokenizer *t);
+int32_t tokenizer_bos_id(const Tokenizer *t);
+
+/* tokenizer_config.json's chat_template (or chat_template.jinja), or NULL. */
+const char *tokenizer_chat_template(const Tokenizer *t);
+
+/* Diagnosis and benchmarks: run the pre-tokenizer regex on PCRE2 even when
+ * the hand-written splitter knows it. Call before any encode. */
+int tokenizer_use_pcre2(Tokenizer *t, Error *err);
+
+/* ---- detokenizer --------------------------------------------------------- */
+
+/*
+ * Token ids back to text, all at once or one id at a time.
+ *
+ * Streaming (SSE) and stop strings need text while tokens arrive, but a
+ * token may end inside a multi-byte character. The Detokenizer holds such
+ * an unfinished character back until the bytes that complete it arrive, so
+ * it only ever emits whole characters, and everything it emits joined
+ * together is exactly tokenizer_decode() of the same ids (bad bytes become
+ * U+FFFD as soon as they are known to be bad; a character still unfinished
+ * at the end becomes one U+FFFD in detokenizer_finish).
+ */
+
+typedef struct Detokenizer {
+    const Tokenizer *t;
+    bool skip_special_tokens;
+    unsigned char pending[4]; /* a character's first bytes, waiting for the rest */
+    size_t n_pending;
+    ByteBuf out;
+} Detokenizer;
+
+void detokenizer_init(Detokenizer *d, const Tokenizer *t, bool skip_special_tokens);
+
+/* Adds one id. *out (valid until the next call on d) receives the text
+ * completed by it, *out_len bytes (often 0). A bad id is an error and
+ * changes nothing. */
+int detokenizer_push(Detokenizer *d, int32_t id, const char **out, size_t *out_len, Error *err);
+
+/* The end of the stream: the text still held back (U+FFFD for an unfinished
+ * character, else nothing). d can then start a new stream. */
+int detokenizer_finish(Detokenizer *d, const char **out, size_t *out_len, Error *err);
+
+void detokenizer_free(Detokenizer *d);
+
+/* ---- chat template ------------------------------------------------------- */
+
+/*
+ * OpenAI-style chat requests to prompt text.
+ *
+ * There is no mature Jinja engine in C, so the one template we serve,
+ * Qwen3's, is implemented in C and renders byte for byte what Hugging
+ * Face's apply_chat_template renders from Qwen3's tokenizer_config.json
+ * (tools, tool calls, reasoning stripped from earlier turns,
+ * enable_thinking). A model folder whose template is not that one gets
+ * plain ChatML, and chat_template_detect() says so for the start-up log;
+ * nothing guesses silently.
+ */
+
+typedef enum {
+    CHAT_TEMPLATE_QWEN3,  /* the Qwen3 template, recognised by its exact text */
+    CHAT_TEMPLATE_CHATML, /* fallback: <|im_start|>role\ncontent<|im_end|>\n */
+} ChatTemplateKind;
+
+/* Picks the renderer for a model's template text (NULL when the folder has
+ * none). On a fallback, writes a one-line warning for the caller to log
+ * into warning (else warning[0] = '\0'). */
+ChatTemplateKind chat_template_detect(const char *template_text, char *warning,
+                                      size_t warning_size);
+
+/* Renders a request object:
+ *   messages               [{role, content, ...}], roles system, user,
+ *                          assistant, tool; content a string or a list of
+ *                          {"type": "text", "text": ...} parts (joined with
+ *                          "\n", as vLLM does); assistant messages may have
+ *                          tool_calls (then content may be null) and
+ *                          reasoning_content
+ *   tools                  optional list of tool definitions
+ *   add_generation_prompt  optional, default true
+ *   enable_thinking        optional boolean, also read from
+ *                          chat_template_kwargs.enable_thinking
+ * Returns the malloc'ed, NUL-terminated prompt (*len bytes), or NULL with
+ * err naming what is malformed ("messages[2].role: ..."). */
+char *chat_template_render(ChatTemplateKind kind, const json_t *request, size_t *len, Error *err);
+
+#endif

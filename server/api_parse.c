@@ -1,0 +1,164 @@
+/*
+ * openai_params.c - strict parsing of request fields (see openai_params.h).
+ */
+#include "api_parse.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Each reader: absent or null leaves *out alone and returns 0. */
+
+static int get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out,
+                   ApiError *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return api_error(err, 400, key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return api_error(err, 400, key, "'%s' must be in [%lld, %lld], got %lld", key, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_float(const json_t *o, const char *key, double lo, double hi, float *out,
+                     ApiError *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return api_error(err, 400, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi)
+        return api_error(err, 400, key, "'%s' must be in [%g, %g], got %g", key, lo, hi, x);
+    *out = (float)x;
+    return 0;
+}
+
+static int get_bool(const json_t *o, const char *key, bool *out, ApiError *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return api_error(err, 400, key, "'%s' must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_stop(const json_t *o, OpenAIParams *p, ApiError *err) {
+    json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0) return api_error(err, 400, "stop", "'stop' must not be empty");
+        p->stop[p->num_stop++] = json_string_value(v);
+        return 0;
+    }
+    if (!json_is_array(v)) return api_error(err, 400, "stop", "'stop' must be a string or a list of strings");
+    if (json_array_size(v) > MAX_STOP_STRINGS)
+        return api_error(err, 400, "stop", "at most %d stop strings", MAX_STOP_STRINGS);
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s) {
+        if (!json_is_string(s) || json_string_length(s) == 0)
+            return api_error(err, 400, "stop", "'stop' must be a string or a list of non-empty strings");
+        p->stop[p->num_stop++] = json_string_value(s);
+    }
+    return 0;
+}
+
+static int get_stop_token_ids(const json_t *o, SamplingParams *sp, ApiError *err) {
+    json_t *v = json_object_get(o, "stop_token_ids");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v)) return api_error(err, 400, "stop_token_ids", "'stop_token_ids' must be a list of integers");
+    if (json_array_size(v) > MAX_STOP_TOKEN_IDS)
+        return api_error(err, 400, "stop_token_ids", "at most %d stop_token_ids", MAX_STOP_TOKEN_IDS);
+    size_t i;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return api_error(err, 400, "stop_token_ids", "'stop_token_ids' must be a list of non-negative integers");
+        sp->stop_token_ids[sp->num_stop_token_ids++] = (int32_t)json_integer_value(t);
+    }
+    return 0;
+}
+
+/* Fields we do not implement are refused rather than silently ignored when
+ * they would change the output. */
+static int refuse_unsupported(const json_t *o, bool chat, ApiError *err) {
+    static const char *const never_null[] = {"logit_bias", "suffix", "response_format", "guided_json",
+                                             "guided_regex", "guided_choice", "guided_grammar"};
+    for (size_t i = 0; i < sizeof never_null / sizeof never_null[0]; i++) {
+        json_t *v = json_object_get(o, never_null[i]);
+        if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
+            !(strcmp(never_null[i], "response_format") == 0 && json_is_object(v) &&
+              json_is_string(json_object_get(v, "type")) &&
+              strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
+            return api_error(err, 400, never_null[i], "'%s' is not supported", never_null[i]);
+    }
+    json_t *best_of = json_object_get(o, "best_of");
+    if (!chat && best_of && !json_is_null(best_of)) {
+        json_t *n = json_object_get(o, "n");
+        if (!json_is_integer(best_of) ||
+            json_integer_value(best_of) != (json_is_integer(n) ? json_integer_value(n) : 1))
+            return api_error(err, 400, "best_of", "'best_of' other than n is not supported");
+    }
+    return 0;
+}
+
+int openai_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIParams *p,
+                        ApiError *err) {
+    memset(p, 0, sizeof *p);
+    SamplingParams *sp = &p->sampling;
+    *sp = sampling_params_default();
+    sp->max_tokens = 0; /* not given: the caller picks the default */
+    sp->temperature = d && d->has_temperature ? (float)d->temperature : 1.0f; /* OpenAI's default */
+    if (d && d->has_top_p) sp->top_p = (float)d->top_p;
+    if (d && d->has_top_k) sp->top_k = d->top_k;
+    if (d && d->has_min_p) sp->min_p = (float)d->min_p;
+    if (d && d->has_repetition_penalty) sp->repetition_penalty = (float)d->repetition_penalty;
+    json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model)) return api_error(err, 400, "model", "'model' must be a string");
+        p->model = json_string_value(model);
+    }
+    long long n = 1, max_tokens = 0, top_k = sp->top_k, seed = -1;
+    if (get_int(o, "max_tokens", 1, 1 << 30, &max_tokens, err)) return -1;
+    if (chat && get_int(o, "max_completion_tokens", 1, 1 << 30, &max_tokens, err)) return -1;
+    if (get_int(o, "n", 1, 128, &n, err) || get_int(o, "top_k", -1, 1 << 30, &top_k, err) ||
+        get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, err) ||
+        get_float(o, "temperature", 0, 2, &sp->temperature, err) ||
+        get_float(o, "top_p", 1e-9, 1, &sp->top_p, err) ||
+        get_float(o, "min_p", 0, 1, &sp->min_p, err) ||
+        get_float(o, "presence_penalty", -2, 2, &sp->presence_penalty, err) ||
+        get_float(o, "frequency_penalty", -2, 2, &sp->frequency_penalty, err) ||
+        get_float(o, "repetition_penalty", 1e-9, 100, &sp->repetition_penalty, err) ||
+        get_bool(o, "ignore_eos", &sp->ignore_eos, err) || get_bool(o, "stream", &p->stream, err) ||
+        get_stop(o, p, err) || get_stop_token_ids(o, sp, err) || refuse_unsupported(o, chat, err))
+        return -1;
+    sp->max_tokens = (int)max_tokens;
+    sp->n = (int)n;
+    sp->top_k = (int)top_k;
+    if (json_object_get(o, "seed") && !json_is_null(json_object_get(o, "seed"))) {
+        sp->has_seed = true;
+        sp->seed = (uint64_t)seed;
+    }
+
+    json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return api_error(err, 400, "stream_options", "'stream_options' must be an object");
+        if (!p->stream)
+            return api_error(err, 400, "stream_options", "'stream_options' is only allowed with \"stream\": true");
+        if (get_bool(so, "include_usage", &p->include_usage, err)) return -1;
+    }
+
+    if (chat) {
+        bool logprobs = false;
+        long long top = 0;
+        if (get_bool(o, "logprobs", &logprobs, err) || get_int(o, "top_logprobs", 0, MAX_TOP_LOGPROBS, &top, err))
+            return -1;
+        json_t *tl = json_object_get(o, "top_logprobs");
+        if (tl && !json_is_null(tl) && !logprobs)
+            return api_error(err, 400, "top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+        sp->logprobs = logprobs ? (int)top : -1;
+    } else {
+        long long lp = -1;
+        if (get_int(o, "logprobs", 0, 5, &lp, err) || get_bool(o, "echo", &p->echo, err)) return -1;
+        sp->logprobs = (int)lp;
+    }
+    return 0;
+}

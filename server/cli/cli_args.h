@@ -1,0 +1,71 @@
+/*
+ * cli_args.h - parsing and validating command-line values.
+ *
+ * Options themselves are parsed with getopt_long in each command; these
+ * helpers turn a value into a number or list and say exactly what was wrong
+ * ("--max-tokens: 'abc' is not an integer"), so every bad flag is an error
+ * with a message and never a silent default.
+ */
+#ifndef NANOVLLM_CLI_ARGS_H
+#define NANOVLLM_CLI_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/base/error.h"
+#include "engine/runner.h"
+
+int parse_int_arg(const char *flag, const char *text, long lo, long hi, int *out, Error *err);
+int parse_double_arg(const char *flag, const char *text, double lo, double hi, double *out,
+                     Error *err);
+
+/* "4GiB", "512M", "1000000": K/M/G/T (and KiB/MiB/...) are powers of 1024,
+ * KB/MB/GB/TB powers of 1000. */
+int parse_size_arg(const char *flag, const char *text, size_t *out, Error *err);
+
+/* "1,2,3" (spaces allowed) -> malloc'ed ids; each in [0, max_id). */
+int parse_id_list_arg(const char *flag, const char *text, int max_id, int32_t **ids, int *count,
+                      Error *err);
+
+/* Options shared by every command that runs the model (--device, --block-size,
+ * --kv-cache-memory, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
+ * --gpu-memory-utilization, --num-gpu-blocks-override, --enforce-eager, --threads). Returns 1 if the option was one of
+ * them, 0 if not, -1 on a bad value. */
+int parse_runner_option(const char *name, const char *value, RunnerOptions *opts, Error *err);
+
+/* getopt_long entries for the options of parse_runner_option (for the tables
+ * of the commands): all take a value and set flag to 0, val to 0. */
+#define RUNNER_LONG_OPTIONS                                                                        \
+    {"device", required_argument, 0, 0}, {"block-size", required_argument, 0, 0},                 \
+        {"kv-cache-memory", required_argument, 0, 0},                                              \
+        {"max-model-len", required_argument, 0, 0},                                                \
+        {"max-num-seqs", required_argument, 0, 0},                                                 \
+        {"max-num-batched-tokens", required_argument, 0, 0},                                       \
+        {"gpu-memory-utilization", required_argument, 0, 0},                                       \
+        {"num-gpu-blocks-override", required_argument, 0, 0},                                      \
+        {"enforce-eager", no_argument, 0, 0}, {"threads", required_argument, 0, 0}
+
+/* Options every model command shares: --quiet, --help and the runner options. */
+#define COMMON_LONG_OPTIONS                                                                        \
+    {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, RUNNER_LONG_OPTIONS
+
+/* Handles one getopt_long result `c` (with `name`, the long option's name,
+ * when c is 0) if it is a common option. Returns 1 when handled, 0 when it
+ * is not a common option, 2 when --help was printed (usage + help on
+ * stdout), -1 on a bad value. */
+int parse_common_option(int c, const char *name, const char *value, RunnerOptions *opts,
+                        const char *usage, const char *help, Error *err);
+
+#define RUNNER_OPTIONS_USAGE                                                                       \
+    "  --device auto|cuda|cpu        where to run (default auto: GPU if usable, else CPU)\n"       \
+    "  --threads N                   CPU threads (default: one per core)\n"                        \
+    "  --kv-cache-memory BYTES       CPU KV cache budget, e.g. 4GiB (default 4GiB)\n"              \
+    "  --block-size N                tokens per KV block, power of two 16..256 (default 256)\n"   \
+    "  --max-model-len N             longest context (default: the model's)\n"                     \
+    "  --max-num-seqs N              sequences per step (default 256)\n"                           \
+    "  --max-num-batched-tokens N    tokens per step (default 2048)\n"                             \
+    "  --gpu-memory-utilization F    GPU memory fraction for the model (default 0.9)\n"       \
+    "  --num-gpu-blocks-override N   exactly N KV blocks on the GPU (tests, preemption)\n"        \
+    "  --enforce-eager               no CUDA graphs (every step launched kernel by kernel)\n"
+
+#endif

@@ -1,0 +1,82 @@
+/*
+ * cli_serve.c - `nanovllm serve`: the OpenAI-compatible HTTP server.
+ *
+ * NANOVLLM_PORT and NANOVLLM_API_KEY give the defaults of --port and
+ * --api-key: the container image's HEALTHCHECK reads the same port variable,
+ * and a key in the environment stays out of `ps`. A flag still wins.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_args.h"
+#include "server/api_server.h"
+#include "commands.h"
+
+static const char USAGE[] = "usage: nanovllm serve --model DIR [options]\n";
+
+static const char HELP[] =
+    "Serves the model over an OpenAI-compatible HTTP API.\n"
+    "\n"
+    "  --model DIR                   Hugging Face model folder\n"
+    "  --host HOST                   address to bind (default 127.0.0.1)\n"
+    "  --port N                      port (default $NANOVLLM_PORT or 8000; 0 picks a free one and logs it)\n"
+    "  --served-model-name NAME      the model's name in the API (default: DIR)\n"
+    "  --api-key KEY                 require Authorization: Bearer KEY on /v1/* (default $NANOVLLM_API_KEY)\n"
+    "  --max-queued-requests N       requests waiting for their first token before 503 (default 1024)\n"
+    "  --max-body-bytes BYTES        largest request body (default 8MiB)\n"
+    "  --shutdown-grace SECONDS      SIGTERM: time in-flight requests get to finish (default 30)\n"
+    "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
+
+int command_serve(int argc, char **argv) {
+    static const struct option options[] = {
+        {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, 'H'},
+        {"port", required_argument, 0, 'p'}, {"served-model-name", required_argument, 0, 'n'},
+        {"api-key", required_argument, 0, 'k'}, {"max-queued-requests", required_argument, 0, 'Q'},
+        {"max-body-bytes", required_argument, 0, 'B'}, {"shutdown-grace", required_argument, 0, 'g'},
+        COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
+    ApiServerOptions o = {.host = "127.0.0.1", .port = 8000, .max_queued_requests = 1024,
+                          .max_body_bytes = 8u << 20, .shutdown_grace_seconds = 30,
+                          .runner = runner_default_options()};
+    Error err = {{0}};
+    int rc = 0;
+    const char *env_port = getenv("NANOVLLM_PORT");
+    if (env_port && env_port[0]) rc = parse_int_arg("NANOVLLM_PORT", env_port, 0, 65535, &o.port, &err);
+    const char *env_key = getenv("NANOVLLM_API_KEY");
+    if (env_key && env_key[0]) o.api_key = env_key;
+    optind = 0;
+    int c, index;
+    while (rc == 0 && (c = getopt_long(argc, argv, "", options, &index)) != -1) {
+        switch (c) {
+        case 'm': o.model_dir = optarg; break;
+        case 'H': o.host = optarg; break;
+        case 'p': rc = parse_int_arg("--port", optarg, 0, 65535, &o.port, &err); break;
+        case 'n': o.served_model_name = optarg; break;
+        case 'k': o.api_key = optarg; break;
+        case 'Q': rc = parse_int_arg("--max-queued-requests", optarg, 1, 1 << 24, &o.max_queued_requests, &err); break;
+        case 'B': rc = parse_size_arg("--max-body-bytes", optarg, &o.max_body_bytes, &err); break;
+        case 'g': rc = parse_double_arg("--shutdown-grace", optarg, 0, 3600, &o.shutdown_grace_seconds, &err); break;
+        default: {
+            int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
+                                             &o.runner, USAGE, HELP, &err);
+            if (common == 0) rc = error_set(&err, "invalid option (see nanovllm serve --help)");
+            else if (common == 2) return 0;
+            else if (common < 0) rc = -1;
+        }
+        }
+    }
+    if (rc == 0 && optind < argc) rc = error_set(&err, "unexpected argument '%s'", argv[optind]);
+    if (rc == 0 && !o.model_dir) rc = error_set(&err, "--model is required");
+    if (rc == 0 && o.api_key && !o.api_key[0]) rc = error_set(&err, "--api-key must not be empty");
+    if (rc == 0 && o.max_body_bytes < 1024) rc = error_set(&err, "--max-body-bytes: at least 1KiB");
+    if (rc) {
+        fprintf(stderr, "nanovllm serve: %s\n%s", err.msg, USAGE);
+        return 2;
+    }
+    if (api_server_run(&o, &err)) {
+        fprintf(stderr, "nanovllm serve: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
