@@ -65,7 +65,7 @@ static void populate_task(void *ctx, int task, int thread) {
 static void copy_task(void *ctx, int task, int thread) {
     (void)thread;
     CopyJob *j = ctx;
-    Error err = {{0}};
+    Error err = {0};
     if (model_weights_copy_matrix(j->model, &j->sources[task], (void *)j->mats[task]->data, &err)) {
         pthread_mutex_lock(&j->lock);
         if (!j->failed) j->err = err;

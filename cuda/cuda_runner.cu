@@ -670,7 +670,7 @@ static void capture_graphs(CudaRunner *r) {
     int step = largest <= 16 * (MAX_GRAPHS - 5) ? 16 : (largest + MAX_GRAPHS - 6) / (MAX_GRAPHS - 5);
     for (int b = 16; b < largest; b += step) sizes[n++] = b;
     sizes[n++] = largest;
-    Error err = {{0}};
+    Error err = {};
     for (int g = 0; g < n; g++) {
         int splits = cuda_attention_choose_splits(sizes[g], r->cfg.num_kv_heads, o->max_model_len,
                                                   r->prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);

@@ -110,7 +110,7 @@ typedef struct Text {
 static const Text NO_TEXT = {NULL, 0, -1};
 
 static void emit(Request *r, Sequence *s, bool has_token, int32_t token,
-                 const SampleLogprobs *lp, FinishReason finish, const char *error, Text text) {
+                 const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text) {
     EngineOutput out = {
         .request_id = r->id,
         .sample_index = s->sample_index,
@@ -121,7 +121,8 @@ static void emit(Request *r, Sequence *s, bool has_token, int32_t token,
         .text_len = text.len,
         .stop_string = text.stop_string,
         .finish = finish,
-        .error = error,
+        .error = error ? error->msg : NULL,
+        .error_kind = error ? error->kind : ERROR_INTERNAL,
         .num_prompt_tokens = r->prompt_len,
         .num_cached_tokens = r->seqs[0].num_cached_prompt,
         .num_output_tokens = sequence_num_output(s),
@@ -137,7 +138,7 @@ static void unlink_live(Engine *e, Request *r) {
 /* Ends one sample: out of the scheduler, blocks released, the user told. The
  * request goes when its last sample has. */
 static void finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
-                   FinishReason reason, const char *error, Text text) {
+                   FinishReason reason, const Error *error, Text text) {
     Request *r = s->owner;
     scheduler_remove(e->sched, s);
     if (reason == FINISH_ABORT || reason == FINISH_ERROR) r->closed = true;
@@ -164,7 +165,8 @@ static void fork_samples(Engine *e, Request *r) {
         if (block_manager_fork(e->bm, &first->blocks, k, &r->seqs[i].blocks) != 0) {
             r->closed = true;
             r->seqs[i].status = SEQ_FINISHED; /* in no queue yet */
-            finish(e, &r->seqs[i], false, 0, NULL, FINISH_ERROR, "out of memory", NO_TEXT);
+            static const Error oom = {"out of memory", ERROR_INTERNAL};
+            finish(e, &r->seqs[i], false, 0, NULL, FINISH_ERROR, &oom, NO_TEXT);
             return;
         }
         r->seqs[i].num_computed = k * e->block_size;
@@ -310,28 +312,36 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     const ModelConfig *c = &e->model->config;
     const SamplingParams *p = &req->params;
     int max_len = e->runner->options.max_model_len;
-    if (!req->on_output) return error_set(err, "a request needs an output callback");
-    if (req->prompt_len < 1 || !req->prompt) return error_set(err, "the prompt is empty");
+    if (!req->on_output)
+        return error_set_kind(err, ERROR_INVALID, "a request needs an output callback");
+    if (req->prompt_len < 1 || !req->prompt)
+        return error_set_kind(err, ERROR_INVALID, "the prompt is empty");
     for (int i = 0; i < req->prompt_len; i++)
         if (req->prompt[i] < 0 || req->prompt[i] >= c->vocab_size)
-            return error_set(err, "prompt token id %d is outside the vocabulary [0, %d)",
-                             req->prompt[i], c->vocab_size);
+            return error_set_kind(err, ERROR_INVALID,
+                                  "prompt token id %d is outside the vocabulary [0, %d)",
+                                  req->prompt[i], c->vocab_size);
     if (sampling_params_validate(p, c->vocab_size, err)) return -1;
     if ((long)req->prompt_len + p->max_tokens > max_len)
-        return error_set(err, "this request needs %ld tokens (%d in the prompt + %d max_tokens), "
+        return error_set_kind(err, ERROR_TOO_LONG,
+                              "this request needs %ld tokens (%d in the prompt + %d max_tokens), "
                               "more than max_model_len %d",
-                         (long)req->prompt_len + p->max_tokens, req->prompt_len, p->max_tokens,
-                         max_len);
-    if (req->num_stop < 0 || req->num_stop > 64) return error_set(err, "at most 64 stop strings");
+                              (long)req->prompt_len + p->max_tokens, req->prompt_len,
+                              p->max_tokens, max_len);
+    if (req->num_stop < 0 || req->num_stop > 64)
+        return error_set_kind(err, ERROR_INVALID, "at most 64 stop strings");
     if (req->num_stop > 0 && !e->tok)
-        return error_set(err, "stop strings need the model's tokenizer (tokenizer.json)");
+        return error_set_kind(err, ERROR_INVALID,
+                              "stop strings need the model's tokenizer (tokenizer.json)");
     for (int i = 0; i < req->num_stop; i++)
-        if (!req->stop[i] || !req->stop[i][0]) return error_set(err, "a stop string is empty");
+        if (!req->stop[i] || !req->stop[i][0])
+            return error_set_kind(err, ERROR_INVALID, "a stop string is empty");
     long blocks = (req->prompt_len + e->block_size) / e->block_size; /* prompt + 1 token */
     if (blocks > e->runner->num_kv_blocks)
-        return error_set(err, "KV cache too small for this request: its prompt needs %ld blocks "
+        return error_set_kind(err, ERROR_TOO_LONG,
+                              "KV cache too small for this request: its prompt needs %ld blocks "
                               "of %d tokens, the cache has %d",
-                         blocks, e->block_size, e->runner->num_kv_blocks);
+                              blocks, e->block_size, e->runner->num_kv_blocks);
 
     Request *r = calloc(1, sizeof *r);
     if (r) r->prompt = malloc(sizeof(int32_t) * (size_t)req->prompt_len);
@@ -513,26 +523,28 @@ int engine_step(Engine *e, Error *err) {
     SchedulerOutput so;
     scheduler_schedule(e->sched, &so);
     for (int i = 0; i < so.num_failed; i++) {
-        char msg[256];
+        Error too_long;
         Sequence *s = so.failed[i];
-        snprintf(msg, sizeof msg, "KV cache too small for this request: it needs more than the "
-                                  "%d blocks of %d tokens there are (%d tokens so far)",
-                 block_manager_num_blocks(e->bm), e->block_size, s->num_tokens);
+        error_set_kind(&too_long, ERROR_TOO_LONG,
+                       "KV cache too small for this request: it needs more than the %d blocks of "
+                       "%d tokens there are (%d tokens so far)",
+                       block_manager_num_blocks(e->bm), e->block_size, s->num_tokens);
         s->status = SEQ_FINISHED; /* the scheduler already released it */
-        finish(e, s, false, 0, NULL, FINISH_ERROR, msg, NO_TEXT);
+        finish(e, s, false, 0, NULL, FINISH_ERROR, &too_long, NO_TEXT);
     }
     int rc = 0;
     if (so.num_seqs > 0) {
         RunnerBatch batch;
         build_batch(e, &so, &batch);
-        if (runner_step(e->runner, &batch, e->tokens_out, err) != 0) {
+        Error runner_err = {"runner failure", ERROR_INTERNAL};
+        if (runner_step(e->runner, &batch, e->tokens_out, &runner_err) != 0) {
             /* The step's requests cannot trust their KV any more: end them. */
             for (int i = 0; i < so.num_seqs; i++) {
                 Sequence *s = so.seqs[i].seq;
                 if (s->status != SEQ_FINISHED)
-                    finish(e, s, false, 0, NULL, FINISH_ERROR, err ? err->msg : "runner failure",
-                           NO_TEXT);
+                    finish(e, s, false, 0, NULL, FINISH_ERROR, &runner_err, NO_TEXT);
             }
+            if (err) *err = runner_err;
             rc = -1;
         } else {
             postprocess(e, &so);
@@ -560,7 +572,7 @@ static void *engine_main(void *arg) {
         bool stop = e->stopping;
         pthread_mutex_unlock(&e->lock);
         if (stop) return NULL;
-        Error err = {{0}};
+        Error err = {0};
         if (engine_step(e, &err) < 0) log_info("engine step failed: %s", err.msg);
     }
 }

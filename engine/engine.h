@@ -46,7 +46,8 @@ typedef struct EngineOutput {
     size_t text_len;
     int stop_string; /* index of the stop string that ended it, else -1 */
     FinishReason finish;            /* FINISH_NONE while the sample goes on */
-    const char *error;              /* for FINISH_ERROR */
+    const char *error;              /* for FINISH_ERROR: the message */
+    ErrorKind error_kind;           /* for FINISH_ERROR: whose fault (base/error.h) */
     int num_prompt_tokens;
     int num_cached_tokens; /* prompt tokens served from the prefix cache */
     int num_output_tokens; /* of this sample, so far */

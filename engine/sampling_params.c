@@ -5,6 +5,8 @@
 
 #include <math.h>
 
+#include "config/defaults.h"
+
 SamplingParams sampling_params_default(void) {
     return (SamplingParams){
         .temperature = 0.0f,
@@ -13,12 +15,12 @@ SamplingParams sampling_params_default(void) {
         .min_p = 0.0f,
         .repetition_penalty = 1.0f,
         .logprobs = -1,
-        .max_tokens = 16,
+        .max_tokens = DEFAULT_MAX_TOKENS,
         .n = 1,
     };
 }
 
-int sampling_params_validate(const SamplingParams *p, int vocab_size, Error *err) {
+static int check(const SamplingParams *p, int vocab_size, Error *err) {
     if (!isfinite(p->temperature) || p->temperature < 0.0f || p->temperature > 100.0f)
         return error_set(err, "temperature must be in [0, 100], got %g", p->temperature);
     if (!isfinite(p->top_p) || p->top_p <= 0.0f || p->top_p > 1.0f)
@@ -47,4 +49,10 @@ int sampling_params_validate(const SamplingParams *p, int vocab_size, Error *err
             return error_set(err, "stop_token_ids: %d is outside the vocabulary [0, %d)",
                              p->stop_token_ids[i], vocab_size);
     return 0;
+}
+
+int sampling_params_validate(const SamplingParams *p, int vocab_size, Error *err) {
+    if (check(p, vocab_size, err) == 0) return 0;
+    if (err) err->kind = ERROR_INVALID;
+    return -1;
 }

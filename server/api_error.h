@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "engine/base/error.h"
+
 typedef struct ApiError {
     unsigned status;  /* HTTP status */
     const char *type; /* invalid_request_error, authentication_error, not_found_error, server_error */
@@ -34,6 +36,12 @@ static inline int api_error(ApiError *e, unsigned status, const char *param, con
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* An error from the engine (or a library below it), its status chosen by its
+ * kind: the request's fault is a 400, ours a 500. */
+static inline int api_error_from(ApiError *e, ErrorKind kind, const char *param, const char *message) {
+    return api_error(e, kind == ERROR_INTERNAL ? 500 : 400, param, "%s", message);
 }
 
 #endif

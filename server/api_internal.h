@@ -1,11 +1,24 @@
 /*
- * api_internal.h - the structures the API server's files share.
+ * api_internal.h - the structures the API server's files share, and each
+ * file's part in a request's life.
  *
  * ApiServer is the process-wide state (event loop, engine, tokenizer, HTTP
  * server); ApiRequest one OpenAI request from arrival to its last byte.
  * Everything here belongs to the event-loop thread, except the event queue
  * fields marked as guarded by ApiServer.events_lock, which the engine
  * thread appends to.
+ *
+ * A generation request passes the files in this order (the declarations
+ * at the end follow it):
+ *   api_server.c    (loop)        route, authenticate, read the body;
+ *   api_parse.c     (loop)        fields parsed and checked, model matched;
+ *   api_prepare.c   (worker pool) chat template and tokenizer: prompt ids;
+ *   api_engine.c    (loop)        max_tokens settled, submitted to the engine;
+ *                   (engine)      each output copied into an event, loop woken;
+ *                   (loop)        events replayed onto their requests;
+ *   api_response.c  (loop)        SSE chunks, or the whole body at the end;
+ *   api_server.c    (loop)        the request freed once its client is done.
+ * /tokenize and /detokenize (api_tokenize.c) stop after preparation.
  */
 #ifndef NANOVLLM_API_INTERNAL_H
 #define NANOVLLM_API_INTERNAL_H
@@ -52,6 +65,7 @@ typedef struct ApiEvent {
     char *text; /* malloc'ed, NULL when empty */
     size_t text_len;
     char *error; /* FINISH_ERROR: malloc'ed message */
+    ErrorKind error_kind;
 } ApiEvent;
 
 typedef struct Choice {
@@ -112,6 +126,7 @@ struct ApiRequest {
     int prompt_tokens, completion_tokens, cached_tokens;
     unsigned status;
     char *error_message; /* a choice's error, for the response */
+    ErrorKind error_kind;
 
     /* guarded by ApiServer.events_lock */
     ApiEvent *ev_head, *ev_tail;
@@ -149,18 +164,31 @@ struct ApiServer {
     Metrics metrics;
 };
 
-/* api_server.c */
-void api_respond_error(ApiRequest *r, const ApiError *e);
+/* api_server.c: routes and the server's life */
+const char *api_route_method(Route route); /* "GET" or "POST" */
 void api_request_maybe_free(ApiRequest *r);
-void api_log_request(ApiRequest *r, const char *note);
-void api_on_engine_output(const EngineOutput *o, void *user);
 
-/* api_generate.c */
-int api_generate_begin(ApiRequest *r, ApiError *err);   /* loop: parse, then queue the work */
-void api_generate_prepare(ApiRequest *r);                /* worker pool: tokenize */
-void api_generate_submit(ApiRequest *r);                 /* loop: validate, submit, answer */
-void api_generate_event(ApiRequest *r, ApiEvent *ev);    /* loop: one engine output */
-void api_generate_abort(ApiRequest *r);                  /* loop: the client is gone */
-void api_generate_free(ApiRequest *r);
+/* api_parse.c: completions and chat fields (loop) */
+int api_parse_request(ApiRequest *r, ApiError *err);
+
+/* api_prepare.c: prompts to ids (worker pool); failures in r->error */
+void api_prepare(ApiRequest *r);
+char *api_render_chat(ApiRequest *r, size_t *len); /* the chat template on r->body */
+
+/* api_tokenize.c: /tokenize and /detokenize */
+void api_tokenize(ApiRequest *r);         /* worker pool: the answer into r->result */
+void api_tokenize_respond(ApiRequest *r); /* loop */
+
+/* api_engine.c: to the engine and back */
+void api_submit(ApiRequest *r);                              /* loop */
+void api_abort(ApiRequest *r);                               /* loop: the client is gone */
+void api_on_engine_output(const EngineOutput *o, void *user); /* engine thread */
+void api_on_wake(uv_async_t *wake);                           /* loop: replays the events */
+
+/* api_response.c: what the client receives (loop) */
+void api_response_event(ApiRequest *r, const ApiEvent *ev);
+void api_respond_json(ApiRequest *r, unsigned status, json_t *body);
+void api_respond_error(ApiRequest *r, const ApiError *e);
+void api_log_request(ApiRequest *r, const char *note);
 
 #endif

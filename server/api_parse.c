@@ -1,10 +1,38 @@
 /*
- * openai_params.c - strict parsing of request fields (see openai_params.h).
+ * api_parse.c - strict parsing of request fields (see api_parse.h), and the
+ * first stage of a generation request on the loop (api_internal.h): its
+ * fields, its model name and the presence of its prompt or messages, all
+ * checked before any work is queued.
  */
 #include "api_parse.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "api_internal.h"
+
+int json_token_ids(const json_t *list, long long limit, int32_t **ids, size_t *count) {
+    *ids = NULL;
+    *count = 0;
+    if (!json_is_array(list)) return -1;
+    size_t n = json_array_size(list);
+    if (n == 0) return 0;
+    int32_t *v = malloc(sizeof *v * n);
+    if (!v) return -2;
+    for (size_t i = 0; i < n; i++) {
+        json_t *item = json_array_get(list, i);
+        json_int_t x = json_is_integer(item) ? json_integer_value(item) : -1;
+        if (x < 0 || x >= limit || x > INT32_MAX) {
+            free(v);
+            return -1;
+        }
+        v[i] = (int32_t)x;
+    }
+    *ids = v;
+    *count = n;
+    return 0;
+}
 
 /* Each reader: absent or null leaves *out alone and returns 0. */
 
@@ -67,13 +95,14 @@ static int get_stop_token_ids(const json_t *o, SamplingParams *sp, ApiError *err
     if (!json_is_array(v)) return api_error(err, 400, "stop_token_ids", "'stop_token_ids' must be a list of integers");
     if (json_array_size(v) > MAX_STOP_TOKEN_IDS)
         return api_error(err, 400, "stop_token_ids", "at most %d stop_token_ids", MAX_STOP_TOKEN_IDS);
-    size_t i;
-    json_t *t;
-    json_array_foreach(v, i, t) {
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
-            return api_error(err, 400, "stop_token_ids", "'stop_token_ids' must be a list of non-negative integers");
-        sp->stop_token_ids[sp->num_stop_token_ids++] = (int32_t)json_integer_value(t);
-    }
+    int32_t *ids;
+    size_t n;
+    int rc = json_token_ids(v, (long long)INT32_MAX + 1, &ids, &n);
+    if (rc == -2) return api_error(err, 500, "stop_token_ids", "out of memory");
+    if (rc) return api_error(err, 400, "stop_token_ids", "'stop_token_ids' must be a list of non-negative integers");
+    memcpy(sp->stop_token_ids, ids, sizeof *ids * n);
+    sp->num_stop_token_ids = (int)n;
+    free(ids);
     return 0;
 }
 
@@ -100,8 +129,8 @@ static int refuse_unsupported(const json_t *o, bool chat, ApiError *err) {
     return 0;
 }
 
-int openai_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIParams *p,
-                        ApiError *err) {
+int api_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIParams *p,
+                     ApiError *err) {
     memset(p, 0, sizeof *p);
     SamplingParams *sp = &p->sampling;
     *sp = sampling_params_default();
@@ -159,6 +188,27 @@ int openai_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAI
         long long lp = -1;
         if (get_int(o, "logprobs", 0, 5, &lp, err) || get_bool(o, "echo", &p->echo, err)) return -1;
         sp->logprobs = (int)lp;
+    }
+    return 0;
+}
+
+int api_parse_request(ApiRequest *r, ApiError *err) {
+    bool chat = r->route == ROUTE_CHAT;
+    r->kind = chat ? API_CHAT : API_COMPLETION;
+    if (api_parse_params(r->body, chat, engine_model_config(r->srv->engine), &r->params, err))
+        return -1;
+    if (r->params.model && strcmp(r->params.model, r->srv->model_name) != 0) {
+        api_error(err, 404, "model", "The model '%s' does not exist (this server serves '%s')",
+                  r->params.model, r->srv->model_name);
+        err->code = "model_not_found";
+        return -1;
+    }
+    if (chat) {
+        json_t *m = json_object_get(r->body, "messages");
+        if (!json_is_array(m)) return api_error(err, 400, "messages", "'messages' must be a list");
+        if (json_array_size(m) == 0) return api_error(err, 400, "messages", "'messages' must not be empty");
+    } else if (!json_object_get(r->body, "prompt")) {
+        return api_error(err, 400, "prompt", "'prompt' is required");
     }
     return 0;
 }

@@ -1,5 +1,6 @@
 /*
- * openai_params.h - the fields of an OpenAI completion or chat request.
+ * api_parse.h - the first stage of a completion or chat request: its
+ * fields, as OpenAI (and vLLM) define them, read and checked.
  *
  * Parsing is strict in types, as the API is specified (and as vLLM's
  * pydantic models are): an integer field takes a JSON integer only (3.0 and
@@ -7,11 +8,13 @@
  * means "not given". Ranges are checked here too, so an accepted request is
  * one the engine will take. Unknown fields are ignored, as OpenAI does.
  */
-#ifndef NANOVLLM_OPENAI_PARAMS_H
-#define NANOVLLM_OPENAI_PARAMS_H
+#ifndef NANOVLLM_API_PARSE_H
+#define NANOVLLM_API_PARSE_H
 
 #include <jansson.h>
 #include <stdbool.h>
+
+#include <stdint.h>
 
 #include "engine/model/model_config.h"
 #include "engine/sampling_params.h"
@@ -33,7 +36,13 @@ typedef struct OpenAIParams {
  * with top_logprobs) over completions' (logprobs as an integer, echo).
  * defaults: the model's generation_config.json sampling defaults, used for
  * the fields a request leaves out (else OpenAI's: temperature 1, top_p 1). */
-int openai_parse_params(const json_t *body, bool chat, const ModelConfig *defaults,
-                        OpenAIParams *out, ApiError *err);
+int api_parse_params(const json_t *body, bool chat, const ModelConfig *defaults,
+                     OpenAIParams *out, ApiError *err);
+
+/* A JSON list of integers in [0, limit) to token ids: *ids malloc'ed
+ * (*count of them; NULL for an empty list). -1 when it is not such a list
+ * (the caller says what it expected), -2 when out of memory. The one
+ * reader of id lists: prompts, stop_token_ids and /detokenize. */
+int json_token_ids(const json_t *list, long long limit, int32_t **ids, size_t *count);
 
 #endif

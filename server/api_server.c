@@ -1,6 +1,6 @@
 /*
- * api_server.c - the server's life, its routes, and the bridge from the
- * engine thread to the event loop (see api_server.h).
+ * api_server.c - the server's life and its routes (see api_server.h): the
+ * first and last stop of every request (api_internal.h has the others).
  *
  * Start-up: the HTTP server listens at once (so /health can say 503), the
  * model loads on libuv's worker pool, then the engine thread starts and
@@ -8,11 +8,9 @@
  * requests with 503, let in-flight ones finish for the grace period, abort
  * what is left, then stop everything and exit 0.
  *
- * The bridge: the engine thread copies each output into an ApiEvent, queues
- * it on its request and the request on the dirty list - both under
- * events_lock, the only lock here - and wakes the loop with uv_async_send.
- * The loop takes the whole dirty list at once and replays the events. A
- * request is freed only by the loop, once its client is gone or answered,
+ * Routing: GET /health, /metrics and /v1/models are answered here; the POST
+ * routes are parsed on the loop and their text work queued on the worker
+ * pool. A request is freed only here, once its client is gone or answered,
  * no work is pending for it and every engine output has been replayed.
  */
 #include <signal.h>
@@ -23,56 +21,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "engine/base/log.h"
 #include "api_internal.h"
-
-static const char *route_method(Route r);
-
-/* ---- answering ---------------------------------------------------------------- */
-
-void api_log_request(ApiRequest *r, const char *note) {
-    if (r->logged) return;
-    r->logged = true;
-    double now = now_seconds();
-    char ttft[32] = "-";
-    if (r->t_first > 0) snprintf(ttft, sizeof ttft, "%.3fs", r->t_first - r->t_arrival);
-    log_info("%s %s %u prompt_tokens=%d completion_tokens=%d ttft=%s total=%.3fs%s%s", r->method,
-             r->path, r->status, r->prompt_tokens, r->completion_tokens, ttft, now - r->t_arrival,
-             note ? ": " : "", note ? note : "");
-}
-
-static void respond_json(ApiRequest *r, unsigned status, json_t *body) {
-    char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(body);
-    if (!text) {
-        static const char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": "
-                                  "\"server_error\", \"param\": null, \"code\": 500}}";
-        http_respond(r->ex, 500, "application/json", oom, sizeof oom - 1, NULL);
-        r->status = 500;
-        return;
-    }
-    r->status = status;
-    http_respond(r->ex, status, "application/json", text, strlen(text), NULL);
-    free(text);
-}
-
-void api_respond_error(ApiRequest *r, const ApiError *e) {
-    r->status = e->status;
-    r->done = true;
-    r->srv->metrics.http_errors++;
-    if (r->ex) {
-        size_t len;
-        char *body = openai_error_body(e, &len);
-        const char *retry[] = {"Retry-After: 1", NULL};
-        char allow[32];
-        snprintf(allow, sizeof allow, "Allow: %s", route_method(r->route));
-        const char *allowed[] = {allow, NULL};
-        if (body) http_respond(r->ex, e->status, "application/json", body, len,
-                               e->status == 503 ? retry : e->status == 405 ? allowed : NULL);
-        free(body);
-    }
-    api_log_request(r, e->message);
-}
+#include "engine/base/log.h"
 
 /* ---- requests ------------------------------------------------------------------ */
 
@@ -115,96 +65,25 @@ void api_request_maybe_free(ApiRequest *r) {
     if (r->prev) r->prev->next = r->next; else s->requests = r->next;
     if (r->next) r->next->prev = r->prev;
     s->num_requests--;
-    api_generate_free(r);
+    for (int i = 0; i < r->num_prompts; i++) {
+        free(r->prompts[i]);
+        if (r->prompt_texts) free(r->prompt_texts[i]);
+    }
+    free(r->prompts);
+    free(r->prompt_lens);
+    free(r->prompt_texts);
+    for (int i = 0; r->choices && i < r->params.sampling.n * r->num_prompts; i++) {
+        byte_buf_free(&r->choices[i].text);
+        json_decref(r->choices[i].logprobs);
+        free(r->choices[i].final_event);
+    }
+    free(r->choices);
+    free(r->contexts);
+    free(r->engine_ids);
+    free(r->error_message);
     json_decref(r->body);
     free(r->result);
     free(r);
-}
-
-/* ---- the engine thread's side of the bridge ----------------------------------------- */
-
-void api_on_engine_output(const EngineOutput *o, void *user) {
-    PromptContext *ctx = user;
-    ApiRequest *r = ctx->request;
-    ApiServer *s = r->srv;
-    int choice = ctx->prompt_index * r->params.sampling.n + o->sample_index;
-    ApiEvent *ev = o->finish != FINISH_NONE ? r->choices[choice].final_event : calloc(1, sizeof *ev);
-    if (!ev) return; /* out of memory: this token's text is lost, the stream goes on */
-    *ev = (ApiEvent){.choice = choice, .has_token = o->has_token, .token = o->token,
-                     .finish = o->finish, .stop_string = o->stop_string,
-                     .num_cached_tokens = o->num_cached_tokens, .time = now_seconds()};
-    if (o->logprobs) {
-        ev->has_logprobs = true;
-        ev->logprobs = *o->logprobs;
-    }
-    if (o->text_len > 0 && (ev->text = malloc(o->text_len))) {
-        memcpy(ev->text, o->text, o->text_len);
-        ev->text_len = o->text_len;
-    }
-    if (o->error) ev->error = strdup(o->error);
-    pthread_mutex_lock(&s->events_lock);
-    if (r->ev_tail) r->ev_tail->next = ev; else r->ev_head = ev;
-    r->ev_tail = ev;
-    if (!r->dirty) {
-        r->dirty = true;
-        r->dirty_next = s->dirty_head;
-        s->dirty_head = r;
-    }
-    pthread_mutex_unlock(&s->events_lock);
-    uv_async_send(&s->wake);
-}
-
-/* ---- the loop's side ------------------------------------------------------------------ */
-
-static void on_wake(uv_async_t *a) {
-    ApiServer *s = a->data;
-    pthread_mutex_lock(&s->events_lock);
-    ApiRequest *list = s->dirty_head;
-    s->dirty_head = NULL;
-    /* Each request with its events, taken while the engine cannot be
-     * appending. The list itself must not be walked after the unlock: an
-     * event arriving then re-links its request (dirty_next) into the next
-     * list, which would strand the rest of this one. */
-    typedef struct Taken {
-        ApiRequest *r;
-        ApiEvent *events;
-    } Taken;
-    Taken small[64], *taken = small;
-    int n = 0;
-    for (ApiRequest *r = list; r; r = r->dirty_next) n++;
-    if (n > 64 && !(taken = malloc(sizeof *taken * (size_t)n))) taken = NULL;
-    int k = 0;
-    for (ApiRequest *r = list; r && taken; r = r->dirty_next, k++) {
-        taken[k] = (Taken){r, r->ev_head};
-        r->ev_head = r->ev_tail = NULL;
-    }
-    if (taken)
-        for (ApiRequest *r = list; r; r = r->dirty_next) r->dirty = false;
-    pthread_mutex_unlock(&s->events_lock);
-    if (!taken) { /* out of memory: leave them (still marked dirty) for the next wake */
-        pthread_mutex_lock(&s->events_lock);
-        ApiRequest *last = list;
-        while (last->dirty_next) last = last->dirty_next;
-        last->dirty_next = s->dirty_head;
-        s->dirty_head = list;
-        pthread_mutex_unlock(&s->events_lock);
-        uv_async_send(&s->wake);
-        return;
-    }
-    for (k = 0; k < n; k++) {
-        ApiRequest *r = taken[k].r;
-        for (ApiEvent *ev = taken[k].events, *ev_next; ev; ev = ev_next) {
-            ev_next = ev->next;
-            api_generate_event(r, ev);
-            free(ev->text);
-            free(ev->error);
-            bool final = ev->finish != FINISH_NONE; /* the choice's preallocated event */
-            if (!final) free(ev);
-            else *ev = (ApiEvent){0};
-        }
-        api_request_maybe_free(r);
-    }
-    if (taken != small) free(taken);
 }
 
 /* ---- simple routes ----------------------------------------------------------------------- */
@@ -222,7 +101,7 @@ static Route find_route(const char *path) {
     return ROUTE_NONE;
 }
 
-static const char *route_method(Route r) {
+const char *api_route_method(Route r) {
     return r == ROUTE_HEALTH || r == ROUTE_MODELS || r == ROUTE_METRICS ? "GET" : "POST";
 }
 
@@ -240,7 +119,7 @@ static bool authorized(const ApiServer *s, HttpExchange *ex) {
 
 static void models(ApiRequest *r) {
     ApiServer *s = r->srv;
-    respond_json(r, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:i}]}", "object", "list",
+    api_respond_json(r, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:i}]}", "object", "list",
                                    "data", "id", s->model_name, "object", "model", "created",
                                    (json_int_t)s->created, "owned_by", "nanovllm", "root",
                                    s->opts.model_dir, "max_model_len", s->max_model_len));
@@ -257,70 +136,12 @@ static void metrics_page(ApiRequest *r) {
     free(page);
 }
 
-/* /tokenize {"prompt"} or {"messages"}; /detokenize {"tokens"}: vLLM's shapes. */
-static void tokenize_work(ApiRequest *r) {
-    ApiServer *s = r->srv;
-    json_t *out = NULL;
-    Error e;
-    if (r->route == ROUTE_DETOKENIZE) {
-        json_t *t = json_object_get(r->body, "tokens");
-        size_t n = json_array_size(t);
-        int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
-        bool ok = json_is_array(t) && ids;
-        for (size_t i = 0; ok && i < n; i++) {
-            json_t *v = json_array_get(t, i);
-            ok = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX;
-            if (ok) ids[i] = (int32_t)json_integer_value(v);
-        }
-        char *text = NULL;
-        size_t len;
-        if (!ok) api_error(&r->error, 400, "tokens", "'tokens' must be a list of token ids");
-        else if (tokenizer_decode(s->tok, ids, n, false, &text, &len, &e))
-            api_error(&r->error, 400, "tokens", "%s", e.msg);
-        else out = json_pack("{s:s%}", "prompt", text, len);
-        free(text);
-        free(ids);
-    } else {
-        json_t *messages = json_object_get(r->body, "messages");
-        json_t *prompt = json_object_get(r->body, "prompt");
-        char *rendered = NULL;
-        const char *text = NULL;
-        size_t len = 0;
-        if (messages) {
-            rendered = chat_template_render(s->chat_kind, r->body, &len, &e);
-            if (!rendered) api_error(&r->error, 400, "messages", "%s", e.msg);
-            text = rendered;
-        } else if (json_is_string(prompt)) {
-            text = json_string_value(prompt);
-            len = json_string_length(prompt);
-        } else {
-            api_error(&r->error, 400, "prompt", "give 'prompt' (a string) or 'messages'");
-        }
-        int32_t *ids = NULL;
-        size_t n = 0;
-        if (text && tokenizer_encode(s->tok, text, len, &ids, &n, &e))
-            api_error(&r->error, 400, "prompt", "%s", e.msg);
-        else if (text) {
-            json_t *list = json_array();
-            for (size_t i = 0; list && i < n; i++) json_array_append_new(list, json_integer(ids[i]));
-            out = json_pack("{s:i, s:i, s:o}", "count", (int)n, "max_model_len", s->max_model_len,
-                            "tokens", list);
-        }
-        free(ids);
-        free(rendered);
-    }
-    if (out) r->result = json_dumps(out, JSON_COMPACT);
-    json_decref(out);
-    if (!r->result && r->error.status == 0) api_error(&r->error, 500, NULL, "out of memory");
-    r->failed = r->result == NULL;
-}
-
 /* ---- worker-pool jobs ------------------------------------------------------------------------ */
 
 static void work_run(uv_work_t *w) {
     ApiRequest *r = w->data;
-    if (r->route == ROUTE_TOKENIZE || r->route == ROUTE_DETOKENIZE) tokenize_work(r);
-    else api_generate_prepare(r);
+    if (r->route == ROUTE_TOKENIZE || r->route == ROUTE_DETOKENIZE) api_tokenize(r);
+    else api_prepare(r);
 }
 
 static void work_done(uv_work_t *w, int status) {
@@ -331,19 +152,13 @@ static void work_done(uv_work_t *w, int status) {
         return;
     }
     if (r->route == ROUTE_TOKENIZE || r->route == ROUTE_DETOKENIZE) {
-        if (r->failed) {
-            api_respond_error(r, &r->error);
-        } else {
-            r->status = 200;
-            http_respond(r->ex, 200, "application/json", r->result, strlen(r->result), NULL);
-            api_log_request(r, NULL);
-        }
+        api_tokenize_respond(r);
     } else if (r->srv->shutting_down) {
         ApiError e;
         api_error(&e, 503, NULL, "the server is shutting down");
         api_respond_error(r, &e);
     } else {
-        api_generate_submit(r);
+        api_submit(r);
     }
 }
 
@@ -362,9 +177,9 @@ static void on_request(void *ctx, HttpExchange *ex) {
     ApiError e = {0};
     if (route == ROUTE_NONE) {
         api_error(&e, 404, NULL, "no route %s %s", http_method(ex), http_path(ex));
-    } else if (strcmp(http_method(ex), route_method(route)) != 0) {
+    } else if (strcmp(http_method(ex), api_route_method(route)) != 0) {
         api_error(&e, 405, NULL, "%s %s is not allowed (use %s)", http_method(ex), http_path(ex),
-                  route_method(route));
+                  api_route_method(route));
     } else if (route == ROUTE_HEALTH) {
         r->status = s->ready && !s->shutting_down ? 200 : 503;
         http_respond(ex, r->status, "text/plain", "", 0, NULL);
@@ -400,7 +215,7 @@ static void on_request(void *ctx, HttpExchange *ex) {
         api_respond_error(r, &e);
         return;
     }
-    if ((route == ROUTE_COMPLETIONS || route == ROUTE_CHAT) && api_generate_begin(r, &e)) {
+    if ((route == ROUTE_COMPLETIONS || route == ROUTE_CHAT) && api_parse_request(r, &e)) {
         api_respond_error(r, &e);
         return;
     }
@@ -421,7 +236,7 @@ static void on_closed(void *ctx, HttpExchange *ex, void *user, bool completed) {
     if (!r) return;
     r->ex = NULL;
     if (!completed && r->num_finished < r->num_choices) {
-        api_generate_abort(r); /* the client is gone: free its KV blocks */
+        api_abort(r); /* the client is gone: free its KV blocks */
         api_log_request(r, "client disconnected, aborted");
     }
     api_request_maybe_free(r);
@@ -478,7 +293,7 @@ static void finish_shutdown(ApiServer *s) {
     s->engine = NULL;
     /* Events of aborted requests may still be queued: replay them so the
      * requests can go, then close the loop's handles. */
-    on_wake(&s->wake);
+    api_on_wake(&s->wake);
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->sigint);
     close_handle((uv_handle_t *)&s->sigterm);
@@ -498,7 +313,7 @@ static void on_shutdown_tick(uv_timer_t *t) {
     if (busy && waited < s->opts.shutdown_grace_seconds) return;
     if (busy) {
         log_info("shutdown: aborting the %d unfinished requests", s->num_requests);
-        for (ApiRequest *r = s->requests; r; r = r->next) api_generate_abort(r);
+        for (ApiRequest *r = s->requests; r; r = r->next) api_abort(r);
     }
     finish_shutdown(s);
 }
@@ -548,7 +363,7 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     }
     log_info("listening on http://%s:%d (loading %s)", opts->host, http_server_port(s->http),
              opts->model_dir);
-    uv_async_init(s->loop, &s->wake, on_wake);
+    uv_async_init(s->loop, &s->wake, api_on_wake);
     s->wake.data = s;
     uv_signal_init(s->loop, &s->sigint);
     uv_signal_init(s->loop, &s->sigterm);

@@ -31,7 +31,7 @@ Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char
         char why[256];
         int gpus = cuda_device_probe(why, sizeof why);
         if (gpus > 0) {
-            Error cuda_err = {{0}};
+            Error cuda_err = {0};
             Runner *r = cuda_runner_create(model, opts, &cuda_err);
             if (r) return r;
             if (want_cuda) return error_set(err, "--device cuda: %s", cuda_err.msg), NULL;

@@ -50,7 +50,7 @@ static inline uint16_t *random_bf16(size_t n, float scale, uint64_t seed, float 
 
 /* A device copy of n bytes of host data (NULL: uninitialised). */
 static inline void *dev_copy(const void *host, size_t bytes) {
-    Error err = {{0}};
+    Error err = {0};
     void *d = cuda_alloc(bytes, &err);
     cr_assert(d, "%s", err.msg);
     if (host) cr_assert(cuda_upload(d, host, bytes, &err) == 0, "%s", err.msg);
@@ -58,7 +58,7 @@ static inline void *dev_copy(const void *host, size_t bytes) {
 }
 
 static inline void dev_fetch(void *host, const void *dev, size_t bytes) {
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(cuda_synchronize(&err) == 0, "%s", err.msg);
     cr_assert(cuda_download(host, dev, bytes, &err) == 0, "%s", err.msg);
 }

@@ -148,7 +148,7 @@ float *golden_last_logits(const char *name) {
 }
 
 void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens) {
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_weights_load(w, TINY_MODEL, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
@@ -191,7 +191,7 @@ int run_nanovllm_stdin(const char *args, const void *stdin_data, size_t stdin_le
 }
 
 Tokenizer *tiny_tokenizer(void) {
-    Error err = {{0}};
+    Error err = {0};
     Tokenizer *t = tokenizer_load(TINY_MODEL, QWEN3_VOCAB_ROWS, &err);
     cr_assert(t, "%s", err.msg);
     return t;

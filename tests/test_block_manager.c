@@ -11,7 +11,7 @@
 /* ---- the worked example -------------------------------------------------- */
 
 Test(block_manager, shared_prefix_worked_example) {
-    Error err = {{0}};
+    Error err = {0};
     BlockManager *bm = block_manager_create(16, 256, &err);
     cr_assert(bm, "%s", err.msg);
     int32_t s1[600], s2[520];
@@ -54,7 +54,7 @@ Test(block_manager, shared_prefix_worked_example) {
  * and a prompt that is an exact multiple of the block size never shares the
  * block it must write. */
 Test(block_manager, fully_cached_prompt_keeps_a_query) {
-    Error err = {{0}};
+    Error err = {0};
     BlockManager *bm = block_manager_create(8, 16, &err);
     int32_t p[32];
     for (int i = 0; i < 32; i++) p[i] = i;
@@ -75,7 +75,7 @@ Test(block_manager, fully_cached_prompt_keeps_a_query) {
 }
 
 Test(block_manager, eviction_order) {
-    Error err = {{0}};
+    Error err = {0};
     BlockManager *bm = block_manager_create(4, 16, &err);
     int32_t x[32], y[32];
     for (int i = 0; i < 32; i++) x[i] = i, y[i] = 1000 + i;
@@ -145,7 +145,7 @@ static void check_all(BlockManager *bm, Owner *o, int op) {
 }
 
 Test(block_manager, random_workload_invariants) {
-    Error err = {{0}};
+    Error err = {0};
     int bs = 16;
     BlockManager *bm = block_manager_create(48, bs, &err);
     cr_assert(bm);

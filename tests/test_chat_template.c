@@ -24,7 +24,7 @@ static char *render(ChatTemplateKind kind, const char *request, Error *err) {
 }
 
 static void expect_render(ChatTemplateKind kind, const char *request, const char *want) {
-    Error err = {{0}};
+    Error err = {0};
     char *out = render(kind, request, &err);
     cr_assert(out, "%s: %s", request, err.msg);
     cr_expect_str_eq(out, want, "%s", request);
@@ -32,7 +32,7 @@ static void expect_render(ChatTemplateKind kind, const char *request, const char
 }
 
 static void expect_error(const char *request, const char *needle) {
-    Error err = {{0}};
+    Error err = {0};
     char *out = render(CHAT_TEMPLATE_QWEN3, request, &err);
     cr_expect_null(out, "%s rendered: %s", request, out);
     cr_expect(strstr(err.msg, needle), "%s: '%s' lacks '%s'", request, err.msg, needle);
@@ -78,7 +78,7 @@ Test(chat_template, chatml_fallback) {
                   "\"content\": \"U\"}], \"enable_thinking\": false}",
                   "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
                   "<|im_start|>assistant\n");
-    Error err = {{0}};
+    Error err = {0};
     char *out = render(CHAT_TEMPLATE_CHATML,
                        "{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}], \"tools\": "
                        "[{\"type\": \"function\"}]}", &err);

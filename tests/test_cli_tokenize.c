@@ -116,7 +116,7 @@ Test(cli_tokenize, generate_with_prompt_text) {
     int32_t *ids = json_ids(json_object_get(by_text, "ids"), &n);
     char *text;
     size_t len;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert_eq(tokenizer_decode(t, ids, (size_t)n, true, &text, &len, &err), 0);
     cr_expect_str_eq(json_string_value(json_object_get(by_text, "text")), text);
     free(text);

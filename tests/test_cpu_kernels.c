@@ -67,7 +67,7 @@ static void check_matmul(int M, int N, int K, WeightType type, MatmulStrategy st
 }
 
 Test(cpu_kernels, matmul_every_strategy_and_isa) {
-    Error err = {{0}};
+    Error err = {0};
     ThreadPool *pool = thread_pool_create(3, &err);
     cr_assert(pool, "%s", err.msg);
     CpuMatmul *mm = cpu_matmul_create(pool, 80, 1100, &err);
@@ -88,7 +88,7 @@ Test(cpu_kernels, matmul_every_strategy_and_isa) {
 }
 
 Test(cpu_kernels, matmul_multi_matches_single) {
-    Error err = {{0}};
+    Error err = {0};
     ThreadPool *pool = thread_pool_create(2, &err);
     CpuMatmul *mm = cpu_matmul_create(pool, 40, 256, &err);
     cr_assert(mm, "%s", err.msg);
@@ -146,7 +146,7 @@ Test(cpu_kernels, amx_split_is_exact) {
  * sequences with cached prefixes, scattered block ids, GQA group 4. */
 Test(cpu_kernels, paged_attention) {
     enum { HEADS = 8, KV_HEADS = 2, D = 64, BS = 16, BLOCKS = 64 };
-    Error err = {{0}};
+    Error err = {0};
     ThreadPool *pool = thread_pool_create(2, &err);
     AttentionShape shape = {HEADS, KV_HEADS, D, BS};
     CpuAttention *a = cpu_attention_create(pool, shape, 4, 256, &err);

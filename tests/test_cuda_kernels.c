@@ -48,7 +48,7 @@ Test(cuda_kernels, embedding) {
     uint16_t *d_table = dev_copy(table, sizeof(uint16_t) * V * H);
     int32_t *d_tokens = dev_copy(tokens, sizeof tokens);
     float *d_x = dev_poisoned(sizeof(float) * n * H);
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(cuda_embed(d_x, d_table, d_tokens, n, H, NULL, &err) == 0, "%s", err.msg);
     float *x = malloc(sizeof(float) * n * H);
     dev_fetch(x, d_x, sizeof(float) * n * H);
@@ -69,7 +69,7 @@ static void rmsnorm_case(int n, int H, bool with_delta) {
     float *d_x = dev_copy(x, sizeof(float) * n * H), *d_delta = dev_copy(delta, sizeof(float) * n * H);
     float *d_w = dev_copy(w, sizeof(float) * H);
     uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * H);
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(cuda_add_rmsnorm(d_x, with_delta ? d_delta : NULL, d_out, d_w, n, H, 1e-6f, NULL, &err) == 0,
               "%s", err.msg);
     float *x_gpu = malloc(sizeof(float) * n * H), *want = malloc(sizeof(float) * n * H);
@@ -125,7 +125,7 @@ static void qk_rope_case(int nh, int nkv, int D) {
     int32_t *d_pos = dev_copy(positions, sizeof positions), *d_slots = dev_copy(slots, sizeof slots);
     uint16_t *d_q = dev_poisoned(sizeof(uint16_t) * n * nh * D);
     uint16_t *d_k = dev_poisoned(sizeof(uint16_t) * cache_elems), *d_v = dev_poisoned(sizeof(uint16_t) * cache_elems);
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(cuda_qk_norm_rope_store(d_q, d_k, d_v, d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, n, nh,
                                       nkv, D, 1e-6f, NULL, &err) == 0, "%s", err.msg);
     uint16_t *q = malloc(sizeof(uint16_t) * n * nh * D);
@@ -177,7 +177,7 @@ Test(cuda_kernels, silu_mul) {
     float *gu = random_floats((size_t)n * 2 * I, 6.0f, 20);
     float *d_gu = dev_copy(gu, sizeof(float) * n * 2 * I);
     uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * I);
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(cuda_silu_mul(d_out, d_gu, n, I, NULL, &err) == 0, "%s", err.msg);
     uint16_t *out = malloc(sizeof(uint16_t) * n * I);
     dev_fetch(out, d_out, sizeof(uint16_t) * n * I);
@@ -203,7 +203,7 @@ Test(cuda_kernels, gather_rows) {
     uint16_t *d_in = dev_copy(in, sizeof(uint16_t) * rows * width);
     int32_t *d_pick = dev_copy(pick, sizeof pick);
     uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * width);
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(cuda_gather_rows(d_out, d_in, d_pick, n, width, NULL, &err) == 0, "%s", err.msg);
     uint16_t *out = malloc(sizeof(uint16_t) * n * width);
     dev_fetch(out, d_out, sizeof(uint16_t) * n * width);
@@ -297,7 +297,7 @@ static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
     float *d_split = splits > 1 ? dev_poisoned(cuda_attention_split_workspace_bytes(
                                       c->D, n_items * c->nkv * splits))
                                 : NULL;
-    Error err = {{0}};
+    Error err = {0};
     if (splits == 0)
         cr_assert(cuda_prefill_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, n_items, d_tables, c->nh,
                                          c->nkv, c->D, c->block_size, NULL, &err) == 0, "%s", err.msg);
@@ -356,7 +356,7 @@ Test(cuda_kernels, paged_attention_split_decode) {
     attention_case_split(&group4, 120, cuda_attention_max_splits());
     AttnCase d256 = {8, 8, 256, 256, 8, 1, {1000}, {1}};
     attention_case_split(&d256, 130, 3);
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(cuda_attention_choose_splits(1, 8, 40960, 132, 4096) == cuda_attention_max_splits());
     cr_expect(cuda_attention_choose_splits(256, 8, 40960, 132, 4096) == 1);
     cr_expect(cuda_attention_choose_splits(1, 8, 300, 132, 4096) == 2, "short contexts: few splits");

@@ -27,7 +27,7 @@
 
 static Runner *open_runner_eager(ModelWeights *w, const char *device, int block_size, int blocks,
                                  bool eager) {
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_weights_load(w, TINY_MODEL, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = device;
@@ -77,7 +77,7 @@ Test(cuda_runner, golden_logits_and_greedy_tokens, .timeout = 120) {
         int nb = (n + steps + 15) / 16;
         int32_t table[32];
         scattered_table(table, nb, r->num_kv_blocks, (int)i);
-        Error err = {{0}};
+        Error err = {0};
         RunnerSeq seq = {.tokens = prompt, .num_tokens = n, .start_pos = 0, .block_table = table,
                          .num_blocks = nb, .compute_logits = true};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = all};
@@ -143,7 +143,7 @@ Test(cuda_runner, same_batches_as_the_cpu_runner, .timeout = 120) {
     Runner *runners[2] = {cpu, gpu};
     float *outs[2] = {a, b};
     for (int k = 0; k < 2; k++) {
-        Error err = {{0}};
+        Error err = {0};
         int32_t tok[4];
         RunnerBatch b1 = {.seqs = warm, .num_seqs = 3};
         RunnerBatch b2 = {.seqs = &warm2, .num_seqs = 1};
@@ -191,7 +191,7 @@ static EngineStats run_engine_with(const char *device, int blocks, int logprobs,
                                    Result *res) {
     ModelWeights w;
     Runner *r = open_runner(&w, device, 16, blocks);
-    Error err = {{0}};
+    Error err = {0};
     Engine *e = engine_create(&w, r, &err);
     cr_assert(e, "%s", err.msg);
     uint64_t seed = 9;
@@ -282,7 +282,7 @@ Test(cuda_runner, decode_graphs_match_eager_steps, .timeout = 120) {
                               .num_blocks = BLOCKS, .compute_logits = false};
     }
     Runner *runners[2] = {graphs, eager};
-    Error err = {{0}};
+    Error err = {0};
     int32_t tok[SEQS];
     for (int k = 0; k < 2; k++)
         for (int s = 0; s < SEQS; s++) {

@@ -80,7 +80,7 @@ static void expect_same_tokens(Launch *L) {
     const int V = L->vocab, R = L->rows;
     const size_t row_bytes = sizeof(float) * (size_t)V;
     SamplerScratch s;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(sampler_scratch_init(&s, V, &err) == 0, "%s", err.msg);
 
     /* CPU tokens, and the rows packed for the GPU */
@@ -180,7 +180,7 @@ Test(cuda_sampler, matches_cpu_at_huge_vocabulary, .timeout = 300) {
 
 Test(cuda_sampler, no_rows_is_a_no_op) {
     require_gpu();
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(cuda_sample(NULL, NULL, 0, QWEN3_VOCAB, NULL, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
 }
 

@@ -20,6 +20,7 @@ typedef struct Collected {
     int num[MAX_SAMPLES];
     FinishReason finish[MAX_SAMPLES];
     char error[256];
+    ErrorKind error_kind;
     int cached;
     int finished; /* samples finished */
 } Collected;
@@ -37,6 +38,7 @@ static void collect(const EngineOutput *o, void *user) {
         c->finish[o->sample_index] = o->finish;
         c->finished++;
         if (o->error) snprintf(c->error, sizeof c->error, "%s", o->error);
+        if (o->error) c->error_kind = o->error_kind;
     }
 }
 
@@ -47,7 +49,7 @@ typedef struct TinyEngine {
 } TinyEngine;
 
 static void open_engine(TinyEngine *t, int block_size, int num_blocks, int max_batched) {
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_weights_load(&t->w, TINY_MODEL, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
@@ -69,7 +71,7 @@ static void close_engine(TinyEngine *t) {
 }
 
 static void run_to_completion(Engine *e) {
-    Error err = {{0}};
+    Error err = {0};
     int steps = 0;
     while (engine_has_work(e)) {
         cr_assert(engine_step(e, &err) >= 0, "%s", err.msg);
@@ -80,7 +82,7 @@ static void run_to_completion(Engine *e) {
 static uint64_t submit(Engine *e, const int32_t *prompt, int len, const SamplingParams *p,
                        Collected *c) {
     EngineRequest req = {.prompt = prompt, .prompt_len = len, .params = *p, .on_output = collect, .user = c};
-    Error err = {{0}};
+    Error err = {0};
     uint64_t id = 0;
     cr_assert(engine_submit(e, &req, &id, &err) == 0, "%s", err.msg);
     return id;
@@ -283,6 +285,7 @@ Test(engine, too_large_for_the_cache_fails_alone) {
     run_to_completion(t.e);
     cr_expect_eq(cb.finish[0], FINISH_ERROR);
     cr_expect(strstr(cb.error, "KV cache too small"), "%s", cb.error);
+    cr_expect_eq(cb.error_kind, ERROR_TOO_LONG, "the request's size, not a failure of ours");
     cr_expect_gt(cb.num[0], 0, "it ran until it could not grow");
     cr_expect_eq(cs.finish[0], FINISH_LENGTH);
     const int32_t *sp[1] = {small};
@@ -293,19 +296,23 @@ Test(engine, too_large_for_the_cache_fails_alone) {
     /* rejected at submission: a prompt larger than the cache, or than max_model_len */
     int32_t *huge = random_prompt(200, 14);
     EngineRequest req = {.prompt = huge, .prompt_len = 200, .params = greedy(4), .on_output = collect, .user = &cb};
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "KV cache too small"),
               "%s", err.msg);
+    cr_expect_eq(err.kind, ERROR_TOO_LONG);
     req = (EngineRequest){.prompt = small, .prompt_len = 20, .params = greedy(1010), .on_output = collect, .user = &cb};
     cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "max_model_len"), "%s",
               err.msg);
+    cr_expect_eq(err.kind, ERROR_TOO_LONG);
     req.params.max_tokens = 4;
     req.params.temperature = -1;
     cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "temperature"), "%s",
               err.msg);
+    cr_expect_eq(err.kind, ERROR_INVALID);
     req.params = greedy(4);
     req.prompt_len = 0;
     cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "empty"), "%s", err.msg);
+    cr_expect_eq(err.kind, ERROR_INVALID);
     close_engine(&t);
     free(big);
     free(small);
@@ -320,7 +327,7 @@ Test(engine, abort_frees_everything) {
     Collected ca = {0}, cb = {0};
     uint64_t ida = submit(t.e, a, 30, &p, &ca);
     submit(t.e, b, 40, &p, &cb);
-    Error err = {{0}};
+    Error err = {0};
     for (int i = 0; i < 5; i++) cr_assert(engine_step(t.e, &err) > 0);
     engine_abort(t.e, ida);
     engine_abort(t.e, 999999); /* unknown ids are ignored */
@@ -415,7 +422,7 @@ Test(engine, background_thread) {
     run_alone((const int32_t *const *)prompts, LENS, N, &p, alone);
     TinyEngine t;
     open_engine(&t, 16, 256, 512);
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(engine_start(t.e, &err) == 0, "%s", err.msg);
     Waiter *w = calloc(N, sizeof *w);
     for (int i = 0; i < N; i++) {
@@ -459,7 +466,7 @@ Test(engine, logprobs_reach_the_caller) {
     p.logprobs = 3;
     LogprobCheck c = {0, true};
     EngineRequest req = {.prompt = prompt, .prompt_len = 10, .params = p, .on_output = check_logprobs, .user = &c};
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(engine_submit(t.e, &req, NULL, &err) == 0, "%s", err.msg);
     run_to_completion(t.e);
     cr_expect_eq(c.tokens, 6);
@@ -491,7 +498,7 @@ static void run_with_stops(TinyEngine *t, const int32_t *prompt, int len, int ma
     SamplingParams p = greedy(max_tokens);
     EngineRequest req = {.prompt = prompt, .prompt_len = len, .params = p, .stop = stop,
                          .num_stop = num_stop, .on_output = collect_text, .user = out};
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(engine_submit(t->e, &req, NULL, &err) == 0, "%s", err.msg);
     run_to_completion(t->e);
 }
@@ -508,7 +515,7 @@ Test(engine, text_and_stop_strings) {
     run_with_stops(&t, prompt, 9, 40, NULL, 0, full);
     char *want;
     size_t want_len;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(tokenizer_decode(tok, full->c.ids[0], (size_t)full->c.num[0], true, &want, &want_len,
                                &err) == 0);
     cr_assert_eq(full->len, want_len);
@@ -570,7 +577,7 @@ Test(engine, stop_strings_need_a_tokenizer) {
     Collected c = {0};
     EngineRequest req = {.prompt = prompt, .prompt_len = 2, .params = greedy(4), .stop = stop,
                          .num_stop = 1, .on_output = collect, .user = &c};
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(engine_submit(t.e, &req, NULL, &err) == -1 && strstr(err.msg, "tokenizer"), "%s", err.msg);
     close_engine(&t);
 }

@@ -97,7 +97,7 @@ static void all_prompts_every_position(int block_size) {
         RunnerSeq seq = {.tokens = ids, .num_tokens = n, .start_pos = 0, .block_table = table, .num_blocks = nb, .compute_logits = true};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = all};
         int32_t next;
-        Error err = {{0}};
+        Error err = {0};
         cr_assert(runner_step(r, &batch, &next, &err) == 0, "%s", err.msg);
         worst = fmax(worst, check_positions(p, all, n));
         free(all);
@@ -129,7 +129,7 @@ static void greedy_through_cache(int block_size) {
         int32_t got[16];
         RunnerSeq seq = {.tokens = prompt, .num_tokens = n, .start_pos = 0, .block_table = table, .num_blocks = nb, .compute_logits = true};
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
-        Error err = {{0}};
+        Error err = {0};
         cr_assert(runner_step(r, &batch, &got[0], &err) == 0, "%s", err.msg);
         for (int s = 1; s < steps; s++) {
             seq = (RunnerSeq){.tokens = &got[s - 1], .num_tokens = 1, .start_pos = n + s - 1, .block_table = table, .num_blocks = nb, .compute_logits = true};
@@ -170,7 +170,7 @@ static void shared_prefix(int block_size) {
 
     float *prefixed = malloc(sizeof(float) * VOCAB), *scratch = malloc(sizeof(float) * VOCAB);
     int32_t tok;
-    Error err = {{0}};
+    Error err = {0};
     RunnerSeq seq = {.tokens = a, .num_tokens = na, .start_pos = 0, .block_table = table_a, .num_blocks = blocks_for(r, na), .compute_logits = true};
     RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
     cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
@@ -215,7 +215,7 @@ Test(golden, chunked_prefill) {
     int nb = blocks_for(r, n);
     int32_t *table = make_table(r, nb, 9);
     float *last = malloc(sizeof(float) * VOCAB);
-    Error err = {{0}};
+    Error err = {0};
     for (int pos = 0; pos < n; pos += 64) {
         int len = n - pos < 64 ? n - pos : 64;
         int32_t tok;
@@ -249,7 +249,7 @@ Test(golden, mixed_prefill_and_decode) {
     int32_t *b_greedy = json_ids(json_object_get(pb, "greedy_ids"), &steps);
     int32_t *c = json_ids(json_object_get(golden_prompt(g, "len064"), "prompt_ids"), &nc);
     int32_t *ta = make_table(r, 8, 0), *tb = make_table(r, 8, 8), *tc = make_table(r, 8, 16);
-    Error err = {{0}};
+    Error err = {0};
     int32_t tok[3];
 
     RunnerSeq first = {.tokens = b, .num_tokens = nb, .start_pos = 0, .block_table = tb, .num_blocks = 8, .compute_logits = true};
@@ -297,7 +297,7 @@ Test(golden, rejects_bad_batches) {
     Runner *r;
     tiny_open(&w, &r, 16, 64);
     int32_t ids[70] = {0}, table[8] = {0, 1, 2, 3, 4, 5, 6, 7}, tok;
-    Error err = {{0}};
+    Error err = {0};
     struct {
         RunnerSeq seq;
         const char *expect;

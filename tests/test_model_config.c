@@ -16,14 +16,14 @@
 
 static void expect_error(const char *json, const char *needle) {
     ModelConfig c;
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(model_config_parse(&c, json, NULL, &err) == -1, "accepted: %s", json);
     cr_expect(strstr(err.msg, needle), "error '%s' does not mention '%s'", err.msg, needle);
 }
 
 Test(model_config, tiny_fixture) {
     ModelConfig c;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_config_load(&c, TINY_MODEL, &err) == 0, "%s", err.msg);
     cr_expect_eq(c.vocab_size, 151936);
     cr_expect_eq(c.hidden_size, 32);
@@ -44,7 +44,7 @@ Test(model_config, tiny_fixture) {
 
 Test(model_config, defaults_follow_transformers) {
     ModelConfig c;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_config_parse(&c, "{" BASE_FIELDS "}", NULL, &err) == 0, "%s", err.msg);
     cr_expect_eq(c.head_dim, 16, "head_dim defaults to hidden_size / num_attention_heads");
     cr_expect_eq(c.num_kv_heads, 4, "num_key_value_heads defaults to num_attention_heads");
@@ -56,7 +56,7 @@ Test(model_config, defaults_follow_transformers) {
 
 Test(model_config, eos_int_list_and_generation_config) {
     ModelConfig c;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_config_parse(&c, "{" BASE_FIELDS ", \"eos_token_id\": [7, 9]}",
                                  "{\"eos_token_id\": [9, 11], \"bos_token_id\": 1}", &err) == 0,
               "%s", err.msg);
@@ -76,7 +76,7 @@ Test(model_config, generation_config_file_is_read) {
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     write_text(path, "{\"eos_token_id\": [151645, 151643]}");
     ModelConfig c;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_config_load(&c, dir, &err) == 0, "%s", err.msg);
     cr_expect(model_config_is_eos(&c, 151643) && model_config_is_eos(&c, 151645));
     write_text(path, "{not json");
@@ -125,14 +125,14 @@ Test(model_config, bad_values) {
 
 Test(model_config, missing_folder) {
     ModelConfig c;
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(model_config_load(&c, "/nonexistent/model", &err) == -1);
     cr_expect(strstr(err.msg, "no config.json"), "%s", err.msg);
 }
 
 Test(model_config, generation_config_sampling_defaults) {
     ModelConfig c;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_config_parse(&c, "{" BASE_FIELDS "}",
                                  "{\"temperature\": 0.6, \"top_p\": 0.95, \"top_k\": 20, "
                                  "\"min_p\": 0, \"repetition_penalty\": 1.1, \"do_sample\": true}",

@@ -37,7 +37,7 @@ static void expect_bad(const char *header, size_t size, const char *needle) {
     write_raw_safetensors(path_in("bad.safetensors"), header, data, size);
     free(data);
     Safetensors st;
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(safetensors_open_file(&st, path_in("bad.safetensors"), &err) == -1,
               "accepted header %s", header);
     cr_expect(strstr(err.msg, needle), "error '%s' does not mention '%s'", err.msg, needle);
@@ -51,7 +51,7 @@ Test(safetensors, reads_a_valid_file) {
     TestTensor t[] = {{"a", "BF16", 2, {2, 3}, bf, sizeof bf}, {"b", "F32", 1, {2}, f32, sizeof f32}};
     write_safetensors(path_in("m.safetensors"), t, 2);
     Safetensors st;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(safetensors_open_file(&st, path_in("m.safetensors"), &err) == 0, "%s", err.msg);
     const TensorInfo *a = safetensors_find(&st, "a"), *b = safetensors_find(&st, "b");
     cr_assert(a && b && !safetensors_find(&st, "c"));
@@ -64,7 +64,7 @@ Test(safetensors, reads_a_valid_file) {
 Test(safetensors, truncated_and_lying_files) {
     write_file(path_in("tiny.safetensors"), "abc", 3);
     Safetensors st;
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(safetensors_open_file(&st, path_in("tiny.safetensors"), &err) == -1);
     cr_expect(strstr(err.msg, "truncated"), "%s", err.msg);
 
@@ -124,7 +124,7 @@ Test(safetensors, metadata_and_other_dtypes_are_fine) {
                           "{\"__metadata__\": {\"format\": \"pt\"}, \"a\": {\"dtype\": \"I64\", "
                           "\"shape\": [1], \"data_offsets\": [0, 8]}}", "\0\0\0\0\0\0\0\0", 8);
     Safetensors st;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(safetensors_open_file(&st, path_in("ok.safetensors"), &err) == 0, "%s", err.msg);
     cr_expect(safetensors_find(&st, "a")->dtype == DTYPE_OTHER);
     cr_expect(st.num_tensors == 1);
@@ -140,7 +140,7 @@ typedef enum { AS_BF16, AS_F32, AS_F16 } Convert;
  * reshaping one tensor. */
 static void write_tiny_copy(Convert conv, int shards, const char *skip, const char *reshape) {
     Safetensors src;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(safetensors_open_file(&src, TINY_MODEL "/model.safetensors", &err) == 0, "%s", err.msg);
     copy_tiny_config(dir);
     TestTensor *t = calloc((size_t)src.num_tensors, sizeof *t);
@@ -203,7 +203,7 @@ static void write_tiny_copy(Convert conv, int shards, const char *skip, const ch
 
 static void expect_model_error(const char *needle) {
     ModelWeights w;
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(model_weights_load(&w, dir, &err) == -1);
     cr_expect(strstr(err.msg, needle), "error '%s' does not mention '%s'", err.msg, needle);
 }
@@ -211,7 +211,7 @@ static void expect_model_error(const char *needle) {
 /* Greedy ids and last logits of one prompt on the model in `model_dir`. */
 static void run_prompt(const char *model_dir, float *logits, int32_t *tok) {
     ModelWeights w;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(model_weights_load(&w, model_dir, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
@@ -272,7 +272,7 @@ Test(safetensors, non_float_weight_is_refused) {
     TestTensor t = {"model.norm.weight", "I16", 1, {32}, v, sizeof v};
     write_safetensors(path_in("extra.safetensors"), &t, 1);
     Safetensors st;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert(safetensors_open_file(&st, path_in("extra.safetensors"), &err) == 0);
     safetensors_close(&st);
     rename(path_in("model.safetensors"), path_in("main.safetensors"));

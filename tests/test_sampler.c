@@ -172,14 +172,14 @@ Test(sampler, logprobs_from_raw_logits) {
 }
 
 static void expect_invalid(SamplingParams p, const char *needle) {
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(sampling_params_validate(&p, 100, &err) == -1, "accepted (%s)", needle);
     cr_expect(strstr(err.msg, needle), "'%s' does not mention %s", err.msg, needle);
 }
 
 Test(sampler, validation) {
     SamplingParams ok = sampling_params_default(), p;
-    Error err = {{0}};
+    Error err = {0};
     cr_expect(sampling_params_validate(&ok, 100, &err) == 0);
     p = ok, p.temperature = -0.1f, expect_invalid(p, "temperature");
     p = ok, p.temperature = NAN, expect_invalid(p, "temperature");

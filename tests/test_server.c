@@ -564,6 +564,42 @@ Test(server, limits, .timeout = 60) {
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
 
+/* A request too large for the KV cache is the request's fault (400), whether
+ * the engine sees it at submission or only once the cache runs out; the
+ * status comes from the error's kind, not from its message. */
+Test(server, kv_cache_too_small_is_a_bad_request, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "--block-size 16 --kv-cache-memory 960KiB"); /* 10 blocks of 96 KiB */
+    char ids[2048] = "{\"prompt\": [1";
+    for (int i = 1; i < 200; i++) strcat(ids, ", 1");
+    strcat(ids, "], \"max_tokens\": 4}");
+    int status;
+    json_t *submit = http_json(&s, "/v1/completions", ids, &status);
+    cr_expect_eq(status, 400);
+    cr_expect_str_eq(str(submit, "error.type"), "invalid_request_error");
+    cr_expect(strstr(str(submit, "error.message"), "KV cache too small"), "%s", str(submit, "error.message"));
+    const char *grows = "{\"prompt\": \"Hello\", \"max_tokens\": 500, \"ignore_eos\": true%s}";
+    char body[256];
+    snprintf(body, sizeof body, grows, "");
+    json_t *whole = http_json(&s, "/v1/completions", body, &status);
+    cr_expect_eq(status, 400);
+    cr_expect(strstr(str(whole, "error.message"), "KV cache too small"), "%s", str(whole, "error.message"));
+    snprintf(body, sizeof body, grows, ", \"stream\": true");
+    HttpResult r = http(&s, "POST", "/v1/completions", body, NULL);
+    int done = 0;
+    json_t *events = sse_events(r.body, &done);
+    json_t *last = json_array_get(events, json_array_size(events) - 1);
+    cr_expect_eq(r.status, 200, "the stream had begun");
+    cr_expect(done, "[DONE] ends the stream");
+    cr_expect_str_eq(str(last, "error.type"), "invalid_request_error", "%s", r.body);
+    cr_expect_eq(num(last, "error", "code"), 400);
+    json_decref(events);
+    http_free(&r);
+    json_decref(whole);
+    json_decref(submit);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
 /* SIGTERM while a request streams: the request still finishes, the process exits 0. */
 Test(server, graceful_shutdown_and_logs, .timeout = 90) {
     TestServer s;

@@ -24,7 +24,7 @@ static void count_task(void *ctx, int task, int thread) {
 Test(thread_pool, every_task_exactly_once) {
     int sizes[] = {1, 2, 3, 8};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        Error err = {{0}};
+        Error err = {0};
         ThreadPool *pool = thread_pool_create(sizes[s], &err);
         cr_assert(pool, "%s", err.msg);
         cr_assert_eq(thread_pool_size(pool), sizes[s]);
@@ -44,7 +44,7 @@ Test(thread_pool, every_task_exactly_once) {
 }
 
 Test(thread_pool, default_size_is_cpu_count) {
-    Error err = {{0}};
+    Error err = {0};
     ThreadPool *pool = thread_pool_create(0, &err);
     cr_assert(pool);
     cr_expect_eq(thread_pool_size(pool), cpu_count());

@@ -51,14 +51,14 @@ static size_t random_text(char *buf, size_t cap) {
 }
 
 static void encode_ok(const Tokenizer *t, const char *s, size_t n, int32_t **ids, size_t *k) {
-    Error err = {{0}};
+    Error err = {0};
     cr_assert_eq(tokenizer_encode(t, s, n, ids, k, &err), 0, "%s", err.msg);
     for (size_t i = 0; i < *k; i++) cr_assert((*ids)[i] >= 0 && (*ids)[i] < tokenizer_size(t));
 }
 
 static char *decode_ok(const Tokenizer *t, const int32_t *ids, size_t k, bool skip, size_t *len) {
     char *text;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert_eq(tokenizer_decode(t, ids, k, skip, &text, len, &err), 0, "%s", err.msg);
     return text;
 }
@@ -162,7 +162,7 @@ static void check_stream(const Tokenizer *t, const int32_t *ids, size_t n, bool 
     ByteBuf joined = {0};
     const char *piece;
     size_t plen;
-    Error err = {{0}};
+    Error err = {0};
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(detokenizer_push(&d, ids[i], &piece, &plen, &err), 0, "%s", err.msg);
         cr_assert(utf8_is_valid(piece, plen), "a piece splits a character");
@@ -220,7 +220,7 @@ Test(tokenizer, bad_ids_are_errors) {
         int32_t ids[] = {9707, bad[i]};
         char *text = (char *)"unchanged";
         size_t len;
-        Error err = {{0}};
+        Error err = {0};
         cr_expect_eq(tokenizer_decode(t, ids, 2, false, &text, &len, &err), -1);
         cr_expect(strstr(err.msg, "outside the vocabulary [0, 151936)"), "%s", err.msg);
         cr_expect_null(text);
@@ -239,7 +239,7 @@ Test(tokenizer, bad_ids_are_errors) {
     cr_expect_str_eq(text, "Hello");
     free(text);
     const char *b;
-    Error err = {{0}};
+    Error err = {0};
     cr_expect_eq(tokenizer_token_bytes(t, 151700, &b, &len, &err), 0);
     cr_expect_eq(len, 0);
     tokenizer_free(t);
@@ -257,7 +257,7 @@ Test(tokenizer, lookups) {
     cr_expect_eq(tokenizer_token_to_id(t, "\xC4\xA0world", 7), 1879); /* "Ġworld" */
     cr_expect_eq(tokenizer_token_to_id(t, " world", 6), -1);
     cr_expect_eq(tokenizer_token_to_id(t, "\xff", 1), -1);
-    Error err = {{0}};
+    Error err = {0};
     char *s = tokenizer_id_to_token(t, 1879, &err);
     cr_expect_str_eq(s, "\xC4\xA0world");
     free(s);
@@ -327,7 +327,7 @@ Test(tokenizer, concurrent_encode) {
 
 Test(tokenizer, pcre2_splitter_agrees) {
     Tokenizer *native = tiny_tokenizer(), *pcre = tiny_tokenizer();
-    Error err = {{0}};
+    Error err = {0};
     cr_assert_eq(tokenizer_use_pcre2(pcre, &err), 0, "%s", err.msg);
     cr_assert_eq(pcre->pretok.kind, PRETOK_PCRE2);
     cr_assert_eq(native->pretok.kind, PRETOK_NATIVE);

@@ -38,7 +38,7 @@ Test(tokenizer_fixtures, encode_every_row) {
         const char *tag = json_string_value(json_object_get(row, "tag"));
         int32_t *ids;
         size_t n;
-        Error err = {{0}};
+        Error err = {0};
         cr_assert_eq(tokenizer_encode(t, json_string_value(text), json_string_length(text), &ids,
                                       &n, &err), 0, "row %zu: %s", i, err.msg);
         bool same = ids_equal(ids, n, want);
@@ -70,7 +70,7 @@ Test(tokenizer_fixtures, decode_every_row) {
         json_t *want = json_object_get(row, "text");
         char *text;
         size_t len;
-        Error err = {{0}};
+        Error err = {0};
         cr_assert_eq(tokenizer_decode(t, ids, (size_t)n, skip, &text, &len, &err), 0, "row %zu: %s",
                      i, err.msg);
         cr_expect(len == json_string_length(want) && memcmp(text, json_string_value(want), len) == 0,
@@ -118,7 +118,7 @@ Test(tokenizer_fixtures, chat_every_row) {
         const char *tag = json_string_value(json_object_get(row, "tag"));
         json_t *want = json_object_get(row, "text");
         size_t len, n;
-        Error err = {{0}};
+        Error err = {0};
         char *prompt = chat_template_render(kind, row, &len, &err);
         cr_assert(prompt, "row %zu (%s): %s", i, tag, err.msg);
         cr_expect(len == json_string_length(want) && memcmp(prompt, json_string_value(want), len) == 0,

@@ -110,7 +110,7 @@ static char *synth_dir(const char *overrides, bool pair_merges, size_t flags, co
 }
 
 static Tokenizer *load_ok(const char *dir) {
-    Error err = {{0}};
+    Error err = {0};
     Tokenizer *t = tokenizer_load(dir, 0, &err);
     cr_assert(t, "%s", err.msg);
     return t;
@@ -119,7 +119,7 @@ static Tokenizer *load_ok(const char *dir) {
 static void expect_ids(const Tokenizer *t, const char *text, const int32_t *want, size_t n) {
     int32_t *ids;
     size_t k;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert_eq(tokenizer_encode(t, text, strlen(text), &ids, &k, &err), 0, "%s", err.msg);
     char got[256] = "";
     for (size_t i = 0; i < k; i++)
@@ -130,7 +130,7 @@ static void expect_ids(const Tokenizer *t, const char *text, const int32_t *want
 
 static void expect_load_error(const char *overrides, const char *needle) {
     char *dir = synth_dir(overrides, false, 0, NULL);
-    Error err = {{0}};
+    Error err = {0};
     Tokenizer *t = tokenizer_load(dir, 0, &err);
     cr_expect_null(t, "%s loaded", overrides);
     cr_expect(strstr(err.msg, needle), "%s: error '%s' lacks '%s'", overrides, err.msg, needle);
@@ -151,7 +151,7 @@ Test(tokenizer_load, synthetic_model_encodes_and_decodes) {
     expect_ids(t, "hello world<|end|>12", want, 9);
     char *text;
     size_t len;
-    Error err = {{0}};
+    Error err = {0};
     cr_assert_eq(tokenizer_decode(t, want, 9, false, &text, &len, &err), 0);
     cr_expect_str_eq(text, "hello world<|end|>12");
     free(text);
@@ -306,7 +306,7 @@ Test(tokenizer_load, malformed_files) {
         char *dir = make_temp_dir(), path[512];
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);
         write_text(path, raw[i][0]);
-        Error err = {{0}};
+        Error err = {0};
         Tokenizer *t = tokenizer_load(dir, 0, &err);
         cr_expect_null(t, "raw %zu loaded", i);
         cr_expect(strstr(err.msg, raw[i][1]), "raw %zu: '%s' lacks '%s'", i, err.msg, raw[i][1]);
@@ -314,7 +314,7 @@ Test(tokenizer_load, malformed_files) {
         rm_rf(dir);
         free(dir);
     }
-    Error err = {{0}};
+    Error err = {0};
     cr_expect_null(tokenizer_load("/nonexistent", 0, &err));
     cr_expect(strstr(err.msg, "cannot open /nonexistent/tokenizer.json"), "%s", err.msg);
 }
@@ -334,7 +334,7 @@ Test(tokenizer_load, tokenizer_config) {
     cr_expect(strstr(warning, "not the Qwen3 template"), "%s", warning);
     tokenizer_free(t);
     /* The model's size may exceed the tokenizer's, never the reverse. */
-    Error err = {{0}};
+    Error err = {0};
     cr_expect_null(tokenizer_load(dir, 100, &err));
     cr_expect(strstr(err.msg, "only 100 rows"), "%s", err.msg);
     rm_rf(dir);

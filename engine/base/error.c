@@ -7,11 +7,24 @@
 #include <stdio.h>
 #include <string.h>
 
+static void set(Error *e, ErrorKind kind, const char *fmt, va_list ap) {
+    if (!e) return;
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    e->kind = kind;
+}
+
 int error_set(Error *e, const char *fmt, ...) {
-    if (!e) return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    set(e, ERROR_INTERNAL, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int error_set_kind(Error *e, ErrorKind kind, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set(e, kind, fmt, ap);
     va_end(ap);
     return -1;
 }

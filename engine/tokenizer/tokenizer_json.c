@@ -267,7 +267,7 @@ static int line_of(const char *text, size_t pos) {
 int tokenizer_json_open(const char *text, size_t len, const TableReader *r, TokenizerJson *out,
                         Error *err) {
     memset(out, 0, sizeof *out);
-    Error walk_err = {{0}};
+    Error walk_err = {0};
     Scan s = {.p = text, .end = text + len, .err = &walk_err};
     Found f = {.r = r, .table_err = err};
     int walked = walk_object(&s, top_key, &f);

@@ -12,7 +12,6 @@
 #include <strings.h>
 
 #include "engine/base/log.h"
-#include "config/defaults.h"
 
 int parse_int_arg(const char *flag, const char *text, long lo, long hi, int *out, Error *err) {
     char *end;

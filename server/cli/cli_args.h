@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/defaults.h"
 #include "engine/base/error.h"
 #include "engine/runner.h"
 
@@ -59,12 +60,18 @@ int parse_common_option(int c, const char *name, const char *value, RunnerOption
 #define RUNNER_OPTIONS_USAGE                                                                       \
     "  --device auto|cuda|cpu        where to run (default auto: GPU if usable, else CPU)\n"       \
     "  --threads N                   CPU threads (default: one per core)\n"                        \
-    "  --kv-cache-memory BYTES       CPU KV cache budget, e.g. 4GiB (default 4GiB)\n"              \
-    "  --block-size N                tokens per KV block, power of two 16..256 (default 256)\n"   \
+    "  --kv-cache-memory BYTES       CPU KV cache budget, e.g. 4GiB (default "                     \
+    DEFAULT_TEXT(DEFAULT_KV_CACHE_GIB) "GiB)\n"                                                    \
+    "  --block-size N                tokens per KV block, power of two " DEFAULT_TEXT(            \
+        MIN_BLOCK_SIZE) ".." DEFAULT_TEXT(MAX_BLOCK_SIZE) " (default "                             \
+    DEFAULT_TEXT(DEFAULT_BLOCK_SIZE) ")\n"                                                         \
     "  --max-model-len N             longest context (default: the model's)\n"                     \
-    "  --max-num-seqs N              sequences per step (default 256)\n"                           \
-    "  --max-num-batched-tokens N    tokens per step (default 2048)\n"                             \
-    "  --gpu-memory-utilization F    GPU memory fraction for the model (default 0.9)\n"       \
+    "  --max-num-seqs N              sequences per step (default "                                 \
+    DEFAULT_TEXT(DEFAULT_MAX_NUM_SEQS) ")\n"                                                       \
+    "  --max-num-batched-tokens N    tokens per step (default "                                    \
+    DEFAULT_TEXT(DEFAULT_MAX_NUM_BATCHED_TOKENS) ")\n"                                             \
+    "  --gpu-memory-utilization F    GPU memory fraction for the model (default "                  \
+    DEFAULT_TEXT(DEFAULT_GPU_MEMORY_UTILIZATION) ")\n"                                             \
     "  --num-gpu-blocks-override N   exactly N KV blocks on the GPU (tests, preemption)\n"        \
     "  --enforce-eager               no CUDA graphs (every step launched kernel by kernel)\n"
 

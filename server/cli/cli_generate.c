@@ -32,7 +32,7 @@ static const char HELP[] =
     "  --model DIR                   Hugging Face model folder (config.json, model.safetensors)\n"
     "  --prompt TEXT                 prompt as text, encoded with the model's tokenizer\n"
     "  --prompt-ids IDS              prompt as comma-separated token ids\n"
-    "  --max-tokens N                tokens to generate (default 16)\n"
+    "  --max-tokens N                tokens to generate (default " DEFAULT_TEXT(DEFAULT_MAX_TOKENS) ")\n"
     "  --temperature T               0 = greedy (default), else sampling\n"
     "  --top-p P  --top-k K  --min-p P\n"
     "  --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
@@ -107,7 +107,6 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         {"json", no_argument, 0, 'j'}, {"dump-logits", required_argument, 0, 'D'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (GenerateArgs){.sampling = sampling_params_default(), .runner = runner_default_options()};
-    a->sampling.max_tokens = DEFAULT_MAX_TOKENS;
     optind = 0;
     int c, index;
     while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
@@ -292,7 +291,7 @@ static int run(Engine *e, const GenerateArgs *a, const int32_t *prompt, int prom
 
 int command_generate(int argc, char **argv) {
     GenerateArgs a;
-    Error err = {{0}};
+    Error err = {0};
     int parsed = parse_args(argc, argv, &a, &err);
     int32_t *prompt = NULL;
     int prompt_len = 0;
@@ -311,7 +310,7 @@ int command_generate(int argc, char **argv) {
         return 1;
     }
     int status = 1, vocab = m.weights.config.vocab_size;
-    Error tok_err = {{0}};
+    Error tok_err = {0};
     Tokenizer *tok = open_tokenizer(&a, vocab, &tok_err);
     if ((!tok && tok_err.msg[0]) ||
         (a.prompt_text && encode_prompt(tok, a.prompt_text, &prompt, &prompt_len, &tok_err))) {

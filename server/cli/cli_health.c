@@ -65,7 +65,7 @@ int command_health(int argc, char **argv) {
              env_port && env_port[0] ? env_port : "8000");
     const char *url = default_url;
     double timeout = 3;
-    Error err = {{0}};
+    Error err = {0};
     optind = 0;
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {

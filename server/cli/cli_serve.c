@@ -20,13 +20,17 @@ static const char HELP[] =
     "Serves the model over an OpenAI-compatible HTTP API.\n"
     "\n"
     "  --model DIR                   Hugging Face model folder\n"
-    "  --host HOST                   address to bind (default 127.0.0.1)\n"
-    "  --port N                      port (default $NANOVLLM_PORT or 8000; 0 picks a free one and logs it)\n"
+    "  --host HOST                   address to bind (default " DEFAULT_HOST ")\n"
+    "  --port N                      port (default $NANOVLLM_PORT or " DEFAULT_TEXT(DEFAULT_PORT)
+    "; 0 picks a free one and logs it)\n"
     "  --served-model-name NAME      the model's name in the API (default: DIR)\n"
     "  --api-key KEY                 require Authorization: Bearer KEY on /v1/* (default $NANOVLLM_API_KEY)\n"
-    "  --max-queued-requests N       requests waiting for their first token before 503 (default 1024)\n"
-    "  --max-body-bytes BYTES        largest request body (default 8MiB)\n"
-    "  --shutdown-grace SECONDS      SIGTERM: time in-flight requests get to finish (default 30)\n"
+    "  --max-queued-requests N       requests waiting for their first token before 503 (default "
+    DEFAULT_TEXT(DEFAULT_MAX_QUEUED_REQUESTS) ")\n"
+    "  --max-body-bytes BYTES        largest request body (default "
+    DEFAULT_TEXT(DEFAULT_MAX_BODY_MIB) "MiB)\n"
+    "  --shutdown-grace SECONDS      SIGTERM: time in-flight requests get to finish (default "
+    DEFAULT_TEXT(DEFAULT_SHUTDOWN_GRACE_SECONDS) ")\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 int command_serve(int argc, char **argv) {
@@ -36,10 +40,13 @@ int command_serve(int argc, char **argv) {
         {"api-key", required_argument, 0, 'k'}, {"max-queued-requests", required_argument, 0, 'Q'},
         {"max-body-bytes", required_argument, 0, 'B'}, {"shutdown-grace", required_argument, 0, 'g'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
-    ApiServerOptions o = {.host = "127.0.0.1", .port = 8000, .max_queued_requests = 1024,
-                          .max_body_bytes = 8u << 20, .shutdown_grace_seconds = 30,
+    ApiServerOptions o = {.host = DEFAULT_HOST,
+                          .port = DEFAULT_PORT,
+                          .max_queued_requests = DEFAULT_MAX_QUEUED_REQUESTS,
+                          .max_body_bytes = (size_t)DEFAULT_MAX_BODY_MIB << 20,
+                          .shutdown_grace_seconds = DEFAULT_SHUTDOWN_GRACE_SECONDS,
                           .runner = runner_default_options()};
-    Error err = {{0}};
+    Error err = {0};
     int rc = 0;
     const char *env_port = getenv("NANOVLLM_PORT");
     if (env_port && env_port[0]) rc = parse_int_arg("NANOVLLM_PORT", env_port, 0, 65535, &o.port, &err);

@@ -201,7 +201,7 @@ static int tokenize(const Tokenizer *t, const TokenizeArgs *a, Error *err) {
 
 int command_tokenize(int argc, char **argv) {
     TokenizeArgs a;
-    Error err = {{0}};
+    Error err = {0};
     int parsed = parse_args(argc, argv, &a, &err);
     if (parsed != 0) {
         if (parsed > 0) return 0;

@@ -32,7 +32,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     const char *dir = getenv("NANOVLLM_FUZZ_MODEL");
-    Error err = {{0}};
+    Error err = {0};
     tok = tokenizer_load(dir ? dir : "tests/fixtures/tiny-qwen3", 151936, &err);
     if (!tok) {
         fprintf(stderr, "fuzz_tokenizer: %s (run from the repository root)\n", err.msg);
