@@ -10,14 +10,15 @@
  *
  * A generation request passes the files in this order (the declarations
  * at the end follow it):
- *   api_server.c    (loop)        route, authenticate, read the body;
+ *   api_server.c    (loop)        route, authenticate, read the body
+ *                                 (api_request.c: the request is created);
  *   api_parse.c     (loop)        fields parsed and checked, model matched;
  *   api_prepare.c   (worker pool) chat template and tokenizer: prompt ids;
  *   api_engine.c    (loop)        max_tokens settled, submitted to the engine;
  *                   (engine)      each output copied into an event, loop woken;
  *                   (loop)        events replayed onto their requests;
  *   api_response.c  (loop)        SSE chunks, or the whole body at the end;
- *   api_server.c    (loop)        the request freed once its client is done.
+ *   api_request.c   (loop)        the request freed once its client is done.
  * /tokenize and /detokenize (api_tokenize.c) stop after preparation.
  */
 #ifndef NANOVLLM_API_INTERNAL_H
@@ -164,8 +165,10 @@ struct ApiServer {
     Metrics metrics;
 };
 
-/* api_server.c: routes and the server's life */
+/* api_request.c: a request's route and life */
+Route api_route_find(const char *path);
 const char *api_route_method(Route route); /* "GET" or "POST" */
+ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route);
 void api_request_maybe_free(ApiRequest *r);
 
 /* api_parse.c: completions and chat fields (loop) */

@@ -10,100 +10,19 @@
  *
  * Routing: GET /health, /metrics and /v1/models are answered here; the POST
  * routes are parsed on the loop and their text work queued on the worker
- * pool. A request is freed only here, once its client is gone or answered,
- * no work is pending for it and every engine output has been replayed.
+ * pool, whose result decides the next stage (api_internal.h).
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "api_internal.h"
 #include "engine/base/log.h"
 
-/* ---- requests ------------------------------------------------------------------ */
-
-static ApiRequest *request_new(ApiServer *s, HttpExchange *ex, Route route) {
-    ApiRequest *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
-    r->srv = s;
-    r->ex = ex;
-    r->route = route;
-    r->t_arrival = now_seconds();
-    r->created = (long)time(NULL);
-    snprintf(r->method, sizeof r->method, "%s", http_method(ex));
-    snprintf(r->path, sizeof r->path, "%s", http_path(ex));
-    /* 96 random bits, as OpenAI's ids look: unguessable, not a counter. */
-    unsigned char rnd[12] = {0};
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        static unsigned long long counter;
-        unsigned long long x = (unsigned long long)(r->t_arrival * 1e9) ^ ++counter;
-        memcpy(rnd, &x, sizeof x);
-    }
-    int o = snprintf(r->id, sizeof r->id, "%s-", route == ROUTE_CHAT ? "chatcmpl" : "cmpl");
-    for (size_t i = 0; i < sizeof rnd; i++) o += snprintf(r->id + o, sizeof r->id - (size_t)o, "%02x", rnd[i]);
-    r->next = s->requests;
-    if (s->requests) s->requests->prev = r;
-    s->requests = r;
-    s->num_requests++;
-    http_set_user(ex, r);
-    return r;
-}
-
-void api_request_maybe_free(ApiRequest *r) {
-    ApiServer *s = r->srv;
-    bool engine_done = r->num_finished >= r->num_choices || r->num_submitted == 0;
-    if (r->ex || r->work_pending || !engine_done) return;
-    pthread_mutex_lock(&s->events_lock);
-    bool queued = r->dirty;
-    pthread_mutex_unlock(&s->events_lock);
-    if (queued) return; /* its last events are on their way */
-    if (r->counted_queued) s->num_queued--;
-    if (r->prev) r->prev->next = r->next; else s->requests = r->next;
-    if (r->next) r->next->prev = r->prev;
-    s->num_requests--;
-    for (int i = 0; i < r->num_prompts; i++) {
-        free(r->prompts[i]);
-        if (r->prompt_texts) free(r->prompt_texts[i]);
-    }
-    free(r->prompts);
-    free(r->prompt_lens);
-    free(r->prompt_texts);
-    for (int i = 0; r->choices && i < r->params.sampling.n * r->num_prompts; i++) {
-        byte_buf_free(&r->choices[i].text);
-        json_decref(r->choices[i].logprobs);
-        free(r->choices[i].final_event);
-    }
-    free(r->choices);
-    free(r->contexts);
-    free(r->engine_ids);
-    free(r->error_message);
-    json_decref(r->body);
-    free(r->result);
-    free(r);
-}
-
-/* ---- simple routes ----------------------------------------------------------------------- */
-
-static Route find_route(const char *path) {
-    static const struct {
-        const char *path;
-        Route route;
-    } routes[] = {{"/health", ROUTE_HEALTH},           {"/v1/models", ROUTE_MODELS},
-                  {"/metrics", ROUTE_METRICS},         {"/v1/completions", ROUTE_COMPLETIONS},
-                  {"/v1/chat/completions", ROUTE_CHAT}, {"/tokenize", ROUTE_TOKENIZE},
-                  {"/detokenize", ROUTE_DETOKENIZE}};
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (strcmp(path, routes[i].path) == 0) return routes[i].route;
-    return ROUTE_NONE;
-}
-
-const char *api_route_method(Route r) {
-    return r == ROUTE_HEALTH || r == ROUTE_MODELS || r == ROUTE_METRICS ? "GET" : "POST";
-}
+/* ---- routes answered here ----------------------------------------------------------------------- */
 
 /* "Authorization: Bearer KEY", compared in time independent of where it differs. */
 static bool authorized(const ApiServer *s, HttpExchange *ex) {
@@ -166,8 +85,8 @@ static void work_done(uv_work_t *w, int status) {
 
 static void on_request(void *ctx, HttpExchange *ex) {
     ApiServer *s = ctx;
-    Route route = find_route(http_path(ex));
-    ApiRequest *r = request_new(s, ex, route);
+    Route route = api_route_find(http_path(ex));
+    ApiRequest *r = api_request_new(s, ex, route);
     if (!r) {
         static const char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": "
                                   "\"server_error\", \"param\": null, \"code\": 500}}";
