@@ -9,8 +9,8 @@
 #ifndef NANOVLLM_CPU_ATTENTION_H
 #define NANOVLLM_CPU_ATTENTION_H
 
-#include "engine/runner.h"
 #include "thread_pool.h"
+#include "engine/runner.h"
 
 typedef struct CpuAttention CpuAttention;
 

@@ -17,9 +17,9 @@
 #ifndef NANOVLLM_CPU_MATMUL_H
 #define NANOVLLM_CPU_MATMUL_H
 
+#include "thread_pool.h"
 #include "engine/base/cpu_isa.h"
 #include "engine/model/model_weights.h"
-#include "thread_pool.h"
 
 typedef struct CpuMatmul CpuMatmul;
 

@@ -19,12 +19,12 @@
 #include <sys/mman.h>
 
 #include "cpu_attention.h"
-#include "engine/base/cpu_isa.h"
 #include "cpu_matmul.h"
 #include "cpu_ops.h"
 #include "cpu_weights.h"
-#include "engine/base/log.h"
 #include "thread_pool.h"
+#include "engine/base/cpu_isa.h"
+#include "engine/base/log.h"
 
 /* Where a step's time goes, kept when NANOVLLM_PROFILE is set and printed
  * when the runner is destroyed (for tuning; see cpu/PERFORMANCE.md). */

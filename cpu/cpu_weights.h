@@ -18,8 +18,8 @@
 
 #include <stdbool.h>
 
-#include "engine/model/model_weights.h"
 #include "thread_pool.h"
+#include "engine/model/model_weights.h"
 
 typedef struct CpuWeights {
     LayerWeights *layers; /* the model's layers with matrices repointed */

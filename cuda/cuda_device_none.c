@@ -2,8 +2,8 @@
  * cuda_device_none.c - cuda_device.h, cuda_runner.h and cuda_bench.h for
  * builds without nvcc (or with CUDA=0).
  */
-#include "cuda_device.h"
 #include "cuda_bench.h"
+#include "cuda_device.h"
 #include "cuda_runner.h"
 
 #include <stdio.h>

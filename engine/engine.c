@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/base/log.h"
 #include "scheduler.h"
+#include "engine/base/log.h"
 
 typedef struct Request {
     uint64_t id;

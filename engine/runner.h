@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model/model_weights.h"
 #include "sampler.h"
+#include "engine/model/model_weights.h"
 
 typedef struct RunnerSeq {
     const int32_t *tokens;      /* the new tokens of this step */

@@ -34,8 +34,8 @@
 
 #include <stdint.h>
 
-#include "engine/base/error.h"
 #include "sampling_params.h"
+#include "engine/base/error.h"
 
 /* What the sampler needs to know about the sequence besides its logits. */
 typedef struct SampleInput {

@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 #include "block_manager.h"
+#include "sampling_params.h"
 #include "engine/base/byte_buf.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "sampling_params.h"
 
 typedef enum SeqStatus { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED } SeqStatus;
 

@@ -29,16 +29,16 @@
 #include <stdbool.h>
 #include <uv.h>
 
-#include "engine/base/byte_buf.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/engine.h"
 #include "api_error.h"
+#include "api_parse.h"
 #include "api_server.h"
 #include "http_server.h"
 #include "metrics.h"
 #include "model_setup.h"
-#include "api_parse.h"
 #include "openai_response.h"
+#include "engine/base/byte_buf.h"
+#include "engine/engine.h"
+#include "engine/tokenizer/tokenizer.h"
 
 typedef enum Route {
     ROUTE_NONE,

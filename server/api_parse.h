@@ -16,9 +16,9 @@
 
 #include <stdint.h>
 
+#include "api_error.h"
 #include "engine/model/model_config.h"
 #include "engine/sampling_params.h"
-#include "api_error.h"
 
 #define MAX_STOP_STRINGS 16
 

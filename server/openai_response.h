@@ -12,9 +12,9 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "api_error.h"
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "api_error.h"
 
 typedef enum ApiKind { API_COMPLETION, API_CHAT } ApiKind;
 

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/pyjson.h"
+#include "engine/tokenizer/tokenizer.h"
 
 static char *render(ChatTemplateKind kind, const char *request, Error *err) {
     json_error_t jerr;

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda/cuda_device.h"
 #include "helpers.h"
+#include "cuda/cuda_device.h"
 
 static void expect_failure(const char *args, int status, const char *needle) {
     char *out, *err;

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu/cpu_ops.h"
 #include "cuda_test.h"
+#include "cpu/cpu_ops.h"
 
 /* Criterion reports skipped tests only with --verbose; make test must say
  * plainly when the GPU tests did not run. */

@@ -14,12 +14,12 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "cuda_test.h"
+#include "helpers.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/cpu_runner.h"
 #include "cuda/cuda_runner.h"
 #include "engine/engine.h"
-#include "cuda_test.h"
-#include "helpers.h"
 
 #define VOCAB 151936
 #define LOGIT_REL_TOL 2e-2

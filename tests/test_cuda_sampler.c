@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_sampler.h"
-#include "engine/sampler.h"
 #include "cuda_test.h"
 #include "sampler_cases.h"
+#include "cuda/cuda_sampler.h"
+#include "engine/sampler.h"
 
 #define PROMPT_LEN 40
 #define OUTPUT_LEN 24

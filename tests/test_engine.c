@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers.h"
 #include "cpu/cpu_runner.h"
 #include "engine/engine.h"
-#include "helpers.h"
 
 #define MAX_SAMPLES 4
 #define MAX_OUT 64

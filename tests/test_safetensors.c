@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers.h"
 #include "engine/base/half.h"
 #include "engine/model/safetensors.h"
-#include "helpers.h"
 
 static char *dir;
 static void setup(void) { dir = make_temp_dir(); }

@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampler_cases.h"
 #include "engine/base/cpu_isa.h"
 #include "engine/philox.h"
 #include "engine/sampler.h"
 #include "engine/sampler_math.h"
-#include "sampler_cases.h"
 
 static int64_t ulps_apart(float a, float b) { /* both >= 0 */
     int64_t x = sm_float_bits(a), y = sm_float_bits(b);

@@ -12,13 +12,13 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "helpers.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_internal.h"
 #include "engine/tokenizer/unicode9_assigned.h"
 #include "engine/tokenizer/unicode_nfc.h"
 #include "engine/tokenizer/unicode_props.h"
 #include "engine/tokenizer/utf8.h"
-#include "helpers.h"
 
 static uint64_t rng_state;
 static uint32_t rnd(uint32_t n) {

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/base/byte_buf.h"
 #include "pyjson.h"
+#include "engine/base/byte_buf.h"
 
 /* FNV-1a of Qwen3's chat_template (tokenizer_config.json of Qwen3-0.6B ...
  * Qwen3-32B), and its length: the template is recognised, not parsed. */

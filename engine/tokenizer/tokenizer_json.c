@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/base/byte_buf.h"
 #include "utf8.h"
+#include "engine/base/byte_buf.h"
 
 typedef struct Scan {
     const char *p, *end;

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/base/log.h"
 #include "bench_workload.h"
+#include "engine/base/log.h"
 
 typedef struct Progress {
     long output_tokens;

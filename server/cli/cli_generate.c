@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 
 #include "cli_args.h"
+#include "commands.h"
 #include "config/defaults.h"
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "commands.h"
 #include "server/model_setup.h"
 
 static const char USAGE[] =

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "cli_args.h"
-#include "server/api_server.h"
 #include "commands.h"
+#include "server/api_server.h"
 
 static const char USAGE[] = "usage: nanovllm serve --model DIR [options]\n";
 

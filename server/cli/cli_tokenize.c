@@ -16,10 +16,10 @@
 #include <string.h>
 
 #include "cli_args.h"
-#include "engine/base/byte_buf.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/base/log.h"
 #include "commands.h"
+#include "engine/base/byte_buf.h"
+#include "engine/base/log.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/bench/bench_tokenizer.h"
 
 static const char USAGE[] = "usage: nanovllm tokenize --model DIR [--chat] [--json] < input\n";
