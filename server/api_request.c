@@ -60,7 +60,8 @@ ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route) {
 
 void api_request_maybe_free(ApiRequest *r) {
     ApiServer *s = r->srv;
-    bool engine_done = r->num_finished >= r->num_choices || r->num_submitted == 0;
+    /* Once the engine is gone no output can come: what it held was dropped. */
+    bool engine_done = !s->engine || r->num_finished >= r->num_choices || r->num_submitted == 0;
     if (r->ex || r->work_pending || !engine_done) return;
     pthread_mutex_lock(&s->events_lock);
     bool queued = r->dirty;

@@ -210,9 +210,15 @@ static void finish_shutdown(ApiServer *s) {
     s->http = NULL;
     engine_destroy(s->engine); /* joins the engine thread */
     s->engine = NULL;
-    /* Events of aborted requests may still be queued: replay them so the
-     * requests can go, then close the loop's handles. */
+    /* Events of aborted requests may still be queued: replay them. Aborts
+     * the engine had no step left to carry out end with no event at all,
+     * so every request still here goes now (the engine is gone, its
+     * clients too), then the loop's handles close. */
     api_on_wake(&s->wake);
+    for (ApiRequest *r = s->requests, *next; r; r = next) {
+        next = r->next;
+        api_request_maybe_free(r); /* one with work on the pool goes when it returns */
+    }
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->sigint);
     close_handle((uv_handle_t *)&s->sigterm);
