@@ -265,11 +265,9 @@ Engine *engine_create(const ModelWeights *model, Runner *runner, Error *err) {
     if (!e) return NULL;
     e->model = model;
     e->runner = runner;
-    if (engine_init(e, err)) {
-        engine_destroy(e);
-        return NULL;
-    }
-    return e;
+    if (engine_init(e, err) == 0) return e;
+    engine_destroy(e);
+    return NULL;
 }
 
 void engine_destroy(Engine *e) {

@@ -71,6 +71,9 @@ void api_request_maybe_free(ApiRequest *r) {
     if (r->prev) r->prev->next = r->next; else s->requests = r->next;
     if (r->next) r->next->prev = r->prev;
     s->num_requests--;
+    json_decref(r->body);
+    free(r->result);
+    free(r->error_message);
     for (int i = 0; i < r->num_prompts; i++) {
         free(r->prompts[i]);
         if (r->prompt_texts) free(r->prompt_texts[i]);
@@ -86,8 +89,5 @@ void api_request_maybe_free(ApiRequest *r) {
     free(r->choices);
     free(r->contexts);
     free(r->engine_ids);
-    free(r->error_message);
-    json_decref(r->body);
-    free(r->result);
     free(r);
 }
