@@ -355,7 +355,6 @@ const char *http_body(const HttpExchange *ex, size_t *len) {
 }
 bool http_body_too_large(const HttpExchange *ex) { return ex->too_large; }
 void http_set_user(HttpExchange *ex, void *user) { ex->user = user; }
-void *http_user(const HttpExchange *ex) { return ex->user; }
 
 /* ---- the server -------------------------------------------------------------------- */
 

@@ -58,7 +58,6 @@ const char *http_header(const HttpExchange *ex, const char *name); /* NULL if ab
 const char *http_body(const HttpExchange *ex, size_t *len);
 bool http_body_too_large(const HttpExchange *ex);
 void http_set_user(HttpExchange *ex, void *user);
-void *http_user(const HttpExchange *ex);
 
 /* ---- the response ----------------------------------------------------------- */
 /* extra_headers: NULL or "Name: value" strings, NULL-terminated. */
