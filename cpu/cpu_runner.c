@@ -4,7 +4,8 @@
  * One step, read top to bottom in cpu_step():
  *   embed -> N x [RMSNorm -> q,k,v proj -> per-head q/k RMSNorm -> RoPE ->
  *   store K,V in the paged cache -> attention -> o_proj -> residual ->
- *   RMSNorm -> down(silu(gate) * up) -> residual] -> RMSNorm -> lm_head
+ *   RMSNorm -> down(silu(gate) * up), or the experts in a sparse layer
+ *   (cpu_moe.h) -> residual] -> RMSNorm -> lm_head
  * over all new tokens of all sequences at once (prefill and decode tokens
  * side by side), then greedy selection per sequence. The lm_head runs only
  * for the rows whose logits someone needs.
@@ -20,6 +21,7 @@
 
 #include "cpu_attention.h"
 #include "cpu_matmul.h"
+#include "cpu_moe.h"
 #include "cpu_ops.h"
 #include "cpu_weights.h"
 #include "thread_pool.h"
@@ -34,6 +36,7 @@ typedef enum Phase {
     PHASE_O_PROJ,
     PHASE_GATE_UP,
     PHASE_DOWN,
+    PHASE_MOE,
     PHASE_ELEMENTWISE, /* embedding, norms, RoPE, KV store, SiLU, residuals */
     PHASE_LM_HEAD,
     PHASE_SAMPLE,
@@ -41,7 +44,7 @@ typedef enum Phase {
 } Phase;
 
 static const char *const PHASE_NAMES[NUM_PHASES] = {"qkv", "attention", "o_proj", "gate_up",
-                                                    "down", "elementwise", "lm_head",
+                                                    "down", "moe", "elementwise", "lm_head",
                                                     "sample"};
 
 typedef struct CpuRunner {
@@ -51,6 +54,7 @@ typedef struct CpuRunner {
     CpuWeights weights; /* the matrices the forward pass reads (cpu_weights.h) */
     CpuMatmul *matmul;
     CpuAttention *attention;
+    CpuMoe *moe; /* NULL for a dense model */
     double *inv_freq; /* [head_dim / 2] */
 
     float *kv;           /* one mapping: K of every layer, then V of every layer */
@@ -206,6 +210,13 @@ static void forward_layer(CpuRunner *r, int l) {
     mark(r, PHASE_O_PROJ);
     for_each_token(r, attn_residual_norm);
     mark(r, PHASE_ELEMENTWISE);
+    if (L->experts) {
+        cpu_moe(r->moe, r->tmp, r->h, T, L);
+        mark(r, PHASE_MOE);
+        for_each_token(r, mlp_residual_norm);
+        mark(r, PHASE_ELEMENTWISE);
+        return;
+    }
     const Weight *gate_up[2] = {&L->gate_proj, &L->up_proj};
     float *gate_up_out[2] = {r->gate, r->up};
     cpu_matmul_multi(r->matmul, r->h, T, gate_up, gate_up_out, 2);
@@ -302,6 +313,7 @@ static void print_profile(const CpuRunner *r) {
 static void cpu_destroy(Runner *base) {
     CpuRunner *r = (CpuRunner *)base;
     if (r->profile) print_profile(r);
+    cpu_moe_destroy(r->moe);
     cpu_attention_destroy(r->attention);
     cpu_matmul_destroy(r->matmul);
     cpu_weights_free(&r->weights);
@@ -427,11 +439,14 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     }
     int max_cols = (int)(H > Q ? H : Q);
     if ((int)I > max_cols) max_cols = (int)I;
+    if (c->moe_intermediate_size > max_cols) max_cols = c->moe_intermediate_size;
     r->matmul = cpu_matmul_create(r->pool, (int)(T > max_logit_rows ? T : max_logit_rows), max_cols, err);
     AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
     if (r->matmul)
         r->attention = cpu_attention_create(r->pool, shape, o.max_num_seqs, (int)T, err);
-    if (!r->matmul || !r->attention) {
+    if (r->matmul && r->attention && c->num_experts > 0)
+        r->moe = cpu_moe_create(r->pool, r->matmul, c, (int)T, err);
+    if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) {
         cpu_destroy(&r->base);
         return NULL;
     }

@@ -10,22 +10,35 @@
 #include <sys/mman.h>
 
 /* Every matrix the forward pass streams, in order, with the tied lm_head once. */
-static int collect_matrices(CpuWeights *cw, int num_layers, Weight **out) {
+static int collect_matrices(CpuWeights *cw, const ModelWeights *model, Weight **out) {
     int n = 0;
-    for (int l = 0; l < num_layers; l++) {
-        LayerWeights *L = &cw->layers[l];
-        Weight *m[7] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->o_proj,
-                        &L->gate_proj, &L->up_proj, &L->down_proj};
-        for (int i = 0; i < 7; i++) out[n++] = m[i];
-    }
+    for (int l = 0; l < model->config.num_layers; l++)
+        n += model_layer_matrices(&model->config, &cw->layers[l], out + n);
     out[n++] = &cw->embed_tokens;
-    if (cw->lm_head.data != cw->embed_tokens.data) out[n++] = &cw->lm_head;
+    if (!model_weights_tied(model)) out[n++] = &cw->lm_head;
     return n;
 }
 
-static bool huge_pages_wanted(void) {
-    const char *env = getenv("NANOVLLM_CPU_WEIGHTS");
-    if (env && strcmp(env, "mapped") == 0) return false;
+static size_t count_matrices(const ModelWeights *model) {
+    return (size_t)model->config.num_layers * (size_t)model_layer_max_matrices(&model->config) + 2;
+}
+
+/* The layers and experts, copied so their matrices can be repointed. */
+static int copy_layers(CpuWeights *cw, const ModelWeights *model) {
+    const ModelConfig *c = &model->config;
+    size_t sparse = 0;
+    for (int l = 0; l < c->num_layers; l++) sparse += model->layers[l].experts != NULL;
+    cw->layers = malloc(sizeof *cw->layers * (size_t)c->num_layers);
+    if (sparse) cw->experts = malloc(sizeof *cw->experts * sparse * (size_t)c->num_experts);
+    if (!cw->layers || (sparse && !cw->experts)) return -1;
+    memcpy(cw->layers, model->layers, sizeof *cw->layers * (size_t)c->num_layers);
+    if (sparse) memcpy(cw->experts, model->experts, sizeof *cw->experts * sparse * (size_t)c->num_experts);
+    for (int l = 0; l < c->num_layers; l++)
+        if (cw->layers[l].experts) cw->layers[l].experts = cw->experts + (model->layers[l].experts - model->experts);
+    return 0;
+}
+
+static bool huge_pages_available(void) {
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
     if (!f) return false;
     char line[128] = "";
@@ -76,30 +89,37 @@ static void copy_task(void *ctx, int task, int thread) {
 
 int cpu_weights_init(CpuWeights *cw, const ModelWeights *model, ThreadPool *pool, Error *err) {
     memset(cw, 0, sizeof *cw);
-    int L = model->config.num_layers;
-    cw->layers = malloc(sizeof *cw->layers * (size_t)L);
-    Weight **mats = malloc(sizeof *mats * (size_t)(7 * L + 2));
-    Weight *sources = malloc(sizeof *sources * (size_t)(7 * L + 2));
-    if (!cw->layers || !mats || !sources) {
+    Weight **mats = malloc(sizeof *mats * count_matrices(model));
+    Weight *sources = malloc(sizeof *sources * count_matrices(model));
+    if (!mats || !sources || copy_layers(cw, model)) {
         free(mats);
         free(sources);
         cpu_weights_free(cw);
         return error_set(err, "out of memory");
     }
-    memcpy(cw->layers, model->layers, sizeof *cw->layers * (size_t)L);
     cw->embed_tokens = model->embed_tokens;
     cw->lm_head = model->lm_head;
-    int n = collect_matrices(cw, L, mats);
+    int n = collect_matrices(cw, model, mats);
     for (int i = 0; i < n; i++) {
         sources[i] = *mats[i];
         cw->size += (weight_bytes(mats[i]) + 63) / 64 * 64;
     }
 
+    /* A dummy model has nothing to use in place: it is always copied (generated). */
+    const char *env = getenv("NANOVLLM_CPU_WEIGHTS");
+    bool mapped = env && strcmp(env, "mapped") == 0 && !model->dummy;
+    bool huge = !mapped && huge_pages_available();
     int rc = 0;
-    void *mem = huge_pages_wanted() ? mmap(NULL, cw->size, PROT_READ | PROT_WRITE,
-                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                                    : MAP_FAILED;
-    if (mem != MAP_FAILED && madvise(mem, cw->size, MADV_HUGEPAGE) != 0) {
+    void *mem = huge || model->dummy ? mmap(NULL, cw->size, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                                     : MAP_FAILED;
+    if (mem == MAP_FAILED && model->dummy) {
+        free(mats);
+        free(sources);
+        cpu_weights_free(cw);
+        return error_set(err, "cannot allocate %.2f GB for the dummy weights", cw->size / 1e9);
+    }
+    if (mem != MAP_FAILED && huge && madvise(mem, cw->size, MADV_HUGEPAGE) != 0 && !model->dummy) {
         munmap(mem, cw->size); /* no huge pages: a copy would only cost memory */
         mem = MAP_FAILED;
     }
@@ -117,7 +137,7 @@ int cpu_weights_init(CpuWeights *cw, const ModelWeights *model, ThreadPool *pool
         thread_pool_run(pool, n, copy_task, &job);
         pthread_mutex_destroy(&job.lock);
         if (job.failed) rc = error_set(err, "%s", job.err.msg);
-        if (cw->lm_head.data == model->embed_tokens.data) cw->lm_head = cw->embed_tokens; /* tied */
+        if (model_weights_tied(model)) cw->lm_head = cw->embed_tokens;
     } else {
         cw->size = 0;
     }
@@ -130,5 +150,6 @@ int cpu_weights_init(CpuWeights *cw, const ModelWeights *model, ThreadPool *pool
 void cpu_weights_free(CpuWeights *cw) {
     if (cw->memory) munmap(cw->memory, cw->size);
     free(cw->layers);
+    free(cw->experts);
     memset(cw, 0, sizeof *cw);
 }

@@ -11,7 +11,8 @@
  * then filled with pread (no page faults on the mapping; ~0.5 s for 1.2 GB). Still bf16, still one copy
  * (the file's pages are not mapped in), so resident memory stays the weight
  * bytes. Where huge pages are off, or NANOVLLM_CPU_WEIGHTS=mapped, the
- * matrices are used in place from the mapping instead.
+ * matrices are used in place from the mapping instead; a dummy model's
+ * (model_weights_load_dummy) are always generated into a copy.
  */
 #ifndef NANOVLLM_CPU_WEIGHTS_H
 #define NANOVLLM_CPU_WEIGHTS_H
@@ -22,7 +23,8 @@
 #include "engine/model/model_weights.h"
 
 typedef struct CpuWeights {
-    LayerWeights *layers; /* the model's layers with matrices repointed */
+    LayerWeights *layers;   /* the model's layers with matrices repointed */
+    ExpertWeights *experts; /* likewise, the sparse layers' experts */
     Weight embed_tokens, lm_head;
     void *memory; /* the huge-page region; NULL when matrices are used in place */
     size_t size;

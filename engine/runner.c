@@ -18,6 +18,7 @@ RunnerOptions runner_default_options(void) {
         .max_num_batched_tokens = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         .max_model_len = 0, /* 0: the model's max_position_embeddings */
         .num_threads = 0,
+        .load_format = "auto",
     };
 }
 

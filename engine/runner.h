@@ -61,6 +61,10 @@ typedef struct RunnerOptions {
     int max_num_batched_tokens;    /* new tokens per step */
     int max_model_len;             /* longest context */
     int num_threads;               /* CPU threads, 0 = one per core */
+    /* Where the weights come from, for whoever loads them (server/model_setup.c),
+     * not the backends: "auto" (the checkpoint) or "dummy" (random, from
+     * config.json alone: model_weights_load_dummy), as vLLM's --load-format. */
+    const char *load_format;
 } RunnerOptions;
 
 typedef struct Runner Runner;

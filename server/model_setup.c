@@ -49,17 +49,42 @@ Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char
     return cpu_runner_create(model, opts, err);
 }
 
+/* The checkpoint, or (--load-format dummy) random weights of its config's shapes. */
+static int load_weights(ModelWeights *w, const char *model_dir, const RunnerOptions *opts,
+                        Error *err) {
+    if (!opts->load_format || strcmp(opts->load_format, "dummy") != 0)
+        return model_weights_load(w, model_dir, err);
+    ModelConfig cfg;
+    return model_config_load(&cfg, model_dir, err) ? -1
+                                                   : model_weights_load_dummy(w, &cfg, 0, err);
+}
+
+/* One line: the architecture, its shape, and what a token costs. */
+static void log_model(const ModelWeights *w, const char *model_dir) {
+    const ModelConfig *c = &w->config;
+    ModelSize size = model_weights_size(w);
+    char arch[160] = "Qwen3";
+    if (c->num_experts > 0) {
+        int sparse = 0;
+        for (int l = 0; l < c->num_layers; l++) sparse += model_config_layer_is_sparse(c, l);
+        snprintf(arch, sizeof arch, "Qwen3 MoE (%d of %d layers sparse: %d experts, %d per token)",
+                 sparse, c->num_layers, c->num_experts, c->num_experts_per_tok);
+    }
+    log_info("model %s: %s, %d layers, hidden %d, %d/%d heads x %d, vocab %d; %.3gB parameters, "
+             "%.3gB active per token; %.3g GB of weights (%s), %.3g GB read per decode token",
+             model_dir, arch, c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads,
+             c->head_dim, c->vocab_size, size.total_params / 1e9, size.active_params / 1e9,
+             model_weights_bytes(w) / 1e9,
+             w->dummy ? "dummy bf16, seed 0" : c->torch_dtype[0] ? c->torch_dtype : "dtype not stated",
+             size.bytes_per_token / 1e9);
+}
+
 int loaded_model_open(LoadedModel *m, const char *model_dir, const RunnerOptions *opts,
                       Error *err) {
     memset(m, 0, sizeof *m);
     double t0 = now_seconds();
-    if (model_weights_load(&m->weights, model_dir, err)) return -1;
-    const ModelConfig *c = &m->weights.config;
-    log_info("model %s: Qwen3, %d layers, hidden %d, %d/%d heads x %d, vocab %d, %.2f GB of "
-             "weights (%s)",
-             model_dir, c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads, c->head_dim,
-             c->vocab_size, model_weights_bytes(&m->weights) / 1e9,
-             c->torch_dtype[0] ? c->torch_dtype : "dtype not stated");
+    if (load_weights(&m->weights, model_dir, opts, err)) return -1;
+    log_model(&m->weights, model_dir);
     char note[640];
     m->runner = runner_create(&m->weights, opts, note, sizeof note, err);
     if (!m->runner) {

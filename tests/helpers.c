@@ -112,12 +112,19 @@ char *tiny_model_with_generation_config(const char *const *files, int num_files,
     return dir;
 }
 
-json_t *golden_load(void) {
+const GoldenFixture TINY_DENSE = {TINY_MODEL, TINY_GOLDEN};
+const GoldenFixture TINY_MOE = {TINY_MOE_MODEL, TINY_MOE_GOLDEN};
+
+json_t *golden_load_from(const GoldenFixture *f) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/golden.json", f->golden);
     json_error_t jerr;
-    json_t *g = json_load_file(TINY_GOLDEN "/golden.json", 0, &jerr);
-    cr_assert(g, "golden.json: %s", jerr.text);
+    json_t *g = json_load_file(path, 0, &jerr);
+    cr_assert(g, "%s: %s", path, jerr.text);
     return g;
 }
+
+json_t *golden_load(void) { return golden_load_from(&TINY_DENSE); }
 
 json_t *golden_prompt(json_t *golden, const char *name) {
     size_t i;
@@ -136,20 +143,31 @@ int32_t *json_ids(json_t *arr, int *n) {
     return ids;
 }
 
-float *golden_last_logits(const char *name) {
+float *golden_logits_from(const GoldenFixture *fx, const char *name) {
     char path[512];
-    snprintf(path, sizeof path, TINY_GOLDEN "/logits/%s.f32", name);
+    snprintf(path, sizeof path, "%s/logits/%s.f32", fx->golden, name);
     FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
+    if (!f) return NULL;
     float *v = malloc(sizeof(float) * 151936);
     cr_assert(fread(v, sizeof(float), 151936, f) == 151936);
     fclose(f);
     return v;
 }
 
+float *golden_last_logits(const char *name) {
+    float *v = golden_logits_from(&TINY_DENSE, name);
+    cr_assert(v, "no golden logits for %s", name);
+    return v;
+}
+
 void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens) {
+    fixture_open(TINY_MODEL, w, r, block_size, max_tokens);
+}
+
+void fixture_open(const char *model_dir, ModelWeights *w, Runner **r, int block_size,
+                  int max_tokens) {
     Error err = {0};
-    cr_assert(model_weights_load(w, TINY_MODEL, &err) == 0, "%s", err.msg);
+    cr_assert(model_weights_load(w, model_dir, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
     o.block_size = block_size;

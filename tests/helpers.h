@@ -16,6 +16,8 @@
 
 #define TINY_MODEL "tests/fixtures/tiny-qwen3"
 #define TINY_GOLDEN "tests/fixtures/tiny-qwen3-golden"
+#define TINY_MOE_MODEL "tests/fixtures/tiny-qwen3-moe" /* 16 experts, 4 per token */
+#define TINY_MOE_GOLDEN "tests/fixtures/tiny-qwen3-moe-golden"
 #define GOLDEN_TOL 2e-3 /* the golden README's tolerance for float32 math */
 #define TOKENIZER_FIXTURES "tests/fixtures/tokenizer" /* copied from ../shared/fixtures/tokenizer */
 #define QWEN3_VOCAB_ROWS 151936 /* the model's embedding rows; the tokenizer has 151669 ids */
@@ -52,13 +54,24 @@ void copy_tiny_config(const char *dir);
 char *tiny_model_with_generation_config(const char *const *files, int num_files,
                                         const char *generation_config);
 
-/* Golden data of the tiny model. */
+/* A model folder and its golden outputs (same format for dense and MoE). */
+typedef struct GoldenFixture {
+    const char *model, *golden;
+} GoldenFixture;
+extern const GoldenFixture TINY_DENSE, TINY_MOE;
+
+/* Golden data of a fixture; the plain forms are the dense tiny model's. */
+json_t *golden_load_from(const GoldenFixture *f);
+float *golden_logits_from(const GoldenFixture *f, const char *name); /* NULL: not in this copy */
 json_t *golden_load(void);
 json_t *golden_prompt(json_t *golden, const char *name);
 int32_t *json_ids(json_t *arr, int *n); /* malloc'ed */
 float *golden_last_logits(const char *name); /* malloc'ed [vocab] */
 
-/* The tiny model and a CPU runner for it (block size and token budget as given). */
+/* A model folder and a CPU runner for it (block size and token budget as
+ * given); tiny_open is the dense tiny model's. */
+void fixture_open(const char *model_dir, ModelWeights *w, Runner **r, int block_size,
+                  int max_tokens);
 void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens);
 void tiny_close(ModelWeights *w, Runner *r);
 

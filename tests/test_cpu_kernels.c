@@ -41,7 +41,7 @@ static void check_matmul(int M, int N, int K, WeightType type, MatmulStrategy st
         wb[i] = f32_to_bf16(wf[i]);
         if (type == WEIGHT_BF16) wf[i] = bf16_to_f32(wb[i]);
     }
-    Weight w = {type == WEIGHT_BF16 ? (const void *)wb : wf, type, N, K};
+    Weight w = {.data = type == WEIGHT_BF16 ? (const void *)wb : wf, .type = type, .rows = N, .cols = K};
     float *y = malloc(sizeof(float) * (size_t)M * N);
     for (size_t i = 0; i < (size_t)M * N; i++) y[i] = NAN;
     cpu_matmul_with(mm, y, x, M, &w, strategy, isa);
@@ -100,7 +100,7 @@ Test(cpu_kernels, matmul_multi_matches_single) {
     for (int i = 0; i < 3; i++) {
         data[i] = malloc(sizeof(uint16_t) * (size_t)rows[i] * K);
         for (size_t j = 0; j < (size_t)rows[i] * K; j++) data[i][j] = f32_to_bf16(uniform());
-        w[i] = (Weight){data[i], WEIGHT_BF16, rows[i], K};
+        w[i] = (Weight){.data = data[i], .type = WEIGHT_BF16, .rows = rows[i], .cols = K};
         multi[i] = malloc(sizeof(float) * (size_t)M * rows[i]);
         single[i] = malloc(sizeof(float) * (size_t)M * rows[i]);
         cpu_matmul(mm, single[i], x, M, &w[i]);
@@ -236,7 +236,7 @@ Test(cpu_kernels, per_token_ops) {
     cr_expect_eq(argmax(v, 5), 1, "ties go to the lowest index, as numpy");
 
     uint16_t row[4] = {0x3f80, 0xc000, 0x0000, 0x7f80};
-    Weight e = {row, WEIGHT_BF16, 2, 2};
+    Weight e = {.data = row, .type = WEIGHT_BF16, .rows = 2, .cols = 2};
     float r[2];
     embed_row(r, &e, 1);
     cr_expect(r[0] == 0.0f && isinf(r[1]));

@@ -147,3 +147,54 @@ Test(model_config, generation_config_sampling_defaults) {
     cr_assert(model_config_parse(&c, "{" BASE_FIELDS "}", NULL, &err) == 0);
     cr_expect(!c.has_temperature && !c.has_top_p);
 }
+
+#define MOE_FIELDS                                                                                 \
+    "\"model_type\": \"qwen3_moe\", \"architectures\": [\"Qwen3MoeForCausalLM\"], "                \
+    "\"vocab_size\": 1000, \"hidden_size\": 64, \"intermediate_size\": 128, "                     \
+    "\"num_hidden_layers\": 4, \"num_attention_heads\": 4"
+
+Test(model_config, moe_fixture) {
+    ModelConfig c;
+    Error err = {0};
+    cr_assert(model_config_load(&c, TINY_MOE_MODEL, &err) == 0, "%s", err.msg);
+    cr_expect_eq(c.num_experts, 16);
+    cr_expect_eq(c.num_experts_per_tok, 4);
+    cr_expect_eq(c.moe_intermediate_size, 48);
+    cr_expect(c.norm_topk_prob);
+    cr_expect(!c.tie_word_embeddings);
+    cr_expect(model_config_layer_is_sparse(&c, 0) && !model_config_layer_is_sparse(&c, 1) &&
+              model_config_layer_is_sparse(&c, 2), "mlp_only_layers [1] keeps layer 1 dense");
+    cr_assert(model_config_load(&c, TINY_MODEL, &err) == 0);
+    cr_expect(c.num_experts == 0 && !model_config_layer_is_sparse(&c, 0), "dense: no experts");
+}
+
+Test(model_config, moe_defaults_and_sparse_step) {
+    ModelConfig c;
+    Error err = {0};
+    cr_assert(model_config_parse(&c, "{" MOE_FIELDS "}", NULL, &err) == 0, "%s", err.msg);
+    cr_expect(c.num_experts == 128 && c.num_experts_per_tok == 8 && c.moe_intermediate_size == 768,
+              "transformers' Qwen3MoeConfig defaults");
+    cr_expect(!c.norm_topk_prob);
+    for (int l = 0; l < 4; l++) cr_expect(model_config_layer_is_sparse(&c, l));
+    cr_assert(model_config_parse(&c, "{" MOE_FIELDS ", \"decoder_sparse_step\": 2, "
+                                     "\"mlp_only_layers\": [3], \"num_experts\": 4, "
+                                     "\"num_experts_per_tok\": 4}", NULL, &err) == 0, "%s", err.msg);
+    cr_expect(!model_config_layer_is_sparse(&c, 0) && model_config_layer_is_sparse(&c, 1) &&
+              !model_config_layer_is_sparse(&c, 2) && !model_config_layer_is_sparse(&c, 3),
+              "sparse every 2nd layer ((l + 1) %% 2 == 0) unless listed dense");
+}
+
+Test(model_config, moe_refusals) {
+    expect_error("{" MOE_FIELDS ", \"shared_expert_intermediate_size\": 5632}", "shared_expert_intermediate_size");
+    expect_error("{" MOE_FIELDS ", \"n_shared_experts\": 2}", "shared experts");
+    expect_error("{\"model_type\": \"qwen3_moe\", \"architectures\": [\"Qwen3ForCausalLM\"]}",
+                 "Qwen3MoeForCausalLM");
+    expect_error("{\"model_type\": \"qwen3\", \"architectures\": [\"Qwen3MoeForCausalLM\"]}",
+                 "Qwen3ForCausalLM");
+    expect_error("{\"model_type\": \"qwen2_moe\"}", "'qwen2_moe'");
+    expect_error("{" MOE_FIELDS ", \"num_experts\": 4, \"num_experts_per_tok\": 5}", "exceeds num_experts");
+    expect_error("{" MOE_FIELDS ", \"mlp_only_layers\": [4]}", "mlp_only_layers");
+    expect_error("{" MOE_FIELDS ", \"mlp_only_layers\": 1}", "mlp_only_layers");
+    expect_error("{" MOE_FIELDS ", \"norm_topk_prob\": 1}", "norm_topk_prob");
+    expect_error("{" MOE_FIELDS ", \"decoder_sparse_step\": 0}", "decoder_sparse_step");
+}

@@ -77,16 +77,19 @@ static int read_eos(ModelConfig *cfg, json_t *root, const char *file, Error *err
     return 0;
 }
 
-static int check_architecture(json_t *root, Error *err) {
+/* model_type and architectures: Qwen3 dense or Qwen3 MoE, and they must agree. */
+static int check_architecture(ModelConfig *cfg, json_t *root, Error *err) {
     json_t *type = json_object_get(root, "model_type");
     if (!type) return error_set(err, "config.json: missing required field 'model_type'");
-    if (!json_is_string(type) || strcmp(json_string_value(type), "qwen3") != 0)
+    const char *name = json_is_string(type) ? json_string_value(type) : NULL;
+    bool moe = name && strcmp(name, "qwen3_moe") == 0;
+    if (!name || (!moe && strcmp(name, "qwen3") != 0))
         return error_set(err,
-                         "config.json: unsupported model_type %s%s%s (nanovllm serves Qwen3 dense "
-                         "models: model_type 'qwen3')",
-                         json_is_string(type) ? "'" : "",
-                         json_is_string(type) ? json_string_value(type) : "(not a string)",
-                         json_is_string(type) ? "'" : "");
+                         "config.json: unsupported model_type %s%s%s (nanovllm serves Qwen3 models: "
+                         "model_type 'qwen3' or 'qwen3_moe')",
+                         name ? "'" : "", name ? name : "(not a string)", name ? "'" : "");
+    const char *want = moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM";
+    cfg->num_experts = moe ? -1 : 0; /* -1: read below */
     json_t *archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
         if (!json_is_array(archs))
@@ -95,15 +98,14 @@ static int check_architecture(json_t *root, Error *err) {
         size_t i;
         json_t *a;
         json_array_foreach(archs, i, a) {
-            if (json_is_string(a) && strcmp(json_string_value(a), "Qwen3ForCausalLM") == 0)
-                found = true;
+            if (json_is_string(a) && strcmp(json_string_value(a), want) == 0) found = true;
         }
         if (!found) {
             json_t *first = json_array_get(archs, 0);
             return error_set(err,
-                             "config.json: unsupported architectures ['%s'] (nanovllm implements "
-                             "Qwen3ForCausalLM)",
-                             json_is_string(first) ? json_string_value(first) : "?");
+                             "config.json: unsupported architectures ['%s'] for model_type '%s' "
+                             "(nanovllm implements %s)",
+                             json_is_string(first) ? json_string_value(first) : "?", name, want);
         }
     }
     return 0;
@@ -124,13 +126,64 @@ static int check_unsupported_features(json_t *root, Error *err) {
     v = json_object_get(root, "use_sliding_window");
     if (v && json_is_true(v))
         return error_set(err, "config.json: use_sliding_window=true is not supported");
+    /* Shared experts (Qwen2-MoE, DeepSeek) add an always-on MLP Qwen3's MoE lacks. */
+    static const char *const shared[] = {"shared_expert_intermediate_size", "n_shared_experts",
+                                         "num_shared_experts"};
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+        v = json_object_get(root, shared[i]);
+        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
+            return error_set(err, "config.json: %s: shared experts are not supported (Qwen3's "
+                                  "MoE has none)", shared[i]);
+    }
+    return 0;
+}
+
+/* Qwen3MoeConfig's fields, with transformers' defaults, and which layers
+ * are sparse: all but those in mlp_only_layers or off decoder_sparse_step. */
+static int read_moe(ModelConfig *cfg, json_t *root, Error *err) {
+    cfg->num_experts = 128;
+    cfg->num_experts_per_tok = 8;
+    cfg->moe_intermediate_size = 768;
+    int step = 1;
+    if (read_int(root, "num_experts", false, 1, 4096, &cfg->num_experts, err) ||
+        read_int(root, "num_experts_per_tok", false, 1, 4096, &cfg->num_experts_per_tok, err) ||
+        read_int(root, "moe_intermediate_size", false, 1, 1 << 18, &cfg->moe_intermediate_size,
+                 err) ||
+        read_int(root, "decoder_sparse_step", false, 1, MODEL_MAX_LAYERS, &step, err))
+        return -1;
+    if (cfg->num_experts_per_tok > cfg->num_experts)
+        return error_set(err, "config.json: num_experts_per_tok (%d) exceeds num_experts (%d)",
+                         cfg->num_experts_per_tok, cfg->num_experts);
+    json_t *norm = json_object_get(root, "norm_topk_prob");
+    if (norm && !json_is_null(norm)) {
+        if (!json_is_boolean(norm))
+            return error_set(err, "config.json: field 'norm_topk_prob' must be true or false");
+        cfg->norm_topk_prob = json_is_true(norm);
+    }
+    for (int l = 0; l < cfg->num_layers; l++) cfg->sparse_layer[l] = (l + 1) % step == 0;
+    json_t *dense = json_object_get(root, "mlp_only_layers");
+    if (dense && !json_is_null(dense)) {
+        if (!json_is_array(dense))
+            return error_set(err, "config.json: field 'mlp_only_layers' must be a list of layers");
+        size_t i;
+        json_t *l;
+        json_array_foreach(dense, i, l) {
+            if (!json_is_integer(l) || json_integer_value(l) < 0 ||
+                json_integer_value(l) >= cfg->num_layers)
+                return error_set(err, "config.json: mlp_only_layers: entries must be layer "
+                                      "numbers in [0, %d)", cfg->num_layers);
+            cfg->sparse_layer[json_integer_value(l)] = 0;
+        }
+    }
     return 0;
 }
 
 static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
     memset(cfg, 0, sizeof *cfg);
     if (!json_is_object(root)) return error_set(err, "config.json: not a JSON object");
-    if (check_architecture(root, err) || check_unsupported_features(root, err)) return -1;
+    if (check_architecture(cfg, root, err) || check_unsupported_features(root, err)) return -1;
+    bool moe = cfg->num_experts < 0;
+    cfg->num_experts = 0;
 
     /* transformers' Qwen3Config defaults for the optional fields. */
     cfg->max_position_embeddings = 32768;
@@ -141,7 +194,7 @@ static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
     if (read_int(root, "vocab_size", true, 1, 1 << 24, &cfg->vocab_size, err) ||
         read_int(root, "hidden_size", true, 1, 1 << 16, &cfg->hidden_size, err) ||
         read_int(root, "intermediate_size", true, 1, 1 << 18, &cfg->intermediate_size, err) ||
-        read_int(root, "num_hidden_layers", true, 1, 1024, &cfg->num_layers, err) ||
+        read_int(root, "num_hidden_layers", true, 1, MODEL_MAX_LAYERS, &cfg->num_layers, err) ||
         read_int(root, "num_attention_heads", true, 1, 1024, &cfg->num_heads, err))
         return -1;
     cfg->num_kv_heads = cfg->num_heads;
@@ -177,6 +230,7 @@ static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
                          "config.json: num_attention_heads (%d) must be a multiple of "
                          "num_key_value_heads (%d)",
                          cfg->num_heads, cfg->num_kv_heads);
+    if (moe && read_moe(cfg, root, err)) return -1;
     return read_eos(cfg, root, "config.json", err);
 }
 
@@ -280,6 +334,10 @@ int model_config_load(ModelConfig *cfg, const char *model_dir, Error *err) {
     free(gen);
     if (rc) return error_prefix(err, "%s", model_dir);
     return 0;
+}
+
+bool model_config_layer_is_sparse(const ModelConfig *cfg, int l) {
+    return cfg->num_experts > 0 && l >= 0 && l < cfg->num_layers && cfg->sparse_layer[l];
 }
 
 bool model_config_is_eos(const ModelConfig *cfg, int token_id) {

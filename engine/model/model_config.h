@@ -1,12 +1,15 @@
 /*
  * model_config.h - a Hugging Face Qwen3 config.json, as the forward pass needs it.
  *
+ * Two architectures: Qwen3ForCausalLM (model_type qwen3, dense) and
+ * Qwen3MoeForCausalLM (model_type qwen3_moe: a layer's MLP is a router and
+ * experts unless mlp_only_layers or decoder_sparse_step keep it dense).
  * model_config_load() reads DIR/config.json (and DIR/generation_config.json for
  * extra end-of-sequence ids) with jansson, fills HF's defaults where HF has one,
  * and rejects anything the forward pass does not implement (other
- * architectures, rope scaling, sliding windows, attention biases) with an error
- * naming the field, so an unsupported model fails at start-up instead of
- * producing wrong tokens.
+ * architectures, rope scaling, sliding windows, attention biases, shared
+ * experts) with an error naming the field, so an unsupported model fails at
+ * start-up instead of producing wrong tokens.
  */
 #ifndef NANOVLLM_MODEL_CONFIG_H
 #define NANOVLLM_MODEL_CONFIG_H
@@ -16,6 +19,7 @@
 #include "engine/base/error.h"
 
 #define MODEL_MAX_EOS_IDS 8
+#define MODEL_MAX_LAYERS 1024
 
 typedef struct ModelConfig {
     int vocab_size;
@@ -38,6 +42,12 @@ typedef struct ModelConfig {
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty;
     double temperature, top_p, min_p, repetition_penalty;
     int top_k;
+    /* Mixture of experts (qwen3_moe); num_experts is 0 in a dense model. */
+    int num_experts;           /* routed experts per sparse layer */
+    int num_experts_per_tok;   /* k: experts each token goes to */
+    int moe_intermediate_size; /* each expert's MLP width */
+    bool norm_topk_prob;       /* renormalise the k routing weights to sum to 1 */
+    unsigned char sparse_layer[MODEL_MAX_LAYERS]; /* 1: the layer's MLP is the experts */
 } ModelConfig;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json. */
@@ -47,5 +57,9 @@ int model_config_load(ModelConfig *cfg, const char *model_dir, Error *err);
 int model_config_parse(ModelConfig *cfg, const char *config_text, const char *gen_text, Error *err);
 
 bool model_config_is_eos(const ModelConfig *cfg, int token_id);
+
+/* Whether layer l's MLP is the router and experts (else a dense MLP of
+ * intermediate_size). */
+bool model_config_layer_is_sparse(const ModelConfig *cfg, int l);
 
 #endif

@@ -1,16 +1,23 @@
 /*
- * model_weights.c - checkpoint tensors -> ModelWeights (see model_weights.h).
+ * model_weights.c - checkpoint tensors (or dummy ones) -> ModelWeights (see
+ * model_weights.h).
+ *
+ * Both ways of loading walk the same list of tensors, each named as in the
+ * Hugging Face checkpoint: load_layer() asks source_matrix() and
+ * source_vector() for them, which read the checkpoint or make dummies.
  */
 #include "model_weights.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "dummy_weights.h"
 #include "engine/base/half.h"
 
 static void *own(ModelWeights *w, size_t bytes, Error *err) {
@@ -61,7 +68,8 @@ static const TensorInfo *find_checked(ModelWeights *w, const char *name, int ndi
     return t;
 }
 
-static int load_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
+static int checkpoint_vector(ModelWeights *w, const char *name, int n, const float **out,
+                             Error *err) {
     int64_t shape[1] = {n};
     const TensorInfo *t = find_checked(w, name, 1, shape, err);
     if (!t) return -1;
@@ -82,8 +90,8 @@ static int load_vector(ModelWeights *w, const char *name, int n, const float **o
 
 /* bf16 and f32 matrices are used in place when aligned to their element size;
  * f16 (and anything misaligned) is converted into an owned buffer. */
-static int load_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
-                       Error *err) {
+static int checkpoint_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
+                             Error *err) {
     int64_t shape[2] = {rows, cols};
     const TensorInfo *t = find_checked(w, name, 2, shape, err);
     if (!t) return -1;
@@ -124,6 +132,56 @@ static int load_matrix(ModelWeights *w, const char *name, int rows, int cols, We
     return 0;
 }
 
+/* ---- dummies: the same tensors from (seed, name) ---- */
+
+/* Norms near 1 (1 + 0.1 u), as trained models have them. */
+static int dummy_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
+    float *v = own(w, sizeof(float) * (size_t)n, err);
+    if (!v) return -1;
+    uint64_t key = dummy_key(name, w->dummy_seed);
+    for (int i = 0; i < n; i++) v[i] = 1.0f + dummy_value(key, (uint64_t)i, 0.1f);
+    *out = v;
+    return 0;
+}
+
+/* Variance 1 / fan_in (uniform of amplitude sqrt(3 / cols)); the embedding's 1. */
+static void dummy_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out) {
+    bool embed = strcmp(name, "model.embed_tokens.weight") == 0;
+    *out = (Weight){NULL, WEIGHT_BF16, rows, cols, dummy_key(name, w->dummy_seed),
+                    embed ? 1.7320508f : (float)sqrt(3.0 / cols)};
+}
+
+static int source_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
+    return w->dummy ? dummy_vector(w, name, n, out, err) : checkpoint_vector(w, name, n, out, err);
+}
+
+static int source_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
+                         Error *err) {
+    if (!w->dummy) return checkpoint_matrix(w, name, rows, cols, out, err);
+    dummy_matrix(w, name, rows, cols, out);
+    return 0;
+}
+
+/* ---- the tensors of a layer ---- */
+
+static int load_experts(ModelWeights *w, int i, LayerWeights *L, Error *err) {
+    const ModelConfig *c = &w->config;
+    int H = c->hidden_size, MI = c->moe_intermediate_size;
+    char name[160];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", i);
+    if (source_matrix(w, name, c->num_experts, H, &L->router, err)) return -1;
+    for (int e = 0; e < c->num_experts; e++) {
+        ExpertWeights *x = &L->experts[e];
+#define EXPERT(proj) (snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s", i, e, proj), name)
+        if (source_matrix(w, EXPERT("gate_proj.weight"), MI, H, &x->gate_proj, err) ||
+            source_matrix(w, EXPERT("up_proj.weight"), MI, H, &x->up_proj, err) ||
+            source_matrix(w, EXPERT("down_proj.weight"), H, MI, &x->down_proj, err))
+            return -1;
+#undef EXPERT
+    }
+    return 0;
+}
+
 static int load_layer(ModelWeights *w, int i, Error *err) {
     const ModelConfig *c = &w->config;
     LayerWeights *L = &w->layers[i];
@@ -131,20 +189,46 @@ static int load_layer(ModelWeights *w, int i, Error *err) {
     int q_dim = c->num_heads * D, kv_dim = c->num_kv_heads * D;
     char name[128];
 #define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", i, suffix), name)
-    if (load_vector(w, NAME("input_layernorm.weight"), H, &L->input_norm, err) ||
-        load_vector(w, NAME("post_attention_layernorm.weight"), H, &L->post_attention_norm, err) ||
-        load_vector(w, NAME("self_attn.q_norm.weight"), D, &L->q_norm, err) ||
-        load_vector(w, NAME("self_attn.k_norm.weight"), D, &L->k_norm, err) ||
-        load_matrix(w, NAME("self_attn.q_proj.weight"), q_dim, H, &L->q_proj, err) ||
-        load_matrix(w, NAME("self_attn.k_proj.weight"), kv_dim, H, &L->k_proj, err) ||
-        load_matrix(w, NAME("self_attn.v_proj.weight"), kv_dim, H, &L->v_proj, err) ||
-        load_matrix(w, NAME("self_attn.o_proj.weight"), H, q_dim, &L->o_proj, err) ||
-        load_matrix(w, NAME("mlp.gate_proj.weight"), I, H, &L->gate_proj, err) ||
-        load_matrix(w, NAME("mlp.up_proj.weight"), I, H, &L->up_proj, err) ||
-        load_matrix(w, NAME("mlp.down_proj.weight"), H, I, &L->down_proj, err))
+    if (source_vector(w, NAME("input_layernorm.weight"), H, &L->input_norm, err) ||
+        source_vector(w, NAME("post_attention_layernorm.weight"), H, &L->post_attention_norm, err) ||
+        source_vector(w, NAME("self_attn.q_norm.weight"), D, &L->q_norm, err) ||
+        source_vector(w, NAME("self_attn.k_norm.weight"), D, &L->k_norm, err) ||
+        source_matrix(w, NAME("self_attn.q_proj.weight"), q_dim, H, &L->q_proj, err) ||
+        source_matrix(w, NAME("self_attn.k_proj.weight"), kv_dim, H, &L->k_proj, err) ||
+        source_matrix(w, NAME("self_attn.v_proj.weight"), kv_dim, H, &L->v_proj, err) ||
+        source_matrix(w, NAME("self_attn.o_proj.weight"), H, q_dim, &L->o_proj, err))
+        return -1;
+    if (L->experts) return load_experts(w, i, L, err);
+    if (source_matrix(w, NAME("mlp.gate_proj.weight"), I, H, &L->gate_proj, err) ||
+        source_matrix(w, NAME("mlp.up_proj.weight"), I, H, &L->up_proj, err) ||
+        source_matrix(w, NAME("mlp.down_proj.weight"), H, I, &L->down_proj, err))
         return -1;
 #undef NAME
     return 0;
+}
+
+/* Everything but the checkpoint, which the caller has opened (or not, for a dummy). */
+static int load_tensors(ModelWeights *w, Error *err) {
+    const ModelConfig *c = &w->config;
+    int V = c->vocab_size, H = c->hidden_size, sparse = 0;
+    for (int l = 0; l < c->num_layers; l++) sparse += model_config_layer_is_sparse(c, l);
+    if (c->num_layers < 1) return error_set(err, "the model has no layers");
+    w->layers = calloc((size_t)c->num_layers, sizeof *w->layers);
+    if (sparse) w->experts = calloc((size_t)sparse * (size_t)c->num_experts, sizeof *w->experts);
+    if (!w->layers || (sparse && !w->experts)) return error_set(err, "out of memory");
+    for (int l = 0, s = 0; l < c->num_layers; l++)
+        if (model_config_layer_is_sparse(c, l)) w->layers[l].experts = w->experts + (size_t)s++ * c->num_experts;
+    if (source_matrix(w, "model.embed_tokens.weight", V, H, &w->embed_tokens, err) ||
+        source_vector(w, "model.norm.weight", H, &w->final_norm, err))
+        return -1;
+    for (int l = 0; l < c->num_layers; l++)
+        if (load_layer(w, l, err)) return -1;
+    /* Hugging Face ignores lm_head.weight when the embeddings are tied. */
+    if (c->tie_word_embeddings) {
+        w->lm_head = w->embed_tokens;
+        return 0;
+    }
+    return source_matrix(w, "lm_head.weight", V, H, &w->lm_head, err);
 }
 
 int model_weights_load_with_config(ModelWeights *w, const ModelConfig *cfg, const char *model_dir,
@@ -152,24 +236,21 @@ int model_weights_load_with_config(ModelWeights *w, const ModelConfig *cfg, cons
     memset(w, 0, sizeof *w);
     w->config = *cfg;
     if (safetensors_open_dir(&w->checkpoint, model_dir, err)) return -1;
-    int V = cfg->vocab_size, H = cfg->hidden_size;
-    int rc = 0;
-    w->layers = calloc((size_t)cfg->num_layers, sizeof *w->layers);
-    if (!w->layers) rc = error_set(err, "out of memory");
-    if (rc == 0) rc = load_matrix(w, "model.embed_tokens.weight", V, H, &w->embed_tokens, err);
-    if (rc == 0) rc = load_vector(w, "model.norm.weight", H, &w->final_norm, err);
-    for (int i = 0; rc == 0 && i < cfg->num_layers; i++) rc = load_layer(w, i, err);
-    if (rc == 0) {
-        /* Hugging Face ignores lm_head.weight when the embeddings are tied. */
-        if (cfg->tie_word_embeddings)
-            w->lm_head = w->embed_tokens;
-        else
-            rc = load_matrix(w, "lm_head.weight", V, H, &w->lm_head, err);
-    }
+    int rc = load_tensors(w, err);
     if (rc) {
         error_prefix(err, "%s", model_dir);
         model_weights_free(w);
     }
+    return rc;
+}
+
+int model_weights_load_dummy(ModelWeights *w, const ModelConfig *cfg, uint64_t seed, Error *err) {
+    memset(w, 0, sizeof *w);
+    w->config = *cfg;
+    w->dummy = true;
+    w->dummy_seed = seed;
+    int rc = load_tensors(w, err);
+    if (rc) model_weights_free(w);
     return rc;
 }
 
@@ -183,6 +264,7 @@ void model_weights_free(ModelWeights *w) {
     for (int i = 0; i < w->num_owned; i++) free(w->owned[i]);
     free(w->owned);
     free(w->layers);
+    free(w->experts);
     safetensors_close(&w->checkpoint);
     memset(w, 0, sizeof *w);
 }
@@ -193,6 +275,11 @@ size_t weight_bytes(const Weight *m) {
 
 int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst, Error *err) {
     size_t n = weight_bytes(w);
+    if (!w->data) { /* dummy */
+        uint16_t *out = dst;
+        for (size_t i = 0; i < n / 2; i++) out[i] = dummy_bf16(dummy_value(w->key, i, w->amplitude));
+        return 0;
+    }
     uintptr_t p = (uintptr_t)w->data;
     for (int i = 0; i < m->checkpoint.num_files; i++) {
         const MappedFile *f = &m->checkpoint.files[i];
@@ -218,16 +305,68 @@ int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst,
     return 0;
 }
 
+bool model_weights_tied(const ModelWeights *w) { return w->config.tie_word_embeddings; }
+
+int model_layer_max_matrices(const ModelConfig *c) { return 4 + (c->num_experts ? 1 + 3 * c->num_experts : 3); }
+
+int model_layer_matrices(const ModelConfig *c, LayerWeights *L, Weight **out) {
+    int n = 0;
+    out[n++] = &L->q_proj;
+    out[n++] = &L->k_proj;
+    out[n++] = &L->v_proj;
+    out[n++] = &L->o_proj;
+    if (!L->experts) {
+        out[n++] = &L->gate_proj;
+        out[n++] = &L->up_proj;
+        out[n++] = &L->down_proj;
+        return n;
+    }
+    out[n++] = &L->router;
+    for (int e = 0; e < c->num_experts; e++) {
+        out[n++] = &L->experts[e].gate_proj;
+        out[n++] = &L->experts[e].up_proj;
+        out[n++] = &L->experts[e].down_proj;
+    }
+    return n;
+}
+
 size_t model_weights_bytes(const ModelWeights *w) {
     const ModelConfig *c = &w->config;
     size_t bytes = weight_bytes(&w->embed_tokens) + sizeof(float) * (size_t)c->hidden_size;
-    if (w->lm_head.data != w->embed_tokens.data) bytes += weight_bytes(&w->lm_head);
-    for (int i = 0; i < c->num_layers; i++) {
-        const LayerWeights *L = &w->layers[i];
-        bytes += weight_bytes(&L->q_proj) + weight_bytes(&L->k_proj) + weight_bytes(&L->v_proj) +
-                 weight_bytes(&L->o_proj) + weight_bytes(&L->gate_proj) +
-                 weight_bytes(&L->up_proj) + weight_bytes(&L->down_proj);
+    if (!model_weights_tied(w)) bytes += weight_bytes(&w->lm_head);
+    Weight *mats[model_layer_max_matrices(c)];
+    for (int l = 0; l < c->num_layers; l++) {
+        int n = model_layer_matrices(c, &w->layers[l], mats);
+        for (int i = 0; i < n; i++) bytes += weight_bytes(mats[i]);
         bytes += sizeof(float) * (size_t)(2 * c->hidden_size + 2 * c->head_dim);
     }
     return bytes;
+}
+
+ModelSize model_weights_size(const ModelWeights *w) {
+    const ModelConfig *c = &w->config;
+    double per_param = w->embed_tokens.type == WEIGHT_BF16 ? 2 : 4;
+    double embed = (double)w->embed_tokens.rows * w->embed_tokens.cols;
+    double head = model_weights_tied(w) ? 0 : (double)w->lm_head.rows * w->lm_head.cols;
+    ModelSize s = {embed + head, (double)w->embed_tokens.cols + (double)w->lm_head.rows * w->lm_head.cols, 0};
+    Weight *mats[model_layer_max_matrices(c)];
+    for (int l = 0; l < c->num_layers; l++) {
+        int n = model_layer_matrices(c, &w->layers[l], mats);
+        double total = 0, norms = 2.0 * c->hidden_size + 2.0 * c->head_dim;
+        for (int i = 0; i < n; i++) total += (double)mats[i]->rows * mats[i]->cols;
+        double active = total;
+        if (w->layers[l].experts) { /* only k of the experts */
+            const ExpertWeights *x = &w->layers[l].experts[0];
+            double expert = (double)x->gate_proj.rows * x->gate_proj.cols +
+                            (double)x->up_proj.rows * x->up_proj.cols +
+                            (double)x->down_proj.rows * x->down_proj.cols;
+            active -= expert * (c->num_experts - c->num_experts_per_tok);
+        }
+        s.total_params += total + norms;
+        s.active_params += active + norms;
+    }
+    s.total_params += c->hidden_size;
+    s.active_params += c->hidden_size;
+    s.bytes_per_token = s.active_params * per_param;
+    return s;
 }

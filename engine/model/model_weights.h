@@ -7,10 +7,19 @@
  * (bf16 or f32, suitably aligned): no copy, so resident memory is the
  * checkpoint itself. f16 matrices are widened to f32 (exact). Norm vectors,
  * being tiny, are always converted to f32. A tied lm_head is the embedding
- * matrix itself.
+ * matrix itself. A sparse (MoE) layer has a router and experts where a dense
+ * one has gate/up/down_proj.
+ *
+ * model_weights_load_dummy() builds the same structure from the config
+ * alone (dummy_weights.h): matrices have no data, only a generator key,
+ * and a backend fills its own copy (model_weights_copy_matrix on the host,
+ * a kernel on the GPU), so nothing of their size is ever held twice.
  */
 #ifndef NANOVLLM_MODEL_WEIGHTS_H
 #define NANOVLLM_MODEL_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "model_config.h"
 #include "safetensors.h"
@@ -19,11 +28,19 @@ typedef enum WeightType { WEIGHT_BF16, WEIGHT_F32 } WeightType;
 
 /* A row-major [rows, cols] matrix; as in PyTorch's Linear, rows = out_features. */
 typedef struct Weight {
-    const void *data;
+    const void *data; /* NULL in a dummy model: values come from (key, amplitude) */
     WeightType type;
     int rows;
     int cols;
+    uint64_t key;    /* dummy: dummy_value(key, i, amplitude) is element i (bf16-rounded) */
+    float amplitude;
 } Weight;
+
+/* One expert of a sparse layer: an MLP of moe_intermediate_size. */
+typedef struct ExpertWeights {
+    Weight gate_proj, up_proj; /* [moe_intermediate, hidden] */
+    Weight down_proj;          /* [hidden, moe_intermediate] */
+} ExpertWeights;
 
 typedef struct LayerWeights {
     const float *input_norm;          /* [hidden] */
@@ -32,8 +49,10 @@ typedef struct LayerWeights {
     Weight q_proj;                    /* [num_heads * head_dim, hidden] */
     Weight k_proj, v_proj;            /* [num_kv_heads * head_dim, hidden] */
     Weight o_proj;                    /* [hidden, num_heads * head_dim] */
-    Weight gate_proj, up_proj;        /* [intermediate, hidden] */
-    Weight down_proj;                 /* [hidden, intermediate] */
+    Weight gate_proj, up_proj;        /* dense: [intermediate, hidden] */
+    Weight down_proj;                 /* dense: [hidden, intermediate] */
+    Weight router;                    /* sparse: [num_experts, hidden] (mlp.gate) */
+    ExpertWeights *experts;           /* sparse: [num_experts]; NULL in a dense layer */
 } LayerWeights;
 
 typedef struct ModelWeights {
@@ -43,9 +62,20 @@ typedef struct ModelWeights {
     Weight lm_head;      /* [vocab, hidden]; == embed_tokens when tied */
     const float *final_norm;
     LayerWeights *layers;
+    ExpertWeights *experts; /* every sparse layer's experts, one allocation */
+    bool dummy;             /* random from the config: no checkpoint (see above) */
+    uint64_t dummy_seed;
     void **owned; /* buffers converted at load time, freed with the weights */
     int num_owned;
 } ModelWeights;
+
+/* What one decode token costs: parameters in all and those a token actually
+ * goes through (attention, its k routed experts, the router, the lm_head and
+ * one embedding row), and the bytes of weights read for it. */
+typedef struct ModelSize {
+    double total_params, active_params;
+    double bytes_per_token;
+} ModelSize;
 
 /* Loads DIR/config.json and the checkpoint in DIR. */
 int model_weights_load(ModelWeights *w, const char *model_dir, Error *err);
@@ -54,10 +84,24 @@ int model_weights_load(ModelWeights *w, const char *model_dir, Error *err);
 int model_weights_load_with_config(ModelWeights *w, const ModelConfig *cfg, const char *model_dir,
                                    Error *err);
 
+/* Random bf16 weights of cfg's shapes, deterministic in seed (see above). */
+int model_weights_load_dummy(ModelWeights *w, const ModelConfig *cfg, uint64_t seed, Error *err);
+
 void model_weights_free(ModelWeights *w);
 
 /* Bytes of all matrices and vectors the forward pass reads (tied counted once). */
 size_t model_weights_bytes(const ModelWeights *w);
+
+ModelSize model_weights_size(const ModelWeights *w);
+
+/* Every matrix of a layer (attention, then the dense MLP or the router and
+ * the experts), written to out (room for model_layer_max_matrices); returns
+ * how many. */
+int model_layer_matrices(const ModelConfig *c, LayerWeights *L, Weight **out);
+int model_layer_max_matrices(const ModelConfig *cfg);
+
+/* Whether lm_head is the embedding matrix itself. */
+bool model_weights_tied(const ModelWeights *w);
 
 /* Bytes of one matrix as stored (bf16 or f32). */
 size_t weight_bytes(const Weight *w);
@@ -65,7 +109,8 @@ size_t weight_bytes(const Weight *w);
 /* Copies matrix w's bytes into dst. A matrix that lives in the checkpoint
  * mapping is read from its file with pread, which never faults the mapping's
  * pages in (a backend copying weights into memory of its own choosing pays
- * one read, not a page fault per 4 KiB); others are copied from memory. */
+ * one read, not a page fault per 4 KiB); others are copied from memory; a
+ * dummy one is generated. */
 int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst, Error *err);
 
 #endif

@@ -70,7 +70,7 @@ static double sgemm_gflops(ThreadPool *pool, Error *err) {
     if (mm && x && y && wdata) {
         for (size_t i = 0; i < (size_t)M * K; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f;
         for (size_t i = 0; i < (size_t)N * K; i++) wdata[i] = (uint16_t)(0x3c00 + (i * 31) % 512);
-        Weight w = {wdata, WEIGHT_BF16, N, K};
+        Weight w = {.data = wdata, .type = WEIGHT_BF16, .rows = N, .cols = K};
         double best = 1e30;
         for (int i = 0; i < 4; i++) {
             double t0 = now_seconds();
@@ -87,25 +87,13 @@ static double sgemm_gflops(ThreadPool *pool, Error *err) {
     return gflops;
 }
 
-/* Bytes one decode step must read from the weights: every matrix but the
- * embedding (one row of it), with a tied lm_head counted once. */
-static size_t streamed_bytes_per_token(const ModelWeights *w) {
-    size_t bytes = weight_bytes(&w->lm_head);
-    for (int l = 0; l < w->config.num_layers; l++) {
-        const LayerWeights *L = &w->layers[l];
-        bytes += weight_bytes(&L->q_proj) + weight_bytes(&L->k_proj) + weight_bytes(&L->v_proj) +
-                 weight_bytes(&L->o_proj) + weight_bytes(&L->gate_proj) +
-                 weight_bytes(&L->up_proj) + weight_bytes(&L->down_proj);
-    }
-    return bytes;
-}
-
 /* ---- the model ----------------------------------------------------------- */
 
 typedef struct BenchResult {
     double load_s, prefill_s, decode_s;
     double bandwidth, gflops;
     size_t weight_bytes, stream_bytes, peak_rss;
+    ModelSize size;
 } BenchResult;
 
 static int run_model(Runner *r, const LatencyConfig *a, BenchResult *res, Error *err) {
@@ -164,20 +152,25 @@ static void print_results(const LatencyConfig *a, const BenchResult *r, const Ru
     double floor_tps = r->bandwidth / (double)r->stream_bytes;
     if (a->json) {
         json_t *o = json_pack(
-            "{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:f, s:f, s:f}", "model",
+            "{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}",
+            "model",
             a->model_dir, "device", runner->description, "threads", runner->options.num_threads,
             "input_len", a->input_len, "output_len", a->output_len, "load_s", r->load_s,
             "prefill_tokens_per_s", prefill_tps, "decode_tokens_per_s", decode_tps,
             "peak_rss_bytes", (json_int_t)r->peak_rss, "weight_bytes",
             (json_int_t)r->weight_bytes, "kv_cache_bytes", (json_int_t)runner->kv_cache_bytes,
             "memory_read_gb_per_s", r->bandwidth / 1e9, "decode_floor_tokens_per_s", floor_tps,
-            "matmul_gflops", r->gflops);
+            "matmul_gflops", r->gflops, "total_params", r->size.total_params, "active_params",
+            r->size.active_params, "weight_bytes_per_token", r->size.bytes_per_token);
         if (o) json_dumpf(o, stdout, JSON_COMPACT);
         json_decref(o);
         putchar('\n');
         return;
     }
     printf("device            %s\n", runner->description);
+    printf("model             %.3gB parameters, %.3gB active per token (%.3g GB of weights read "
+           "per decode token)\n",
+           r->size.total_params / 1e9, r->size.active_params / 1e9, r->size.bytes_per_token / 1e9);
     printf("model load        %.3f s\n", r->load_s);
     printf("prefill           %d tokens in %.3f s = %.1f tokens/s\n", a->input_len, r->prefill_s,
            prefill_tps);
@@ -192,7 +185,8 @@ static void print_results(const LatencyConfig *a, const BenchResult *r, const Ru
 
 int bench_latency(const ModelWeights *w, Runner *runner, double load_seconds,
                   const LatencyConfig *c, Error *err) {
-    BenchResult res = {.load_s = load_seconds, .weight_bytes = model_weights_bytes(w)};
+    BenchResult res = {.load_s = load_seconds, .weight_bytes = model_weights_bytes(w),
+                       .size = model_weights_size(w)};
     int rc = run_model(runner, c, &res, err);
     if (rc != 0) return rc;
     struct rusage ru;
@@ -200,7 +194,7 @@ int bench_latency(const ModelWeights *w, Runner *runner, double load_seconds,
     res.peak_rss = (size_t)ru.ru_maxrss * 1024;
     ThreadPool *pool = thread_pool_create(runner->options.num_threads, err);
     if (pool) {
-        res.stream_bytes = streamed_bytes_per_token(w);
+        res.stream_bytes = (size_t)res.size.bytes_per_token;
         res.bandwidth = stream_bandwidth(pool, res.stream_bytes);
         res.gflops = sgemm_gflops(pool, err);
         thread_pool_destroy(pool);

@@ -21,7 +21,7 @@ int bench_matmul(int num_threads, Error *err) {
     if (rc == 0) {
         for (size_t i = 0; i < (size_t)MAX_M * K; i++) x[i] = (float)(i % 97) / 97.0f;
         for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (uint16_t)(0x3c00 + (i * 31) % 512);
-        Weight wt = {w, WEIGHT_BF16, N, K};
+        Weight wt = {.data = w, .type = WEIGHT_BF16, .rows = N, .cols = K};
         printf("bf16 weight %dx%d, %s kernels, %d threads: microseconds per matmul\n", N, K,
                cpu_isa_name(cpu_isa_active()), thread_pool_size(pool));
         MatmulStrategy strategies[3] = {MATMUL_ROWS, MATMUL_BLAS, MATMUL_AMX};

@@ -105,19 +105,25 @@ int bench_throughput(Engine *e, const ThroughputConfig *c, Error *err) {
         double tps = w.total_output_tokens / seconds;
         double step_us = decode_steps ? 1e6 * decode_seconds / decode_steps : 0.0;
         long long preempt = st.preemptions - before.preemptions;
+        ModelSize size = model_weights_size(engine_runner(e)->model);
         if (c->json) {
             json_t *o = json_pack(
-                "{s:s, s:i, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:f}", "device",
+                "{s:s, s:i, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "device",
                 engine_runner(e)->description, "num_seqs", w.num_seqs, "prompt_tokens",
                 (json_int_t)w.total_prompt_tokens, "output_tokens",
                 (json_int_t)w.total_output_tokens, "seconds", seconds, "output_tokens_per_s", tps,
                 "steps", (json_int_t)steps, "preemptions", (json_int_t)preempt, "decode_steps",
-                (json_int_t)decode_steps, "decode_step_us", step_us);
+                (json_int_t)decode_steps, "decode_step_us", step_us, "total_params",
+                size.total_params, "active_params", size.active_params, "weight_bytes_per_token",
+                size.bytes_per_token);
             if (o) json_dumpf(o, stdout, JSON_COMPACT);
             json_decref(o);
             putchar('\n');
         } else {
             printf("device            %s\n", engine_runner(e)->description);
+            printf("model             %.3gB parameters, %.3gB active per token (%.3g GB of "
+                   "weights read per decode token)\n",
+                   size.total_params / 1e9, size.active_params / 1e9, size.bytes_per_token / 1e9);
             printf("workload          %d requests, %ld prompt + %ld output tokens (bench.py, seed %d)\n",
                    w.num_seqs, w.total_prompt_tokens, w.total_output_tokens, c->seed);
             printf("throughput        %ld output tokens in %.3f s = %.1f tokens/s\n",

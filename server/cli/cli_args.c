@@ -140,6 +140,13 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *o, E
         o->enforce_eager = true;
         return 1;
     }
+    if (strcmp(name, "load-format") == 0) {
+        if (strcmp(value, "auto") && strcmp(value, "safetensors") && strcmp(value, "dummy"))
+            return error_set(err, "--load-format: '%s' is not one of auto, safetensors, dummy",
+                             value);
+        o->load_format = strcmp(value, "dummy") == 0 ? "dummy" : "auto";
+        return 1;
+    }
     if (strcmp(name, "num-gpu-blocks-override") == 0)
         return parse_int_arg(flag, value, 1, 1 << 30, &o->num_gpu_blocks_override, err) ? -1 : 1;
     return 0;

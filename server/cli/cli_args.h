@@ -30,7 +30,8 @@ int parse_id_list_arg(const char *flag, const char *text, int max_id, int32_t **
 
 /* Options shared by every command that runs the model (--device, --block-size,
  * --kv-cache-memory, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
- * --gpu-memory-utilization, --num-gpu-blocks-override, --enforce-eager, --threads). Returns 1 if the option was one of
+ * --gpu-memory-utilization, --num-gpu-blocks-override, --enforce-eager, --threads,
+ * --load-format). Returns 1 if the option was one of
  * them, 0 if not, -1 on a bad value. */
 int parse_runner_option(const char *name, const char *value, RunnerOptions *opts, Error *err);
 
@@ -44,7 +45,8 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *opts
         {"max-num-batched-tokens", required_argument, 0, 0},                                       \
         {"gpu-memory-utilization", required_argument, 0, 0},                                       \
         {"num-gpu-blocks-override", required_argument, 0, 0},                                      \
-        {"enforce-eager", no_argument, 0, 0}, {"threads", required_argument, 0, 0}
+        {"enforce-eager", no_argument, 0, 0}, {"threads", required_argument, 0, 0},               \
+        {"load-format", required_argument, 0, 0}
 
 /* Options every model command shares: --quiet, --help and the runner options. */
 #define COMMON_LONG_OPTIONS                                                                        \
@@ -73,6 +75,7 @@ int parse_common_option(int c, const char *name, const char *value, RunnerOption
     "  --gpu-memory-utilization F    GPU memory fraction for the model (default "                  \
     DEFAULT_TEXT(DEFAULT_GPU_MEMORY_UTILIZATION) ")\n"                                             \
     "  --num-gpu-blocks-override N   exactly N KV blocks on the GPU (tests, preemption)\n"        \
-    "  --enforce-eager               no CUDA graphs (every step launched kernel by kernel)\n"
+    "  --enforce-eager               no CUDA graphs (every step launched kernel by kernel)\n"       \
+    "  --load-format auto|dummy      dummy: random weights from config.json alone (benchmarks)\n"
 
 #endif
