@@ -393,6 +393,61 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
     thread_pool_run(mm->pool, n, matmul_task, &job);
 }
 
+/* ---- grouped products, each with its own input ---- */
+
+typedef struct GroupedJob {
+    const MatmulGroup *groups;
+    RowsKernel kernels[2]; /* by weight type */
+    const MatmulTask *tasks;
+} GroupedJob;
+
+static void grouped_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const GroupedJob *j = ctx;
+    const MatmulTask *t = &j->tasks[task];
+    const MatmulGroup *g = &j->groups[t->wi];
+    const Weight *w = g->w;
+    j->kernels[w->type](g->y, w->rows, g->x, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
+}
+
+void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
+    CpuIsa isa = cpu_isa_active();
+    /* Large ones first, each run by itself (run() reuses mm->tasks). */
+    for (int i = 0; i < count;) {
+        const MatmulGroup *g = &groups[i];
+        int same = 1;
+        if (g->M <= 0 || cpu_matmul_choose(g->M, g->w, isa) == MATMUL_ROWS) {
+            i++;
+            continue;
+        }
+        const Weight *ws[8] = {g->w};
+        float *ys[8] = {g->y};
+        while (i + same < count && same < 8 && groups[i + same].x == g->x &&
+               groups[i + same].M == g->M && groups[i + same].w->cols == g->w->cols) {
+            ws[same] = groups[i + same].w;
+            ys[same] = groups[i + same].y;
+            same++;
+        }
+        run(mm, g->x, g->M, ws, ys, same, MATMUL_AUTO, isa);
+        i += same;
+    }
+    GroupedJob job = {groups, {rows_kernel(isa, WEIGHT_BF16), rows_kernel(isa, WEIGHT_F32)}, mm->tasks};
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        const MatmulGroup *g = &groups[i];
+        if (g->M <= 0 || cpu_matmul_choose(g->M, g->w, isa) != MATMUL_ROWS) continue;
+        for (int n0 = 0; n0 < g->w->rows; n0 += GEMV_ROWS_PER_TASK) {
+            if (n == mm->max_tasks) {
+                thread_pool_run(mm->pool, n, grouped_task, &job);
+                n = 0;
+            }
+            int n1 = n0 + GEMV_ROWS_PER_TASK < g->w->rows ? n0 + GEMV_ROWS_PER_TASK : g->w->rows;
+            mm->tasks[n++] = (MatmulTask){i, n0, n1, 0, g->M};
+        }
+    }
+    if (n > 0) thread_pool_run(mm->pool, n, grouped_task, &job);
+}
+
 void cpu_matmul_multi(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
                       float *const *ys, int count) {
     run(mm, x, M, ws, ys, count, MATMUL_AUTO, cpu_isa_active());

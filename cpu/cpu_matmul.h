@@ -37,6 +37,20 @@ void cpu_matmul(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w)
 void cpu_matmul_multi(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
                       float *const *ys, int count);
 
+/* One product of cpu_matmul_grouped: y[M, w->rows] = x[M, w->cols] . w^T. */
+typedef struct MatmulGroup {
+    const float *x;
+    int M;
+    const Weight *w;
+    float *y;
+} MatmulGroup;
+
+/* Every product of the list, each with its own input (a MoE layer's
+ * experts): those few enough rows for the row kernels share one parallel
+ * loop (one wake-up of the pool for all of them), the others run as
+ * cpu_matmul_multi, consecutive ones sharing an input together. */
+void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count);
+
 /* The same with a forced strategy and SIMD level (tests, benchmarks). A
  * strategy the CPU or the weight cannot use falls back to MATMUL_ROWS. */
 void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w,

@@ -3,8 +3,9 @@
  *
  * One call: router matmul -> route every token -> count tokens per expert
  * and give each (token, choice) pair a row in expert order -> gather the
- * rows of h -> per expert with tokens: gate/up matmul, SiLU-and-mul, down
- * matmul over its rows -> each token's weighted sum of its k rows.
+ * rows of h -> gate/up of every expert with tokens, over its rows, as one
+ * grouped matmul (cpu_matmul_grouped) -> SiLU-and-mul -> the downs likewise
+ * -> each token's weighted sum of its k rows.
  */
 #include "cpu_moe.h"
 
@@ -27,6 +28,7 @@ struct CpuMoe {
     int32_t *source; /* [T * k]: the token of each row */
     int32_t *row_of; /* [T * k]: the row of each (token, choice) */
     float *x, *gate, *up, *y; /* rows: [T * k, hidden / width / width / hidden] */
+    MatmulGroup *groups;      /* [2 * experts]: one call's products */
     void *memory;             /* the one allocation all of the above live in */
 
     /* the call in progress, for the pool's tasks */
@@ -135,21 +137,25 @@ void cpu_moe(CpuMoe *m, float *out, const float *h, int T, const LayerWeights *L
     m->out = out;
     m->tokens = T;
     run_rows(m, T * k, gather_task);
+    /* An expert no token chose gets no product: its weights are not read. */
+    int g = 0;
     for (int e = 0; e < E; e++) {
         int r0 = m->offset[e], n = m->offset[e + 1] - r0;
-        if (n == 0) continue; /* an expert no token chose: its weights are not read */
-        const ExpertWeights *x = &L->experts[e];
-        const Weight *gate_up[2] = {&x->gate_proj, &x->up_proj};
-        float *gate_up_out[2] = {m->gate + (size_t)r0 * m->width, m->up + (size_t)r0 * m->width};
-        cpu_matmul_multi(m->mm, m->x + (size_t)r0 * m->hidden, n, gate_up, gate_up_out, 2);
+        if (n == 0) continue;
+        const float *x = m->x + (size_t)r0 * m->hidden;
+        m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].gate_proj, m->gate + (size_t)r0 * m->width};
+        m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].up_proj, m->up + (size_t)r0 * m->width};
     }
+    cpu_matmul_grouped(m->mm, m->groups, g);
     run_rows(m, T * k, silu_task);
+    g = 0;
     for (int e = 0; e < E; e++) {
         int r0 = m->offset[e], n = m->offset[e + 1] - r0;
         if (n > 0)
-            cpu_matmul(m->mm, m->y + (size_t)r0 * m->hidden, m->gate + (size_t)r0 * m->width, n,
-                       &L->experts[e].down_proj);
+            m->groups[g++] = (MatmulGroup){m->gate + (size_t)r0 * m->width, n,
+                                           &L->experts[e].down_proj, m->y + (size_t)r0 * m->hidden};
     }
+    cpu_matmul_grouped(m->mm, m->groups, g);
     run_rows(m, T, combine_task);
 }
 
@@ -181,7 +187,7 @@ CpuMoe *cpu_moe_create(ThreadPool *pool, CpuMatmul *mm, const ModelConfig *c, in
     size_t H = (size_t)m->hidden, W = (size_t)m->width;
     /* One block for all: its size is what the carving below adds up to. */
     size_t floats = T * E + rows + rows * (2 * H + 2 * W), ints = 2 * E + 1 + 3 * rows;
-    m->memory = malloc(4 * (floats + ints) + 64 * 16);
+    m->memory = malloc(4 * (floats + ints) + 2 * E * sizeof(MatmulGroup) + 64 * 16);
     if (!m->memory) {
         free(m);
         error_set(err, "out of memory (expert activations for %d tokens)", max_tokens);
@@ -199,5 +205,6 @@ CpuMoe *cpu_moe_create(ThreadPool *pool, CpuMatmul *mm, const ModelConfig *c, in
     m->fill = carve(&at, E, sizeof(int32_t));
     m->source = carve(&at, rows, sizeof(int32_t));
     m->row_of = carve(&at, rows, sizeof(int32_t));
+    m->groups = carve(&at, 2 * E, sizeof(MatmulGroup));
     return m;
 }

@@ -126,8 +126,10 @@ __global__ void qk_norm_rope_store_kernel(uint16_t *q_out, uint16_t *k_cache, ui
 
 /* ---- SiLU-and-mul, row gather --------------------------------------------------------- */
 
-__global__ void silu_mul_kernel(uint16_t *out, const float *gate_up, int n, int intermediate) {
-    size_t total = (size_t)n * intermediate;
+/* n rows, or *n_dev of them when given (a count only the GPU knows). */
+__global__ void silu_mul_kernel(uint16_t *out, const float *gate_up, int n, const int32_t *n_dev,
+                                int intermediate) {
+    size_t total = (size_t)(n_dev ? *n_dev : n) * intermediate;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t t = idx / intermediate, i = idx % intermediate;
@@ -203,15 +205,22 @@ extern "C" int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint1
     return 0;
 }
 
-extern "C" int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate,
-                             CudaStream stream, Error *err) {
-    if (n <= 0) return 0;
-    size_t total = (size_t)n * intermediate;
+extern "C" int cuda_silu_mul_rows(uint16_t *out, const float *gate_up, int max_n,
+                                  const int32_t *n_dev, int intermediate, CudaStream stream,
+                                  Error *err) {
+    if (max_n <= 0) return 0;
+    size_t total = (size_t)max_n * intermediate;
     size_t blocks = (total + ROW_THREADS - 1) / ROW_THREADS;
     if (blocks > 65535) blocks = 65535;
-    silu_mul_kernel<<<(unsigned)blocks, ROW_THREADS, 0, as_stream(stream)>>>(out, gate_up, n, intermediate);
+    silu_mul_kernel<<<(unsigned)blocks, ROW_THREADS, 0, as_stream(stream)>>>(out, gate_up, max_n,
+                                                                              n_dev, intermediate);
     CUDA_LAUNCHED("the SiLU-and-mul kernel", err);
     return 0;
+}
+
+extern "C" int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate,
+                             CudaStream stream, Error *err) {
+    return cuda_silu_mul_rows(out, gate_up, n, NULL, intermediate, stream, err);
 }
 
 extern "C" int cuda_gather_rows(uint16_t *out, const uint16_t *in, const int32_t *rows, int n,

@@ -112,6 +112,11 @@ int cuda_attention_choose_splits(int num_items, int num_kv_heads, int max_keys, 
 int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, CudaStream stream,
                   Error *err);
 
+/* The same over the first *n_dev rows (at most max_n; the grid is sized for
+ * max_n, so a graph can capture it while the count changes). */
+int cuda_silu_mul_rows(uint16_t *out, const float *gate_up, int max_n, const int32_t *n_dev,
+                       int intermediate, CudaStream stream, Error *err);
+
 /* out[i] = in[rows[i]] for n rows of width bf16 values. */
 int cuda_gather_rows(uint16_t *out, const uint16_t *in, const int32_t *rows, int n, int width,
                      CudaStream stream, Error *err);

@@ -6,7 +6,8 @@
  *   attention work items) to the GPU in one transfer ->
  *   embed -> N x [RMSNorm -> qkv GEMM -> q/k norm + RoPE + KV store ->
  *   paged attention -> o_proj GEMM -> residual + RMSNorm -> gate_up GEMM ->
- *   SiLU-and-mul -> down GEMM -> residual + RMSNorm] -> gather the rows that
+ *   SiLU-and-mul -> down GEMM (a sparse layer: router GEMM -> the experts,
+ *   cuda_moe.h) -> residual + RMSNorm] -> gather the rows that
  *   need logits -> lm_head GEMM -> the GPU sampler (cuda_sampler.h) -> copy
  *   the tokens back
  * all on one stream, with one synchronisation at the end of the step.
@@ -33,6 +34,7 @@
 #include "cublas_loader.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_moe.h"
 #include "cuda_sampler.h"
 #include "cuda_weights.h"
 
@@ -63,6 +65,7 @@ typedef struct CudaRunner {
     float *x, *delta, *qkv, *gate_up, *logits;
     uint16_t *h, *q, *attn, *act, *normed;
     int32_t *tokens_dev;
+    CudaMoe moe; /* a MoE model's expert activations (memory NULL when dense) */
 
     /* The step's metadata: built in pinned host memory, copied in one go to
      * the device buffer of the same layout. */
@@ -233,10 +236,27 @@ static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Erro
                           r->base.options.block_size, splits, r->split_workspace, r->stream, err);
 }
 
+/* delta = the layer's MLP of h: dense, or the router and the experts. */
+static int mlp(CudaRunner *r, const CudaLayerWeights *W, int T, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const int H = c->hidden_size, I = c->intermediate_size;
+    if (W->router)
+        return gemm(r, r->moe.logits, r->h, W->router, T, c->num_experts, H, err) ||
+                       cuda_moe(&r->moe, r->delta, r->h, T, W->experts_gate_up, W->experts_down,
+                                r->stream, err)
+                   ? -1
+                   : 0;
+    return gemm(r, r->gate_up, r->h, W->gate_up, T, 2 * I, H, err) ||
+                   cuda_silu_mul(r->act, r->gate_up, T, I, r->stream, err) ||
+                   gemm(r, r->delta, r->act, W->down, T, H, I, err)
+               ? -1
+               : 0;
+}
+
 /* splits: how decode attention splits contexts, or 0 for a step with prompt tokens. */
 static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
     const ModelConfig *c = &r->cfg;
-    const int T = L->num_tokens, H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    const int T = L->num_tokens, H = c->hidden_size, D = c->head_dim;
     const int Q = c->num_heads * D, QKV = (c->num_heads + 2 * c->num_kv_heads) * D;
     const float eps = (float)c->rms_norm_eps;
     const int32_t *meta = r->meta_dev;
@@ -255,9 +275,7 @@ static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
             attention(r, l, L, splits, err) ||
             gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
-            gemm(r, r->gate_up, r->h, W->gate_up, T, 2 * I, H, err) ||
-            cuda_silu_mul(r->act, r->gate_up, T, I, s, err) ||
-            gemm(r, r->delta, r->act, W->down, T, H, I, err) ||
+            mlp(r, W, T, err) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, next_norm, T, H, eps, s, err)) /* h: next input */
             return error_prefix(err, "layer %d", l);
     }
@@ -428,6 +446,7 @@ static void cuda_destroy(Runner *base) {
     if (r->blas_handle) r->blas.destroy(r->blas_handle);
     cublas_unload(&r->blas);
     cuda_weights_free(&r->weights);
+    cuda_moe_free(&r->moe);
     void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
                       r->split_workspace, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace};
@@ -496,7 +515,9 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     const ModelConfig *c = &r->cfg;
     const RunnerOptions *o = &r->base.options;
     size_t T = (size_t)o->max_num_batched_tokens, S = (size_t)o->max_num_seqs;
-    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t H = (size_t)c->hidden_size, I = 0; /* the dense MLP's width, if any layer has one */
+    for (int l = 0; l < c->num_layers; l++)
+        if (!model_config_layer_is_sparse(c, l)) I = (size_t)c->intermediate_size;
     size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
     struct {
         void **p;
@@ -534,6 +555,10 @@ static int alloc_activations(CudaRunner *r, Error *err) {
              "allocating pinned host memory", err);
     r->padded = (RunnerSeq *)calloc(S, sizeof(RunnerSeq));
     if (!r->padded) return error_set(err, "out of memory");
+    if (c->num_experts > 0 &&
+        cuda_moe_create(&r->moe, c->hidden_size, c->moe_intermediate_size, c->num_experts,
+                        c->num_experts_per_tok, c->norm_topk_prob, (int)T, err))
+        return -1;
     return sampler_scratch_init(&r->sampler, c->vocab_size, err);
 }
 

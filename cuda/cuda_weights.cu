@@ -17,6 +17,7 @@
 extern "C" {
 #include "engine/base/half.h"
 }
+#include "engine/model/dummy_weights.h"
 
 #define ALIGN 256
 #define CONVERT_SLICE (1u << 22) /* values per f32 -> bf16 slice */
@@ -33,8 +34,20 @@ static void *place(Plan *p, size_t bytes) {
     return p->base ? p->base + at : NULL;
 }
 
+__global__ void dummy_fill_kernel(uint16_t *dst, size_t n, uint64_t key, float amplitude) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = dummy_bf16(dummy_value(key, i, amplitude));
+}
+
 static int put_matrix(Plan *p, uint16_t *dst, const Weight *w, Error *err) {
     size_t n = (size_t)w->rows * w->cols;
+    if (!w->data) { /* dummy: made where it lives */
+        size_t blocks = (n + 255) / 256;
+        dummy_fill_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256>>>(dst, n, w->key, w->amplitude);
+        CUDA_LAUNCHED("the dummy weight kernel", err);
+        return 0;
+    }
     if (w->type == WEIGHT_BF16) {
         CUDA_TRY(cudaMemcpy(dst, w->data, n * sizeof(uint16_t), cudaMemcpyHostToDevice),
                  "uploading the weights", err);
@@ -72,11 +85,29 @@ static int vector(Plan *p, float **out, const float *src, int n, Error *err) {
     return 0;
 }
 
+/* A sparse layer's router and its experts, each expert's gate and up stacked. */
+static int lay_out_experts(Plan *p, CudaLayerWeights *dst, const LayerWeights *src, int experts,
+                           Error *err) {
+    const Weight **parts = (const Weight **)malloc(sizeof *parts * 2 * (size_t)experts);
+    if (!parts) return error_set(err, "out of memory");
+    const Weight *router[1] = {&src->router};
+    int rc = stack(p, &dst->router, router, 1, err);
+    for (int e = 0; e < experts; e++) {
+        parts[2 * e] = &src->experts[e].gate_proj;
+        parts[2 * e + 1] = &src->experts[e].up_proj;
+    }
+    if (rc == 0) rc = stack(p, &dst->experts_gate_up, parts, 2 * experts, err);
+    for (int e = 0; e < experts; e++) parts[e] = &src->experts[e].down_proj;
+    if (rc == 0) rc = stack(p, &dst->experts_down, parts, experts, err);
+    free(parts);
+    return rc;
+}
+
 static int lay_out(Plan *p, CudaWeights *w, const ModelWeights *m, Error *err) {
     const ModelConfig *c = &m->config;
     const Weight *embed[1] = {&m->embed_tokens};
     if (stack(p, &w->embed, embed, 1, err)) return -1;
-    if (m->lm_head.data == m->embed_tokens.data) {
+    if (model_weights_tied(m)) {
         w->lm_head = w->embed;
     } else {
         const Weight *head[1] = {&m->lm_head};
@@ -90,8 +121,10 @@ static int lay_out(Plan *p, CudaWeights *w, const ModelWeights *m, Error *err) {
         const Weight *o[1] = {&src->o_proj};
         const Weight *gate_up[2] = {&src->gate_proj, &src->up_proj};
         const Weight *down[1] = {&src->down_proj};
-        if (stack(p, &dst->qkv, qkv, 3, err) || stack(p, &dst->o_proj, o, 1, err) ||
-            stack(p, &dst->gate_up, gate_up, 2, err) || stack(p, &dst->down, down, 1, err) ||
+        int mlp = src->experts ? lay_out_experts(p, dst, src, c->num_experts, err)
+                               : (stack(p, &dst->gate_up, gate_up, 2, err) ||
+                                  stack(p, &dst->down, down, 1, err));
+        if (mlp || stack(p, &dst->qkv, qkv, 3, err) || stack(p, &dst->o_proj, o, 1, err) ||
             vector(p, &dst->input_norm, src->input_norm, c->hidden_size, err) ||
             vector(p, &dst->post_attention_norm, src->post_attention_norm, c->hidden_size, err) ||
             vector(p, &dst->q_norm, src->q_norm, c->head_dim, err) ||

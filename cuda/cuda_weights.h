@@ -6,7 +6,10 @@
  * and f16 checkpoints are rounded on the way), norm vectors as float32. The
  * projections that read the same input are stacked so that each is one
  * GEMM: q, k and v into qkv, gate and up into gate_up. A tied lm_head is the
- * embedding matrix itself.
+ * embedding matrix itself. A sparse layer's experts are stacked the same
+ * way, expert after expert, so an expert's matrix is a fixed stride away
+ * (cuda_moe.h). A dummy model's matrices are generated in place on the GPU
+ * (dummy_weights.h): they never exist on the host.
  */
 #ifndef NANOVLLM_CUDA_WEIGHTS_H
 #define NANOVLLM_CUDA_WEIGHTS_H
@@ -27,6 +30,10 @@ typedef struct CudaLayerWeights {
     uint16_t *o_proj;  /* [hidden, num_heads * head_dim] */
     uint16_t *gate_up; /* [2 * intermediate, hidden]: gate rows, then up rows */
     uint16_t *down;    /* [hidden, intermediate] */
+    /* sparse layers (NULL otherwise) */
+    uint16_t *router;          /* [experts, hidden] */
+    uint16_t *experts_gate_up; /* [experts][2 * moe_intermediate, hidden]: gate rows, then up */
+    uint16_t *experts_down;    /* [experts][hidden, moe_intermediate] */
 } CudaLayerWeights;
 
 typedef struct CudaWeights {

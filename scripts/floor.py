@@ -12,8 +12,14 @@ or Qwen3-0.6B's shape:
   - weight bytes read: every decode step reads every weight matrix once
     (the embedding only as the lm_head when tied), and the scheduler runs
     all 256 sequences together, so there are max(output length) steps;
-  - FLOPs: 2 x parameters per token through the layers, the lm_head for the
-    tokens that need logits, and attention (QK and PV).
+    in a MoE model (qwen3_moe) a step reads only the experts its B running
+    sequences were routed to: E * (1 - (1 - k/E)^B) per sparse layer for
+    uniform routing (random weights route about uniformly);
+  - FLOPs: 2 x the parameters a token goes through (attention, its k
+    experts, the router), the lm_head for the tokens that need logits, and
+    attention (QK and PV).
+--per-token prints the bytes one single-sequence decode token reads (its
+weights; the KV of its context is small next to them) instead.
 Dividing bytes by a bandwidth (the device's measured copy bandwidth, from
 scripts/gpu_check.sh) and FLOPs by a peak gives the two floors; the larger
 bounds the run, and output tokens over it is the best possible tokens/s.
@@ -34,31 +40,58 @@ def workload(seed=0, num_seqs=256, lo=100, hi=1024):
     return [len(p) for p in prompts], outputs
 
 
-def floor(cfg, inputs, outputs):
-    H, I, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+def sparse_layers(cfg):
+    """Hugging Face's rule: sparse unless in mlp_only_layers or off decoder_sparse_step."""
+    if cfg.get("model_type") != "qwen3_moe":
+        return []
+    step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers", []))
+    return [l for l in range(cfg["num_hidden_layers"]) if l not in dense and (l + 1) % step == 0]
+
+
+def shape(cfg):
+    """Parameters: per layer outside the experts, per expert, and the counts."""
+    H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg.get("head_dim") or H // nh
-    V = cfg["vocab_size"]
-    layer_params = H * (nh + 2 * nkv) * D + nh * D * H + 3 * H * I
-    lm_head = V * H
+    attention = H * (nh + 2 * nkv) * D + nh * D * H
+    sparse = len(sparse_layers(cfg))
+    E, k = cfg.get("num_experts", 128), cfg.get("num_experts_per_tok", 8)
+    expert = 3 * H * cfg.get("moe_intermediate_size", 768)
+    fixed = L * attention + (L - sparse) * 3 * H * cfg["intermediate_size"] + sparse * E * H
+    return {"H": H, "L": L, "nh": nh, "nkv": nkv, "D": D, "V": cfg["vocab_size"], "fixed": fixed,
+            "sparse": sparse, "E": E, "k": k, "expert": expert}
+
+
+def weights_per_step(s, batch):
+    """Weight parameters one decode step of `batch` sequences reads (lm_head included)."""
+    experts = s["E"] * (1 - (1 - s["k"] / s["E"]) ** batch) if s["sparse"] else 0
+    return s["fixed"] + s["sparse"] * experts * s["expert"] + s["V"] * s["H"]
+
+
+def floor(cfg, inputs, outputs):
+    s = shape(cfg)
+    L, nh, nkv, D = s["L"], s["nh"], s["nkv"], s["D"]
+    active = s["fixed"] + s["sparse"] * s["k"] * s["expert"]  # through the layers, per token
+    lm_head = s["V"] * s["H"]
     kv_per_token = 2 * L * nkv * D * 2  # K and V, bf16
     contexts = sum(i * o + o * (o + 1) // 2 for i, o in zip(inputs, outputs))  # sum over tokens of context
     steps = max(outputs)
     kv_bytes = contexts * kv_per_token
-    weight_bytes = steps * (L * layer_params + lm_head) * 2
+    weight_bytes = 2 * sum(weights_per_step(s, sum(o > step for o in outputs)) for step in range(steps))
     tokens = sum(inputs) + sum(outputs)
     logit_rows = len(inputs) + sum(outputs)
     prefill_ctx = sum(i * (i + 1) // 2 for i in inputs)
-    flops = 2 * L * layer_params * tokens + 2 * lm_head * logit_rows + \
+    flops = 2 * active * tokens + 2 * lm_head * logit_rows + \
         4 * L * nh * D * (contexts + prefill_ctx)
     return {"prompt_tokens": sum(inputs), "output_tokens": sum(outputs), "decode_steps": steps,
-            "kv_bytes": kv_bytes, "weight_bytes": weight_bytes, "flops": flops}
+            "kv_bytes": kv_bytes, "weight_bytes": weight_bytes, "flops": flops,
+            "bytes_per_single_token": 2 * weights_per_step(s, 1)}
 
 
 def main():
     args = sys.argv[1:]
     cfg = QWEN3_06B
-    bandwidth, tflops, as_json = 3.0e12, 989.0, False
+    bandwidth, tflops, as_json, per_token = 3.0e12, 989.0, False, False
     i = 0
     while i < len(args):
         a = args[i]
@@ -70,6 +103,8 @@ def main():
             i += 1
         elif a == "--json":
             as_json = True
+        elif a == "--per-token":
+            per_token = True
         else:
             cfg = json.load(open(f"{a}/config.json"))
         i += 1
@@ -80,6 +115,11 @@ def main():
     f["compute_floor_s"] = f["flops"] / (tflops * 1e12)
     f["floor_s"] = max(f["memory_floor_s"], f["compute_floor_s"])
     f["floor_output_tokens_per_s"] = f["output_tokens"] / f["floor_s"]
+    f["single_stream_floor_tokens_per_s"] = bandwidth / f["bytes_per_single_token"]
+    if per_token:
+        print(f"{f['bytes_per_single_token'] / 1e9:.3f} GB of weights per single-sequence decode token "
+              f"= {f['single_stream_floor_tokens_per_s']:,.0f} tokens/s at {bandwidth / 1e12:.2f} TB/s")
+        return
     if as_json:
         print(json.dumps(f))
         return

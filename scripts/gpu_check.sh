@@ -3,8 +3,8 @@
 #
 #   scripts/gpu_bundle.sh                 (on the development machine: build, bundle)
 #   scripts/gpu_check.sh OUT_DIR          (on the GPU machine, gpu-bundle/ carried)
-#   ONLY="tests" scripts/gpu_check.sh OUT_DIR, then ONLY="compare figures":
-#                                         the same in two calls (each under 10 min)
+#   ONLY="tests" scripts/gpu_check.sh OUT_DIR, then ONLY="compare figures", then
+#   ONLY="moe":                           the same in three calls (each under 10 min)
 #
 # 1. the CUDA tests (kernels against CPU references, the tiny model's golden
 #    logits and greedy tokens, CPU vs GPU batches, the engine under forced
@@ -16,7 +16,13 @@
 # 3. figures: bench.py's workload against its floor (scripts/floor.py at the
 #    device's copy bandwidth measured by bench --attention), the same with preemption forced,
 #    single-sequence decode with and without CUDA graphs, process start to
-#    first token, KV capacity.
+#    first token, KV capacity;
+# 4. moe: Qwen3-30B-A3B's shapes with dummy weights made on the GPU
+#    (--load-format dummy, a config.json only): bench.py's workload against
+#    its floor (the experts a step's batch is routed to, attention, KV) and
+#    single-sequence decode against the bytes one token reads.
+#    (The MoE CUDA tests - routing, the layer vs the CPU, the MoE fixture's
+#    golden, graphs vs eager, dummy weights GPU vs CPU - are part of 1.)
 # Logs and JSON go to OUT_DIR; the model and the logits dumps (GBs) to $WORK.
 # Each step has its own time limit, and each row is printed as it is known,
 # so a run cut short still says how far it got.
@@ -53,7 +59,7 @@ row "GPU" "-" "$gpu"
 
 # ONLY="tests compare figures" (the default) picks sections, e.g. to split a
 # run over two calls of a limited length.
-want() { [[ " ${ONLY:-tests compare figures} " == *" $1 "* ]]; }
+want() { [[ " ${ONLY:-tests compare figures moe} " == *" $1 "* ]]; }
 
 # ---- 1. CUDA tests -------------------------------------------------------------
 if want tests; then
@@ -191,6 +197,36 @@ if want figures; then
         "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s, $(json_field "$json" "['preemptions']") preemptions"
 
 fi
+# ---- 4. MoE: Qwen3-30B-A3B's shapes, dummy weights ---------------------------------------
+if want moe; then
+    MOE=$WORK/qwen3-30b-a3b-dummy
+    mkdir -p "$MOE"
+    cat > "$MOE/config.json" <<'JSON'
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": false,
+ "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+ "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+ "num_attention_heads": 32, "num_hidden_layers": 48, "num_key_value_heads": 4,
+ "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": false,
+ "torch_dtype": "bfloat16", "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
+ "norm_topk_prob": true, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}
+JSON
+    bw=${bw:-$(json_field "$(timeout 60 "$BIN" bench --attention --num-seqs 1 --input-len 16384 --json 2>/dev/null)" "['copy_gb_per_s']" .0f)}
+    floor=$("$PY" scripts/floor.py "$MOE" --bandwidth "${bw:-3000}" --json 2> "$OUT/floor_moe.log")
+    echo "$floor" > "$OUT/floor_moe.json"
+    json=$(timeout 180 "$BIN" bench --latency --device cuda --load-format dummy --model "$MOE" \
+        --input-len 512 --output-len 128 --json 2> "$OUT/bench_moe_latency.log")
+    echo "$json" > "$OUT/bench_moe_latency.json"
+    row "30B-A3B dummy: load" "$([ -n "$json" ] && echo ok || echo FAIL)" \
+        "$(grep -ao "[0-9.]*B parameters, [0-9.]*B active per token" "$OUT/bench_moe_latency.log" | head -1); ready in $(json_field "$json" "['load_s']" .1f) s"
+    row "30B-A3B single-stream decode" "-" \
+        "$(json_field "$json" "['decode_tokens_per_s']" .0f) tok/s (floor $(json_field "$floor" "['single_stream_floor_tokens_per_s']" .0f) for $(json_field "$floor" "['bytes_per_single_token']/1e9" .2f) GB/token); prefill 512: $(json_field "$json" "['prefill_tokens_per_s']" .0f) tok/s"
+    json=$(timeout 420 "$BIN" bench --device cuda --load-format dummy --model "$MOE" --json 2> "$OUT/bench_moe.log")
+    echo "$json" > "$OUT/bench_moe.json"
+    pct=$("$PY" -c "import json,sys; b=json.loads(sys.argv[1]); f=json.loads(sys.argv[2]); print('%.0f%%' % (100 * b['output_tokens_per_s'] / f['floor_output_tokens_per_s']))" "$json" "$floor" 2>/dev/null)
+    row "30B-A3B bench.py workload" "$([ -n "$json" ] && echo ok || echo FAIL)" \
+        "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s = ${pct:-?} of the floor ($(json_field "$floor" "['floor_output_tokens_per_s']" .0f)); $(json_field "$json" "['preemptions']") preemptions"
+fi
+
 echo
 echo "==== nanovllm GPU check ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
 for r in "${ROWS[@]}"; do

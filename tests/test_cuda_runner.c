@@ -1,6 +1,7 @@
 /*
  * test_cuda_runner.c - the CUDA runner end to end on the tiny model: golden
- * logits and greedy tokens, the same batches as the CPU runner (scattered
+ * logits and greedy tokens (of the MoE tiny model too), the same batches as
+ * the CPU runner (scattered
  * blocks, cached prefixes, mixed prefill and decode), the engine under
  * forced preemption, and the host-sampled path. Skipped, with the reason,
  * where there is no GPU.
@@ -25,10 +26,10 @@
 #define LOGIT_REL_TOL 2e-2
 #define MARGIN_FLOOR 0.1
 
-static Runner *open_runner_eager(ModelWeights *w, const char *device, int block_size, int blocks,
-                                 bool eager) {
+static Runner *open_model(const char *model, ModelWeights *w, const char *device, int block_size,
+                          int blocks, bool eager) {
     Error err = {0};
-    cr_assert(model_weights_load(w, TINY_MODEL, &err) == 0, "%s", err.msg);
+    cr_assert(model_weights_load(w, model, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = device;
     o.block_size = block_size;
@@ -42,6 +43,11 @@ static Runner *open_runner_eager(ModelWeights *w, const char *device, int block_
     cr_assert(r, "%s runner: %s", device, err.msg);
     cr_assert_str_eq(r->device, device);
     return r;
+}
+
+static Runner *open_runner_eager(ModelWeights *w, const char *device, int block_size, int blocks,
+                                 bool eager) {
+    return open_model(TINY_MODEL, w, device, block_size, blocks, eager);
 }
 
 static Runner *open_runner(ModelWeights *w, const char *device, int block_size, int blocks) {
@@ -60,11 +66,11 @@ static int trusted_steps(json_t *margins, int steps) {
     return steps;
 }
 
-Test(cuda_runner, golden_logits_and_greedy_tokens, .timeout = 120) {
+static void golden_on_the_gpu(const GoldenFixture *f) {
     require_gpu();
     ModelWeights w;
-    Runner *r = open_runner(&w, "cuda", 16, 256);
-    json_t *g = golden_load();
+    Runner *r = open_model(f->model, &w, "cuda", 16, 256, false);
+    json_t *g = golden_load_from(f);
     json_t *prompts = json_object_get(g, "prompts");
     float *all = malloc(sizeof(float) * 300 * VOCAB);
     cr_assert(all);
@@ -83,11 +89,14 @@ Test(cuda_runner, golden_logits_and_greedy_tokens, .timeout = 120) {
         RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = all};
         int32_t got[64];
         cr_assert(runner_step(r, &batch, &got[0], &err) == 0, "%s", err.msg);
-        float *golden = golden_last_logits(name);
-        double rel = rel_error(all + (size_t)(n - 1) * VOCAB, golden, VOCAB);
-        cr_expect(rel <= LOGIT_REL_TOL, "%s: last-position logits relative error %g", name, rel);
-        cr_log_info("%s: logits relative error %.2e", name, rel);
-        free(golden);
+        float *golden = golden_logits_from(f, name); /* NULL: not in this fixture's copy */
+        if (golden) {
+            double rel = rel_error(all + (size_t)(n - 1) * VOCAB, golden, VOCAB);
+            cr_expect(rel <= LOGIT_REL_TOL, "%s %s: last-position logits relative error %g", f->model,
+                      name, rel);
+            cr_log_info("%s %s: logits relative error %.2e", f->model, name, rel);
+            free(golden);
+        }
 
         /* greedy through the cache, argmax on the GPU */
         batch.all_logits = NULL;
@@ -108,6 +117,9 @@ Test(cuda_runner, golden_logits_and_greedy_tokens, .timeout = 120) {
     runner_destroy(r);
     model_weights_free(&w);
 }
+
+Test(cuda_runner, golden_logits_and_greedy_tokens, .timeout = 120) { golden_on_the_gpu(&TINY_DENSE); }
+Test(cuda_runner, moe_golden_logits_and_greedy_tokens, .timeout = 120) { golden_on_the_gpu(&TINY_MOE); }
 
 /* One batch both runners compute: a prompt from zero, a chunk on top of a
  * cached prefix (filled by an earlier step) and decodes deep in their

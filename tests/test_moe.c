@@ -308,3 +308,52 @@ Test(moe, golden_greedy_through_the_engine, .timeout = 120) {
     runner_destroy(r);
     model_weights_free(&w);
 }
+
+/* ---- --load-format dummy -------------------------------------------------------------------- */
+
+/* A folder with the MoE config and nothing else: no weights, no tokenizer. */
+Test(moe, dummy_weights_from_the_config_alone, .timeout = 60) {
+    char *dir = make_temp_dir(), path[512], args[1024];
+    char *cfg = read_text(TINY_MOE_MODEL "/config.json");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, cfg);
+    char *out1, *out2, *err;
+    snprintf(args, sizeof args, "generate --model %s --load-format dummy --prompt-ids 1,2,3 "
+                                "--max-tokens 6 --ignore-eos --json --quiet", dir);
+    cr_assert_eq(run_nanovllm(args, &out1, &err), 0, "%s", err);
+    free(err);
+    cr_assert_eq(run_nanovllm(args, &out2, &err), 0, "%s", err);
+    free(err);
+    cr_expect_str_eq(out1, out2, "the same seed, the same weights, the same tokens");
+    free(out2);
+    json_t *g = json_loads(out1, 0, NULL);
+    cr_expect_eq(json_array_size(json_object_get(g, "ids")), 6);
+    json_decref(g);
+    snprintf(args, sizeof args, "bench --model %s --load-format dummy --num-seqs 4 --min-input 8 "
+                                "--max-input 16 --min-output 4 --max-output 8 --json --quiet", dir);
+    char *bench;
+    cr_assert_eq(run_nanovllm(args, &bench, &err), 0, "%s", err);
+    free(err);
+    json_t *b = json_loads(bench, 0, NULL);
+    cr_assert(b, "%s", bench);
+    double total = json_real_value(json_object_get(b, "total_params"));
+    double active = json_real_value(json_object_get(b, "active_params"));
+    cr_expect(active > 0 && active < total, "active %g of %g", active, total);
+    cr_expect_gt(json_integer_value(json_object_get(b, "output_tokens")), 0);
+    json_decref(b);
+    snprintf(args, sizeof args, "generate --model %s --prompt-ids 1,2,3", dir);
+    cr_expect_eq(run_nanovllm(args, &out2, &err), 1, "without dummy, the missing checkpoint");
+    cr_expect(strstr(err, "model.safetensors"), "%s", err);
+    free(err);
+    free(out2);
+    snprintf(args, sizeof args, "generate --model %s --load-format pt --prompt-ids 1", dir);
+    cr_expect_eq(run_nanovllm(args, &out2, &err), 2);
+    cr_expect(strstr(err, "--load-format"), "%s", err);
+    free(err);
+    free(out2);
+    free(out1);
+    free(bench);
+    free(cfg);
+    rm_rf(dir);
+    free(dir);
+}

@@ -1,0 +1,224 @@
+/*
+ * test_cuda_moe.c - the MoE layer on the GPU against the CPU: the routing
+ * kernel against moe_route, the whole sparse MLP against cpu_moe with
+ * uneven expert loads, the CUDA runner on the MoE fixture's decode graphs
+ * against eager steps (its golden is in test_cuda_runner.c) and dummy weights
+ * generated on the device against the same generated on the host.
+ * Skipped, with the reason, where there is no GPU. Tolerances are the
+ * dense CUDA tests' (bf16 GEMM inputs): relative error 2e-2.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "cpu/cpu_moe.h"
+#include "cpu/cpu_runner.h"
+#include "cuda/cuda_moe.h"
+#include "cuda/cuda_runner.h"
+#include "cuda_test.h"
+#include "helpers.h"
+
+#define VOCAB 151936
+#define REL_TOL 2e-2
+
+Test(cuda_moe, routing_matches_the_cpu, .timeout = 60) {
+    require_gpu();
+    enum { T = 64, E = 16, K = 4 };
+    float *logits = random_floats((size_t)T * E, 3.0f, 11);
+    for (int e = 0; e < E; e++) logits[5 * E + e] = 0.25f;           /* all tied */
+    logits[6 * E + 3] = logits[6 * E + 9] = logits[6 * E + 12] = 8.0f; /* three tied on top */
+    for (int norm = 0; norm < 2; norm++) {
+        Error err = {0};
+        float *d_logits = dev_copy(logits, sizeof(float) * T * E);
+        int32_t *d_ids = dev_poisoned(sizeof(int32_t) * T * K);
+        float *d_w = dev_poisoned(sizeof(float) * T * K);
+        cr_assert(cuda_moe_route(d_ids, d_w, d_logits, T, E, K, norm, NULL, &err) == 0, "%s", err.msg);
+        int32_t ids[T * K];
+        float w[T * K];
+        dev_fetch(ids, d_ids, sizeof ids);
+        dev_fetch(w, d_w, sizeof w);
+        for (int t = 0; t < T; t++) {
+            int32_t want_ids[K];
+            float want_w[K];
+            moe_route(logits + (size_t)t * E, E, K, norm, want_ids, want_w);
+            for (int j = 0; j < K; j++) {
+                cr_expect_eq(ids[t * K + j], want_ids[j], "token %d choice %d: GPU %d, CPU %d", t, j,
+                             ids[t * K + j], want_ids[j]);
+                cr_expect(fabsf(w[t * K + j] - want_w[j]) <= 1e-5f, "token %d choice %d: %g vs %g", t,
+                          j, w[t * K + j], want_w[j]);
+            }
+        }
+        cuda_free(d_logits);
+        cuda_free(d_ids);
+        cuda_free(d_w);
+    }
+    free(logits);
+}
+
+/* The sparse MLP of random experts, one of which every token picks and one
+ * none does, for 1, 7 and 13 tokens: GPU against cpu_moe. */
+Test(cuda_moe, sparse_mlp_matches_the_cpu, .timeout = 60) {
+    require_gpu();
+    enum { E = 8, K = 2, H = 32, MI = 16, T = 13 };
+    float *unused;
+    uint16_t *router = random_bf16((size_t)E * H, 0.3f, 1, &unused);
+    free(unused);
+    for (int i = 0; i < H; i++) {
+        router[2 * H + i] = f32_to_bf16(0.5f);
+        router[5 * H + i] = f32_to_bf16(-1.0f);
+    }
+    uint16_t *gate_up = random_bf16((size_t)E * 2 * MI * H, 0.4f, 2, &unused); /* [E][gate; up] */
+    free(unused);
+    uint16_t *down = random_bf16((size_t)E * H * MI, 0.4f, 3, &unused);
+    free(unused);
+    ExpertWeights experts[E];
+    for (int e = 0; e < E; e++)
+        experts[e] = (ExpertWeights){
+            {.data = gate_up + (size_t)e * 2 * MI * H, .type = WEIGHT_BF16, .rows = MI, .cols = H},
+            {.data = gate_up + ((size_t)e * 2 + 1) * MI * H, .type = WEIGHT_BF16, .rows = MI, .cols = H},
+            {.data = down + (size_t)e * H * MI, .type = WEIGHT_BF16, .rows = H, .cols = MI}};
+    LayerWeights L = {.router = {.data = router, .type = WEIGHT_BF16, .rows = E, .cols = H},
+                      .experts = experts};
+    ModelConfig c = {.hidden_size = H, .num_experts = E, .num_experts_per_tok = K,
+                     .moe_intermediate_size = MI, .norm_topk_prob = true};
+    /* h as the GPU sees it: bf16, so both sides start from the same values */
+    uint16_t h[T * H];
+    float x[T * H];
+    uint64_t seed = 9;
+    for (int i = 0; i < T * H; i++) {
+        h[i] = f32_to_bf16(0.5f + 0.5f * fabsf(test_uniform(&seed)));
+        x[i] = bf16_to_f32(h[i]);
+    }
+    Error err = {0};
+    ThreadPool *pool = thread_pool_create(2, &err);
+    CpuMatmul *mm = pool ? cpu_matmul_create(pool, T, H, &err) : NULL;
+    CpuMoe *cpu = mm ? cpu_moe_create(pool, mm, &c, T, &err) : NULL;
+    cr_assert(cpu, "%s", err.msg);
+    CudaMoe gpu;
+    cr_assert(cuda_moe_create(&gpu, H, MI, E, K, true, T, &err) == 0, "%s", err.msg);
+    uint16_t *d_h = dev_copy(h, sizeof h), *d_gate_up = dev_copy(gate_up, sizeof(uint16_t) * E * 2 * MI * H);
+    uint16_t *d_down = dev_copy(down, sizeof(uint16_t) * E * H * MI);
+    float *d_delta = dev_poisoned(sizeof(float) * T * H);
+    for (int n = 1; n <= T; n += 6) {
+        float want[T * H], got[T * H], logits[T * E];
+        cpu_moe(cpu, want, x, n, &L);
+        /* the router logits the runner's GEMM would write */
+        for (int t = 0; t < n; t++)
+            for (int e = 0; e < E; e++) {
+                float s = 0;
+                for (int i = 0; i < H; i++) s += bf16_to_f32(router[e * H + i]) * x[t * H + i];
+                logits[t * E + e] = s;
+            }
+        cr_assert(cuda_upload(gpu.logits, logits, sizeof(float) * n * E, &err) == 0, "%s", err.msg);
+        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, d_gate_up, d_down, NULL, &err) == 0, "%s", err.msg);
+        dev_fetch(got, d_delta, sizeof(float) * n * H);
+        double rel = rel_error(got, want, (size_t)n * H);
+        cr_expect(rel <= REL_TOL, "%d tokens: GPU vs CPU relative error %g", n, rel);
+        cr_log_info("MoE layer, %d tokens: GPU vs CPU relative error %.2e", n, rel);
+    }
+    cuda_free(d_h);
+    cuda_free(d_gate_up);
+    cuda_free(d_down);
+    cuda_free(d_delta);
+    cuda_moe_free(&gpu);
+    cpu_moe_destroy(cpu);
+    cpu_matmul_destroy(mm);
+    thread_pool_destroy(pool);
+    free(router);
+    free(gate_up);
+    free(down);
+}
+
+/* ---- the runner on the MoE fixture --------------------------------------------------------- */
+
+static Runner *open_moe(ModelWeights *w, bool cuda, bool eager, bool dummy) {
+    Error err = {0};
+    if (dummy) {
+        ModelConfig c;
+        cr_assert(model_config_load(&c, TINY_MOE_MODEL, &err) == 0, "%s", err.msg);
+        cr_assert(model_weights_load_dummy(w, &c, 7, &err) == 0, "%s", err.msg);
+    } else {
+        cr_assert(model_weights_load(w, TINY_MOE_MODEL, &err) == 0, "%s", err.msg);
+    }
+    RunnerOptions o = runner_default_options();
+    o.block_size = 16;
+    o.max_num_batched_tokens = 512;
+    o.max_num_seqs = 16;
+    o.max_model_len = 2048;
+    o.num_gpu_blocks_override = 256;
+    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, 16) * 256;
+    o.enforce_eager = eager;
+    Runner *r = cuda ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
+    cr_assert(r, "%s", err.msg);
+    return r;
+}
+
+/* Decode steps of 5 sequences (bucket 8, padded) from a graph and eagerly:
+ * the same logits, bit for bit (the same kernels on the same inputs). */
+Test(cuda_moe, decode_graphs_match_eager_steps, .timeout = 120) {
+    require_gpu();
+    ModelWeights wg, we;
+    Runner *graphs = open_moe(&wg, true, false, false), *eager = open_moe(&we, true, true, false);
+    enum { S = 5, LEN = 40 };
+    int32_t ids[S][LEN + 4], tables[S][4];
+    uint64_t seed = 3;
+    for (int s = 0; s < S; s++) {
+        for (int i = 0; i < LEN + 4; i++) ids[s][i] = (int32_t)((test_uniform(&seed) + 1.0f) * 70000);
+        for (int b = 0; b < 4; b++) tables[s][b] = s * 4 + b;
+    }
+    Runner *both[2] = {graphs, eager};
+    float *logits[2];
+    for (int k = 0; k < 2; k++) {
+        logits[k] = malloc(sizeof(float) * S * VOCAB);
+        RunnerSeq seqs[S];
+        int32_t tok[S];
+        Error err = {0};
+        for (int s = 0; s < S; s++)
+            seqs[s] = (RunnerSeq){.tokens = ids[s], .num_tokens = LEN, .block_table = tables[s],
+                                  .num_blocks = 4, .compute_logits = true};
+        RunnerBatch prefill = {.seqs = seqs, .num_seqs = S};
+        cr_assert(runner_step(both[k], &prefill, tok, &err) == 0, "%s", err.msg);
+        for (int s = 0; s < S; s++)
+            seqs[s] = (RunnerSeq){.tokens = &ids[s][LEN], .num_tokens = 1, .start_pos = LEN,
+                                  .block_table = tables[s], .num_blocks = 4, .compute_logits = true};
+        RunnerBatch decode = {.seqs = seqs, .num_seqs = S, .last_logits = logits[k]};
+        cr_assert(runner_step(both[k], &decode, tok, &err) == 0, "%s", err.msg);
+    }
+    cr_expect(memcmp(logits[0], logits[1], sizeof(float) * S * VOCAB) == 0,
+              "graph replay and eager decode differ");
+    free(logits[0]);
+    free(logits[1]);
+    runner_destroy(graphs);
+    runner_destroy(eager);
+    model_weights_free(&wg);
+    model_weights_free(&we);
+}
+
+/* --load-format dummy: the GPU fills its matrices itself; the model must be
+ * the one the CPU builds on the host from the same seed. */
+Test(cuda_moe, dummy_weights_on_the_device_match_the_host, .timeout = 120) {
+    require_gpu();
+    ModelWeights wc, wg;
+    Runner *cpu = open_moe(&wc, false, true, true), *gpu = open_moe(&wg, true, true, true);
+    int32_t ids[24], table[2] = {0, 1};
+    for (int i = 0; i < 24; i++) ids[i] = 1000 + 3571 * i;
+    float *a = malloc(sizeof(float) * 24 * VOCAB), *b = malloc(sizeof(float) * 24 * VOCAB);
+    Runner *both[2] = {cpu, gpu};
+    float *outs[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        Error err = {0};
+        int32_t tok;
+        RunnerSeq seq = {.tokens = ids, .num_tokens = 24, .block_table = table, .num_blocks = 2,
+                         .compute_logits = true};
+        RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = outs[k]};
+        cr_assert(runner_step(both[k], &batch, &tok, &err) == 0, "%s", err.msg);
+    }
+    double rel = rel_error(b, a, (size_t)24 * VOCAB);
+    cr_expect(rel <= REL_TOL, "dummy weights: GPU vs CPU logits relative error %g", rel);
+    cr_log_info("dummy MoE: GPU vs CPU logits relative error %.2e", rel);
+    free(a);
+    free(b);
+    runner_destroy(cpu);
+    runner_destroy(gpu);
+    model_weights_free(&wc);
+    model_weights_free(&wg);
+}
