@@ -35,6 +35,10 @@
 #define DEFAULT_MAX_QUEUED_REQUESTS 1024
 #define DEFAULT_MAX_BODY_MIB 8
 #define DEFAULT_SHUTDOWN_GRACE_SECONDS 30
+#define DEFAULT_HEADER_TIMEOUT_SECONDS 10 /* the whole header block, from accept */
+#define DEFAULT_BODY_TIMEOUT_SECONDS 30   /* the whole body, from the end of the headers */
+#define DEFAULT_MAX_CONNECTIONS 4096
+#define DEFAULT_MAX_HEADER_BYTES 16384
 
 /* ---- bench: nano-vllm's bench.py workload, and the latency run --------------------------------- */
 #define DEFAULT_BENCH_NUM_SEQS 256

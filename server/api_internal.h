@@ -44,6 +44,7 @@ typedef enum Route {
     ROUTE_NONE,
     ROUTE_HEALTH,
     ROUTE_MODELS,
+    ROUTE_MODEL, /* GET /v1/models/{id} */
     ROUTE_METRICS,
     ROUTE_COMPLETIONS,
     ROUTE_CHAT,
@@ -149,6 +150,7 @@ struct ApiServer {
     ChatTemplateKind chat_kind;
     int max_model_len;
     bool ready, shutting_down, stopped;
+    bool cut_off; /* the grace period is over: requests were ended */
     double shutdown_started;
     long created; /* wall-clock start, for /v1/models */
     int exit_code;
@@ -163,6 +165,8 @@ struct ApiServer {
     ApiRequest *requests; /* alive */
     int num_requests, num_queued;
     Metrics metrics;
+    double last_drop_log[NUM_DROPS]; /* on_dropped's rate limit */
+    long long unlogged_drops[NUM_DROPS];
 };
 
 /* api_request.c: a request's route and life */
@@ -193,5 +197,6 @@ void api_response_event(ApiRequest *r, const ApiEvent *ev);
 void api_respond_json(ApiRequest *r, unsigned status, json_t *body);
 void api_respond_error(ApiRequest *r, const ApiError *e);
 void api_log_request(ApiRequest *r, const char *note);
+void api_respond_shutdown(ApiRequest *r); /* out of grace: end it properly now */
 
 #endif

@@ -24,11 +24,13 @@ Route api_route_find(const char *path) {
                   {"/detokenize", ROUTE_DETOKENIZE}};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (strcmp(path, routes[i].path) == 0) return routes[i].route;
+    if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) return ROUTE_MODEL;
     return ROUTE_NONE;
 }
 
 const char *api_route_method(Route r) {
-    return r == ROUTE_HEALTH || r == ROUTE_MODELS || r == ROUTE_METRICS ? "GET" : "POST";
+    return r == ROUTE_HEALTH || r == ROUTE_MODELS || r == ROUTE_MODEL || r == ROUTE_METRICS ? "GET"
+                                                                                              : "POST";
 }
 
 ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route) {

@@ -31,7 +31,7 @@ void api_respond_json(ApiRequest *r, unsigned status, json_t *body) {
     json_decref(body);
     if (!text) {
         static const char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": "
-                                  "\"server_error\", \"param\": null, \"code\": 500}}";
+                                  "\"server_error\", \"param\": null, \"code\": null}}";
         http_respond(r->ex, 500, "application/json", oom, sizeof oom - 1, NULL);
         r->status = 500;
         return;
@@ -180,6 +180,31 @@ static void complete(ApiRequest *r) {
         }
     }
     api_log_request(r, NULL);
+}
+
+/* The server can wait no longer (the shutdown grace is over): a stream that
+ * has begun ends with an error event and [DONE], a request not yet answered
+ * gets a 503; either way the client sees a proper end, not a cut. */
+void api_respond_shutdown(ApiRequest *r) {
+    if (!r->ex || r->done) return;
+    ApiError e;
+    api_error(&e, 503, NULL, "the server is shutting down and could not finish this request");
+    if (r->params.stream && r->status == 200) {
+        size_t len;
+        char *body = openai_error_body(&e, &len);
+        if (body) {
+            http_stream_write(r->ex, "data: ", 6);
+            http_stream_write(r->ex, body, len);
+            http_stream_write(r->ex, "\n\n", 2);
+        }
+        free(body);
+        http_stream_write(r->ex, "data: [DONE]\n\n", 14);
+        http_stream_end(r->ex);
+        r->done = true;
+        api_log_request(r, e.message);
+        return;
+    }
+    if (!r->work_pending) api_respond_error(r, &e); /* a pending one is answered when its work returns */
 }
 
 /* ---- one event (its accounting done by api_engine.c) -------------------------------------------- */

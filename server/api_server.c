@@ -20,6 +20,10 @@
 #include <time.h>
 
 #include "api_internal.h"
+#include "config/defaults.h"
+
+/* After the grace period, how long the final events may take to reach clients. */
+#define SHUTDOWN_FLUSH_SECONDS 2.0
 #include "engine/base/log.h"
 
 /* ---- routes answered here ----------------------------------------------------------------------- */
@@ -36,19 +40,37 @@ static bool authorized(const ApiServer *s, HttpExchange *ex) {
     return diff == 0;
 }
 
+static json_t *model_object(const ApiServer *s) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i}", "id", s->model_name, "object", "model",
+                     "created", (json_int_t)s->created, "owned_by", "nanovllm", "root",
+                     s->opts.model_dir, "max_model_len", s->max_model_len);
+}
+
+/* GET /v1/models, and GET /v1/models/{id} (OpenAI's retrieve). */
 static void models(ApiRequest *r) {
     ApiServer *s = r->srv;
-    api_respond_json(r, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:i}]}", "object", "list",
-                                   "data", "id", s->model_name, "object", "model", "created",
-                                   (json_int_t)s->created, "owned_by", "nanovllm", "root",
-                                   s->opts.model_dir, "max_model_len", s->max_model_len));
+    if (r->route == ROUTE_MODELS) {
+        api_respond_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
+        return;
+    }
+    const char *id = http_path(r->ex) + strlen("/v1/models/");
+    if (strcmp(id, s->model_name) == 0) {
+        api_respond_json(r, 200, model_object(s));
+        return;
+    }
+    ApiError e;
+    api_error(&e, 404, "model", "The model '%s' does not exist (this server serves '%s')", id,
+              s->model_name);
+    e.code = "model_not_found";
+    api_respond_error(r, &e);
 }
 
 static void metrics_page(ApiRequest *r) {
     EngineStats st = {0};
     if (r->srv->engine) st = engine_stats(r->srv->engine);
     size_t len;
-    char *page = metrics_render(&r->srv->metrics, &st, r->srv->model_name, &len);
+    char *page = metrics_render(&r->srv->metrics, &st, http_server_connections(r->srv->http),
+                                r->srv->model_name, &len);
     r->status = page ? 200 : 500;
     if (page) http_respond(r->ex, 200, "text/plain; version=0.0.4", page, len, NULL);
     else http_respond(r->ex, 500, "text/plain", "out of memory\n", 14, NULL);
@@ -89,14 +111,19 @@ static void on_request(void *ctx, HttpExchange *ex) {
     ApiRequest *r = api_request_new(s, ex, route);
     if (!r) {
         static const char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": "
-                                  "\"server_error\", \"param\": null, \"code\": 500}}";
+                                  "\"server_error\", \"param\": null, \"code\": null}}";
         http_respond(ex, 500, "application/json", oom, sizeof oom - 1, NULL);
         return;
     }
     ApiError e = {0};
-    if (route == ROUTE_NONE) {
+    bool open_route = route == ROUTE_HEALTH || route == ROUTE_METRICS; /* probes need no key */
+    bool right_method = route != ROUTE_NONE && strcmp(http_method(ex), api_route_method(route)) == 0;
+    if (!open_route && !authorized(s, ex)) { /* before 404: no probing routes without the key */
+        api_error(&e, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
+        e.code = "invalid_api_key";
+    } else if (route == ROUTE_NONE) {
         api_error(&e, 404, NULL, "no route %s %s", http_method(ex), http_path(ex));
-    } else if (strcmp(http_method(ex), api_route_method(route)) != 0) {
+    } else if (!right_method) {
         api_error(&e, 405, NULL, "%s %s is not allowed (use %s)", http_method(ex), http_path(ex),
                   api_route_method(route));
     } else if (route == ROUTE_HEALTH) {
@@ -106,10 +133,7 @@ static void on_request(void *ctx, HttpExchange *ex) {
     } else if (route == ROUTE_METRICS) {
         metrics_page(r);
         return;
-    } else if (!authorized(s, ex)) {
-        api_error(&e, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
-        e.code = "invalid_api_key";
-    } else if (route == ROUTE_MODELS) {
+    } else if (route == ROUTE_MODELS || route == ROUTE_MODEL) {
         models(r);
         return;
     } else if (!s->ready) {
@@ -149,16 +173,48 @@ static void on_request(void *ctx, HttpExchange *ex) {
 }
 
 static void on_closed(void *ctx, HttpExchange *ex, void *user, bool completed) {
-    (void)ctx;
-    (void)ex;
+    ApiServer *s = ctx;
     ApiRequest *r = user;
-    if (!r) return;
+    if (!r) { /* it never became a request: the body was cut short or too slow */
+        if (completed) return;
+        bool slow = http_timed_out(ex);
+        s->metrics.client_closed++;
+        log_info("%s %s %u: %s", http_method(ex), http_path(ex), slow ? 408 : 499,
+                 slow ? "the request body did not arrive in time" : "the client left before its "
+                                                                    "request was complete");
+        return;
+    }
     r->ex = NULL;
-    if (!completed && r->num_finished < r->num_choices) {
-        api_abort(r); /* the client is gone: free its KV blocks */
-        api_log_request(r, "client disconnected, aborted");
+    if (!completed && !r->logged) {
+        r->status = 499; /* nginx's code: the client closed the connection */
+        s->metrics.client_closed++;
+        if (r->num_finished < r->num_choices) {
+            api_abort(r); /* the client is gone: free its KV blocks */
+            api_log_request(r, "client disconnected, aborted");
+        } else {
+            api_log_request(r, "client disconnected");
+        }
     }
     api_request_maybe_free(r);
+}
+
+/* The front door answered or dropped a connection: counted, and logged at
+ * most once a second per reason (a flood must not flood the log too). */
+static void on_dropped(void *ctx, HttpDrop why, const char *detail) {
+    ApiServer *s = ctx;
+    s->metrics.dropped[why]++;
+    double now = now_seconds();
+    if (now - s->last_drop_log[why] < 1.0) {
+        s->unlogged_drops[why]++;
+        return;
+    }
+    if (s->unlogged_drops[why])
+        log_info("connection dropped (%s): %s (and %lld more since the last line)",
+                 HTTP_DROP_NAMES[why], detail, s->unlogged_drops[why]);
+    else
+        log_info("connection dropped (%s): %s", HTTP_DROP_NAMES[why], detail);
+    s->last_drop_log[why] = now;
+    s->unlogged_drops[why] = 0;
 }
 
 /* ---- loading --------------------------------------------------------------------------------------- */
@@ -236,10 +292,18 @@ static void on_shutdown_tick(uv_timer_t *t) {
      * still in the HTTP server's buffers, and stopping then cuts the stream. */
     bool busy = s->requests != NULL;
     if (busy && waited < s->opts.shutdown_grace_seconds) return;
-    if (busy) {
-        log_info("shutdown: aborting the %d unfinished requests", s->num_requests);
-        for (ApiRequest *r = s->requests; r; r = r->next) api_abort(r);
+    if (busy && !s->cut_off) {
+        /* Out of grace: every client still waiting gets a proper end (an
+         * error event and [DONE], or a 503), then a moment to receive it. */
+        log_info("shutdown: ending the %d unfinished requests", s->num_requests);
+        s->cut_off = true;
+        for (ApiRequest *r = s->requests; r; r = r->next) {
+            api_abort(r);
+            api_respond_shutdown(r);
+        }
+        return;
     }
+    if (busy && waited < s->opts.shutdown_grace_seconds + SHUTDOWN_FLUSH_SECONDS) return;
     finish_shutdown(s);
 }
 
@@ -279,8 +343,10 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
         free(s);
         return error_set(err, "%s: no config.json (is this a Hugging Face model folder?)", opts->model_dir);
     }
-    HttpHandlers handlers = {on_request, on_closed};
-    HttpServerOptions ho = {opts->host, opts->port, opts->max_body_bytes};
+    HttpHandlers handlers = {on_request, on_closed, on_dropped};
+    HttpServerOptions ho = {opts->host,          opts->port,          opts->max_body_bytes,
+                            DEFAULT_MAX_HEADER_BYTES, opts->header_timeout, opts->body_timeout,
+                            opts->max_connections};
     s->http = http_server_start(s->loop, &ho, &handlers, s, err);
     if (!s->http) {
         free(s);

@@ -24,6 +24,8 @@ typedef struct ApiServerOptions {
     int max_queued_requests; /* requests admitted but not yet producing; beyond: 503 */
     size_t max_body_bytes;   /* beyond: 413 */
     double shutdown_grace_seconds; /* SIGTERM: how long in-flight requests may finish */
+    double header_timeout, body_timeout; /* seconds for a request's header block, then its body */
+    int max_connections;                 /* beyond: a fast 503 */
     RunnerOptions runner;
 } ApiServerOptions;
 

@@ -12,6 +12,12 @@
  * handed to on_request, answered, then freed in MHD's completion callback
  * after on_closed. A client that disconnects while suspended gets on_closed
  * at once (the watcher), and the exchange is freed once MHD has noticed.
+ *
+ * MHD listens on nothing itself: the front door (http_front.c) accepts,
+ * checks the header block and hands the socket over. The body deadline is
+ * checked here, by a timer over the exchanges still receiving: libmicrohttpd
+ * only has an idle timeout, which a body trickling a byte a minute never
+ * meets, and cannot answer mid-upload, so a late body's socket is shut.
  */
 #include "http_server.h"
 
@@ -21,8 +27,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "engine/base/log.h"
 
 #define STREAM_BLOCK (16 * 1024)
 
@@ -40,6 +49,8 @@ struct HttpExchange {
     char *body;
     size_t body_len, body_cap;
     bool too_large;
+    bool timed_out; /* the body deadline passed: the socket was shut */
+    double started; /* the header block complete */
     void *user;
     ExchangeState state;
     unsigned status;
@@ -57,12 +68,16 @@ struct HttpExchange {
 struct HttpServer {
     uv_loop_t *loop;
     struct MHD_Daemon *daemon;
+    HttpFront *front;
     uv_poll_t poll;
     uv_timer_t timer;
+    uv_timer_t body_deadline; /* every 250 ms: bodies past body_timeout */
     HttpHandlers handlers;
     void *ctx;
     size_t max_body;
+    double body_timeout;
     int port;
+    int active; /* connections MHD holds */
     HttpExchange *all;
     bool stopping;
 };
@@ -119,9 +134,28 @@ static void resume(HttpExchange *ex) {
     kick(ex->srv);
 }
 
+/* Whether the peer is gone: an error or a hang-up in both directions. A
+ * read-side end of file alone is a half-close, and the client still reads. */
+static bool peer_gone(int fd) {
+    struct pollfd pf = {fd, POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) != 1) return false;
+    if (pf.revents & (POLLERR | POLLHUP)) return true;
+    int error = 0;
+    socklen_t len = sizeof error;
+    return getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0;
+}
+
 static void on_watch(uv_poll_t *h, int status, int events) {
     HttpExchange *ex = h->data;
     if (status == 0 && !(events & UV_DISCONNECT)) return;
+    int fd = -1;
+    uv_fileno((uv_handle_t *)h, &fd);
+    if (status == 0 && fd >= 0 && !peer_gone(fd)) {
+        /* Half-closed: stop watching (the poll would report it forever);
+         * a write to a client that has really gone fails and ends it. */
+        stop_watch(ex);
+        return;
+    }
     /* The client is gone: tell the handler now, let MHD clean up. */
     notify_closed(ex, false);
     resume(ex);
@@ -177,12 +211,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             free(ex);
             return MHD_NO;
         }
+        ex->started = uv_now(s->loop) / 1e3;
         ex->next = s->all;
         if (s->all) s->all->prev = ex;
         s->all = ex;
         *con_cls = ex;
         return MHD_YES;
     }
+    if (ex->timed_out) return MHD_NO;
     if (*upload_size > 0) {
         size_t n = *upload_size;
         *upload_size = 0;
@@ -212,8 +248,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         s->handlers.on_request(s->ctx, ex);
         if (ex->state == EX_HANDLING) {
             static const char msg[] = "{\"error\": {\"message\": \"internal error: no response\", "
-                                      "\"type\": \"internal_server_error\", \"param\": null, "
-                                      "\"code\": 500}}";
+                                      "\"type\": \"server_error\", \"param\": null, "
+                                      "\"code\": null}}";
             http_respond(ex, 500, "application/json", msg, sizeof msg - 1, NULL);
         }
     }
@@ -266,6 +302,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 static int add_headers(struct MHD_Response *r, const char *content_type,
                        const char *const *extra) {
     if (content_type && MHD_add_response_header(r, "Content-Type", content_type) != MHD_YES) return -1;
+    /* One request per connection: each passes the front door's checks. */
+    if (MHD_add_response_header(r, "Connection", "close") != MHD_YES) return -1;
     for (int i = 0; extra && extra[i]; i++) {
         const char *colon = strchr(extra[i], ':');
         if (!colon) continue;
@@ -354,7 +392,52 @@ const char *http_body(const HttpExchange *ex, size_t *len) {
     return ex->body ? ex->body : "";
 }
 bool http_body_too_large(const HttpExchange *ex) { return ex->too_large; }
+bool http_timed_out(const HttpExchange *ex) { return ex->timed_out; }
 void http_set_user(HttpExchange *ex, void *user) { ex->user = user; }
+
+/* ---- the server -------------------------------------------------------------------- */
+
+static int listen_on(const char *host, int port, int *bound_port, Error *err);
+static void free_server(uv_handle_t *h);
+
+/* The front door's hooks. */
+static void hand_off(void *ctx, int fd, const struct sockaddr *addr, socklen_t len) {
+    HttpServer *s = ctx;
+    if (MHD_add_connection(s->daemon, fd, addr, len) != MHD_YES) return; /* MHD closed it */
+    kick(s);
+}
+
+static int active_connections(void *ctx) { return ((HttpServer *)ctx)->active; }
+
+static void dropped(void *ctx, HttpDrop why, const char *detail) {
+    HttpServer *s = ctx;
+    if (s->handlers.on_dropped) s->handlers.on_dropped(s->ctx, why, detail);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)conn;
+    (void)socket_context;
+    HttpServer *s = cls;
+    s->active += toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
+}
+
+/* Bodies past the deadline: their sockets are shut, MHD sees the error and
+ * completes the exchange (on_closed with user NULL: the request was never
+ * handed on). */
+static void on_body_deadline(uv_timer_t *t) {
+    HttpServer *s = t->data;
+    double now = uv_now(s->loop) / 1e3;
+    for (HttpExchange *ex = s->all; ex; ex = ex->next) {
+        if (ex->state != EX_RECEIVING || ex->timed_out || now - ex->started < s->body_timeout) continue;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(ex->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        ex->timed_out = true;
+        dropped(s, DROP_BODY_TIMEOUT, "the request body did not arrive in time");
+        if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
+        kick(s);
+    }
+}
 
 /* ---- the server -------------------------------------------------------------------- */
 
@@ -402,16 +485,20 @@ HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
     s->handlers = *handlers;
     s->ctx = ctx;
     s->max_body = opts->max_body_bytes;
+    s->body_timeout = opts->body_timeout;
     int fd = listen_on(opts->host, opts->port, &s->port, err);
     if (fd < 0) {
         free(s);
         return NULL;
     }
+    /* MHD's idle timeout: a stream whose client stops reading, a body that
+     * stops; the front door and the body deadline draw the finer lines. */
+    unsigned idle = (unsigned)(opts->body_timeout > 1 ? opts->body_timeout : 1);
     s->daemon = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL, on_access, s,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-        MHD_OPTION_END);
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL,
+        on_access, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)opts->max_connections + 64, MHD_OPTION_END);
     if (!s->daemon) {
         close(fd);
         free(s);
@@ -420,17 +507,36 @@ HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
     if (!di || uv_poll_init(loop, &s->poll, di->epoll_fd) != 0 ||
-        uv_timer_init(loop, &s->timer) != 0) {
+        uv_timer_init(loop, &s->timer) != 0 || uv_timer_init(loop, &s->body_deadline) != 0) {
         MHD_stop_daemon(s->daemon);
+        close(fd);
         free(s);
         error_set(err, "cannot attach the HTTP daemon to the event loop");
         return NULL;
     }
     s->poll.data = s;
     s->timer.data = s;
+    s->body_deadline.data = s;
+    HttpFrontOptions fo = {fd, opts->max_body_bytes, opts->max_header_bytes, opts->header_timeout,
+                           opts->max_connections};
+    HttpFrontHooks hooks = {hand_off, active_connections, dropped};
+    s->front = http_front_start(loop, &fo, &hooks, s, err);
+    if (!s->front) { /* the handles are set up: close them on the loop */
+        close(fd);
+        MHD_stop_daemon(s->daemon);
+        uv_close((uv_handle_t *)&s->poll, NULL);
+        uv_close((uv_handle_t *)&s->body_deadline, NULL);
+        uv_close((uv_handle_t *)&s->timer, free_server);
+        return NULL;
+    }
     uv_poll_start(&s->poll, UV_READABLE, on_poll);
+    uv_timer_start(&s->body_deadline, on_body_deadline, 250, 250);
     kick(s);
     return s;
+}
+
+int http_server_connections(const HttpServer *s) {
+    return s ? s->active + http_front_pending(s->front) : 0;
 }
 
 int http_server_port(const HttpServer *s) { return s->port; }
@@ -448,9 +554,13 @@ void http_server_stop(HttpServer *s) {
         notify_closed(ex, false);
         resume(ex);
     }
+    http_front_stop(s->front); /* no new connections; the waiting ones closed */
+    s->front = NULL;
     uv_poll_stop(&s->poll);
     uv_timer_stop(&s->timer);
+    uv_timer_stop(&s->body_deadline);
     MHD_stop_daemon(s->daemon); /* completion callbacks free the exchanges */
     uv_close((uv_handle_t *)&s->poll, NULL);
+    uv_close((uv_handle_t *)&s->body_deadline, NULL);
     uv_close((uv_handle_t *)&s->timer, free_server);
 }

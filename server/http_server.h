@@ -14,9 +14,16 @@
  *     http_stream_write() and closed with http_stream_end(); while no bytes
  *     are waiting the connection is suspended, and a write resumes it.
  * MHD does not notice a client hanging up while its connection is
- * suspended, so suspended sockets are watched (UV_DISCONNECT) and the
- * handler's on_closed runs as soon as the peer is gone - mid-stream
- * included - so the work behind it can be aborted.
+ * suspended, so suspended sockets are watched and the handler's on_closed
+ * runs as soon as the peer is gone - mid-stream included - so the work
+ * behind it can be aborted. A client that only shut its sending side
+ * (half-close, legal once the request is sent) is not gone: it still reads.
+ *
+ * Every connection passes the front door first (http_front.h): it is
+ * answered there if its header block is malformed, too large, too slow or
+ * over the connection limit. Every response closes its connection, so
+ * every request passes the front door. A body must arrive within
+ * body_timeout of its headers, or the connection is closed.
  */
 #ifndef NANOVLLM_HTTP_SERVER_H
 #define NANOVLLM_HTTP_SERVER_H
@@ -26,6 +33,7 @@
 #include <uv.h>
 
 #include "engine/base/error.h"
+#include "http_front.h"
 
 typedef struct HttpServer HttpServer;
 typedef struct HttpExchange HttpExchange;
@@ -35,19 +43,28 @@ typedef struct HttpHandlers {
      * with http_respond, http_defer or http_stream_begin before returning. */
     void (*on_request)(void *ctx, HttpExchange *ex);
     /* The exchange is over (response sent, client gone, or server stopping).
-     * `user` is what the handler attached; the exchange is freed after. */
+     * `user` is what the handler attached (NULL when the request never
+     * reached on_request: the client left, or the body came too slowly);
+     * the exchange is freed after. */
     void (*on_closed)(void *ctx, HttpExchange *ex, void *user, bool completed);
+    /* A connection the front door answered itself or dropped (may be NULL). */
+    void (*on_dropped)(void *ctx, HttpDrop why, const char *detail);
 } HttpHandlers;
 
 typedef struct HttpServerOptions {
     const char *host;
     int port; /* 0: any free port (see http_server_port) */
     size_t max_body_bytes;
+    size_t max_header_bytes;
+    double header_timeout, body_timeout; /* seconds */
+    int max_connections;
 } HttpServerOptions;
 
 HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
                               const HttpHandlers *handlers, void *ctx, Error *err);
 int http_server_port(const HttpServer *s);
+/* Connections open now: waiting at the front door or held by MHD. */
+int http_server_connections(const HttpServer *s);
 /* Stops accepting and ends every exchange (on_closed with completed false). */
 void http_server_stop(HttpServer *s);
 
@@ -57,6 +74,7 @@ const char *http_path(const HttpExchange *ex); /* without the query string */
 const char *http_header(const HttpExchange *ex, const char *name); /* NULL if absent */
 const char *http_body(const HttpExchange *ex, size_t *len);
 bool http_body_too_large(const HttpExchange *ex);
+bool http_timed_out(const HttpExchange *ex); /* closed for a body slower than body_timeout */
 void http_set_user(HttpExchange *ex, void *user);
 
 /* ---- the response ----------------------------------------------------------- */

@@ -93,7 +93,8 @@ static void histogram(Page *p, const char *name, const char *help, const char *m
          name, model, h->sum, name, model, h->count);
 }
 
-char *metrics_render(const Metrics *m, const EngineStats *s, const char *model, size_t *len) {
+char *metrics_render(const Metrics *m, const EngineStats *s, int connections, const char *model,
+                     size_t *len) {
     Page p = {malloc(8192), 0, 8192, 0};
     if (!p.data) return NULL;
     double usage = s->kv_blocks_total ? (double)s->kv_blocks_used / s->kv_blocks_total : 0.0;
@@ -122,6 +123,15 @@ char *metrics_render(const Metrics *m, const EngineStats *s, const char *model, 
              reasons[i], model, m->finished[i]);
     metric(&p, "counter", "http_request_errors_total", "Requests answered with an error.", model,
            (double)m->http_errors);
+    metric(&p, "counter", "http_client_closed_total",
+           "Requests whose client left before the answer was complete (logged as 499).", model,
+           (double)m->client_closed);
+    metric(&p, "gauge", "http_connections", "Connections open now.", model, connections);
+    emit(&p, "# HELP nanovllm:http_connections_dropped_total Connections dropped before a request "
+             "was handled, by reason.\n# TYPE nanovllm:http_connections_dropped_total counter\n");
+    for (int i = 0; i < NUM_DROPS; i++)
+        emit(&p, "nanovllm:http_connections_dropped_total{reason=\"%s\",model_name=\"%s\"} %lld\n",
+             HTTP_DROP_NAMES[i], model, m->dropped[i]);
     histogram(&p, "e2e_request_latency_seconds", "End-to-end request latency.", model, &m->e2e_latency);
     histogram(&p, "time_to_first_token_seconds", "Time to the first token.", model, &m->ttft);
     histogram(&p, "inter_token_latency_seconds", "Time between consecutive tokens.", model, &m->itl);

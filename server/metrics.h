@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "engine/engine.h"
+#include "http_front.h"
 
 #define HISTOGRAM_MAX_BUCKETS 24
 
@@ -28,12 +29,16 @@ typedef struct Metrics {
     Histogram e2e_latency, ttft, itl;
     long long finished[5]; /* by FinishReason */
     long long http_errors; /* requests answered with an error */
+    long long client_closed; /* requests whose client left before the answer (logged 499) */
+    long long dropped[NUM_DROPS]; /* connections dropped before a request, by reason */
 } Metrics;
 
 void metrics_init(Metrics *m);
 void histogram_observe(Histogram *h, double value);
 
-/* The /metrics page (malloc'ed). model_name labels the series. */
-char *metrics_render(const Metrics *m, const EngineStats *s, const char *model_name, size_t *len);
+/* The /metrics page (malloc'ed). model_name labels the series; connections
+ * is the number of connections open now. */
+char *metrics_render(const Metrics *m, const EngineStats *s, int connections, const char *model_name,
+                     size_t *len);
 
 #endif

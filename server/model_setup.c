@@ -99,6 +99,11 @@ int loaded_model_open(LoadedModel *m, const char *model_dir, const RunnerOptions
              r->description, r->num_kv_blocks, r->options.block_size,
              (long)r->num_kv_blocks * r->options.block_size, r->kv_cache_bytes / 1e9,
              r->options.max_model_len, m->load_seconds);
+    if (strcmp(r->device, "cpu") == 0)
+        log_info("the CPU KV cache is reserved, not yet resident: memory use grows toward the "
+                 "weights + %.2f GB as blocks are first written, and stays there (blocks are "
+                 "reused, not freed); --kv-cache-memory sets it",
+                 r->kv_cache_bytes / 1e9);
     return 0;
 }
 

@@ -134,7 +134,7 @@ char *openai_error_body(const ApiError *e, size_t *len) {
     json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type",
                           e->type ? e->type : "invalid_request_error", "param",
                           e->param[0] ? json_string(e->param) : json_null(), "code",
-                          e->code ? json_string(e->code) : json_integer(e->status));
+                          e->code ? json_string(e->code) : json_null());
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (s) *len = strlen(s);

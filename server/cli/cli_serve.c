@@ -31,6 +31,12 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_MAX_BODY_MIB) "MiB)\n"
     "  --shutdown-grace SECONDS      SIGTERM: time in-flight requests get to finish (default "
     DEFAULT_TEXT(DEFAULT_SHUTDOWN_GRACE_SECONDS) ")\n"
+    "  --header-timeout SECONDS      a request's whole header block, from connecting (default "
+    DEFAULT_TEXT(DEFAULT_HEADER_TIMEOUT_SECONDS) "): else 408\n"
+    "  --body-timeout SECONDS        its whole body, after the headers (default "
+    DEFAULT_TEXT(DEFAULT_BODY_TIMEOUT_SECONDS) "): else closed\n"
+    "  --max-connections N           open connections; beyond, a fast 503 (default "
+    DEFAULT_TEXT(DEFAULT_MAX_CONNECTIONS) ")\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 int command_serve(int argc, char **argv) {
@@ -39,12 +45,17 @@ int command_serve(int argc, char **argv) {
         {"port", required_argument, 0, 'p'}, {"served-model-name", required_argument, 0, 'n'},
         {"api-key", required_argument, 0, 'k'}, {"max-queued-requests", required_argument, 0, 'Q'},
         {"max-body-bytes", required_argument, 0, 'B'}, {"shutdown-grace", required_argument, 0, 'g'},
+        {"header-timeout", required_argument, 0, 'T'}, {"body-timeout", required_argument, 0, 'D'},
+        {"max-connections", required_argument, 0, 'C'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     ApiServerOptions o = {.host = DEFAULT_HOST,
                           .port = DEFAULT_PORT,
                           .max_queued_requests = DEFAULT_MAX_QUEUED_REQUESTS,
                           .max_body_bytes = (size_t)DEFAULT_MAX_BODY_MIB << 20,
                           .shutdown_grace_seconds = DEFAULT_SHUTDOWN_GRACE_SECONDS,
+                          .header_timeout = DEFAULT_HEADER_TIMEOUT_SECONDS,
+                          .body_timeout = DEFAULT_BODY_TIMEOUT_SECONDS,
+                          .max_connections = DEFAULT_MAX_CONNECTIONS,
                           .runner = runner_default_options()};
     Error err = {0};
     int rc = 0;
@@ -64,6 +75,9 @@ int command_serve(int argc, char **argv) {
         case 'Q': rc = parse_int_arg("--max-queued-requests", optarg, 1, 1 << 24, &o.max_queued_requests, &err); break;
         case 'B': rc = parse_size_arg("--max-body-bytes", optarg, &o.max_body_bytes, &err); break;
         case 'g': rc = parse_double_arg("--shutdown-grace", optarg, 0, 3600, &o.shutdown_grace_seconds, &err); break;
+        case 'T': rc = parse_double_arg("--header-timeout", optarg, 0.1, 3600, &o.header_timeout, &err); break;
+        case 'D': rc = parse_double_arg("--body-timeout", optarg, 0.1, 3600, &o.body_timeout, &err); break;
+        case 'C': rc = parse_int_arg("--max-connections", optarg, 1, 1 << 20, &o.max_connections, &err); break;
         default: {
             int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
                                              &o.runner, USAGE, HELP, &err);
