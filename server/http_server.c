@@ -85,6 +85,7 @@ struct HttpServer {
 /* ---- driving MHD from the loop ----------------------------------------------- */
 
 static void on_timer(uv_timer_t *t);
+static void dropped(void *ctx, HttpDrop why, const char *detail);
 
 /* Runs MHD and re-arms the timer with MHD's next timeout. */
 static void run_mhd(HttpServer *s) {
@@ -270,6 +271,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!ex) return;
     *con_cls = NULL;
     stop_watch(ex);
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && ex->state == EX_RECEIVING && !ex->timed_out) {
+        ex->timed_out = true; /* MHD's idle timeout came first: the same verdict */
+        dropped(s, DROP_BODY_TIMEOUT, "the request body did not arrive in time");
+    }
     notify_closed(ex, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (ex->response) MHD_destroy_response(ex->response);
     if (ex->prev) ex->prev->next = ex->next; else s->all = ex->next;
