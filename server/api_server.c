@@ -4,9 +4,10 @@
  *
  * Start-up: the HTTP server listens at once (so /health can say 503), the
  * model loads on libuv's worker pool, then the engine thread starts and
- * /health says 200. Shutdown (SIGINT/SIGTERM): stop accepting, answer new
- * requests with 503, let in-flight ones finish for the grace period, abort
- * what is left, then stop everything and exit 0.
+ * /health says 200. Shutdown (SIGINT/SIGTERM): answer new requests with
+ * 503, let in-flight ones finish for the grace period, abort what is left,
+ * stop everything, wait until the kernel has delivered the last bytes
+ * (tcp_drain.c), exit 0.
  *
  * Routing: GET /health, /metrics and /v1/models are answered here; the POST
  * routes are parsed on the loop and their text work queued on the worker
@@ -21,10 +22,11 @@
 
 #include "api_internal.h"
 #include "config/defaults.h"
+#include "engine/base/log.h"
+#include "tcp_drain.h"
 
 /* After the grace period, how long the final events may take to reach clients. */
 #define SHUTDOWN_FLUSH_SECONDS 2.0
-#include "engine/base/log.h"
 
 /* ---- routes answered here ----------------------------------------------------------------------- */
 
@@ -352,8 +354,8 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
         free(s);
         return -1;
     }
-    log_info("listening on http://%s:%d (loading %s)", opts->host, http_server_port(s->http),
-             opts->model_dir);
+    int port = http_server_port(s->http);
+    log_info("listening on http://%s:%d (loading %s)", opts->host, port, opts->model_dir);
     uv_async_init(s->loop, &s->wake, api_on_wake);
     s->wake.data = s;
     uv_signal_init(s->loop, &s->sigint);
@@ -370,6 +372,16 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
 
     int rc = s->exit_code;
     if (rc) error_set(err, "%s", s->load_err.msg);
+    if (s->shutting_down) {
+        /* The last responses may still sit in the kernel's send buffers; in a
+         * container they would die with us. They get what is left of the
+         * grace, and never less than the flush time. */
+        double left = s->shutdown_started + s->opts.shutdown_grace_seconds + SHUTDOWN_FLUSH_SECONDS -
+                      now_seconds();
+        int undelivered = tcp_drain(port, left > SHUTDOWN_FLUSH_SECONDS ? left : SHUTDOWN_FLUSH_SECONDS);
+        if (undelivered > 0)
+            log_info("shutdown: %d connections had not received everything by the deadline", undelivered);
+    }
     uv_loop_close(s->loop);
     tokenizer_free(s->tok);
     loaded_model_close(&s->model);

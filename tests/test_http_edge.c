@@ -3,7 +3,8 @@
  * odd client would, with raw sockets against the real server: malformed
  * and conflicting Content-Length, bodies over the limit, garbage, slow
  * header blocks and bodies, the connection limit, half-closed clients,
- * streams cut by the shutdown grace, the accounting of clients that leave,
+ * streams cut by the shutdown grace, an exit that waits until the last bytes
+ * are delivered, the accounting of clients that leave,
  * and a soak of 2,000 requests with a fifth of the streams hung up midway.
  * Every loop is bounded in count and time; loopback only.
  */
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,14 +36,18 @@ static void pause_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-static int dial(int port) {
+/* rcvbuf > 0: a small receive buffer, set before the window is agreed. */
+static int dial_with_rcvbuf(int port, int rcvbuf) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert(fd >= 0);
+    if (rcvbuf > 0) cr_assert(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     cr_assert(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
     return fd;
 }
+
+static int dial(int port) { return dial_with_rcvbuf(port, 0); }
 
 static void put(int fd, const char *data, size_t len) {
     cr_assert(send(fd, data, len, MSG_NOSIGNAL) == (ssize_t)len, "send: %s", strerror(errno));
@@ -96,6 +102,14 @@ static void exchange(int port, const char *data, size_t len, bool half_close, do
     if (half_close) shutdown(fd, SHUT_WR);
     read_reply(fd, timeout, r);
     close(fd);
+}
+
+/* A whole POST /v1/completions with body into req; its length. */
+static size_t completion_request(char *req, size_t cap, const char *body) {
+    int n = snprintf(req, cap, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    cr_assert(n > 0 && (size_t)n < cap);
+    return (size_t)n;
 }
 
 static void post(int port, const char *headers, const char *body, Reply *r) {
@@ -232,15 +246,14 @@ Test(http_edge, connection_limit_refuses_fast_and_sheds_slow_headers, .timeout =
     }
     pause_ms(100);
     char req[256];
-    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(BODY), BODY);
+    size_t n = completion_request(req, sizeof req, BODY);
     Reply r;
-    exchange(s.port, req, (size_t)n, false, 5, &r);
+    exchange(s.port, req, n, false, 5, &r);
     cr_expect_eq(status_of(&r), 503, "at the limit: %s", r.data);
     cr_expect(strstr(r.data, "Retry-After: 1"), "%s", r.data);
     cr_expect(r.seconds < 1, "refused in %.2f s", r.seconds);
     pause_ms(1100); /* now the slow ones have waited over a second */
-    exchange(s.port, req, (size_t)n, false, 10, &r);
+    exchange(s.port, req, n, false, 10, &r);
     cr_expect_eq(status_of(&r), 200, "the oldest slow header made room: %s", r.data);
     Reply shed;
     read_reply(slow[0], 2, &shed);
@@ -278,11 +291,9 @@ Test(http_edge, half_closed_client_gets_its_answer, .timeout = 60) {
                             "{\"prompt\": \"hi\", \"max_tokens\": 20, \"stream\": true}"};
     for (int i = 0; i < 2; i++) {
         char req[512];
-        int n = snprintf(req, sizeof req,
-                         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
-                         strlen(bodies[i]), bodies[i]);
+        size_t n = completion_request(req, sizeof req, bodies[i]);
         Reply r;
-        exchange(s.port, req, (size_t)n, true, 10, &r);
+        exchange(s.port, req, n, true, 10, &r);
         cr_expect_eq(status_of(&r), 200, "%s", r.data);
         cr_expect(i == 0 ? strstr(r.data, "\"finish_reason\":\"length\"") != NULL
                          : strstr(r.data, "data: [DONE]") != NULL,
@@ -297,12 +308,11 @@ Test(http_edge, streams_cut_by_shutdown_end_properly, .timeout = 60) {
     server_start(&s, "--shutdown-grace 0.5");
     const char *body = "{\"prompt\": \"a\", \"max_tokens\": 1900, \"ignore_eos\": true, \"stream\": true}";
     char req[512];
-    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(body), body);
+    size_t n = completion_request(req, sizeof req, body);
     int fds[2];
     for (int i = 0; i < 2; i++) {
         fds[i] = dial(s.port);
-        put(fds[i], req, (size_t)n);
+        put(fds[i], req, n);
     }
     cr_assert(wait_for_gauge(&s, "num_requests_running", 2), "the streams never started");
     kill(s.pid, SIGTERM);
@@ -316,6 +326,40 @@ Test(http_edge, streams_cut_by_shutdown_end_properly, .timeout = 60) {
         close(fds[i]);
     }
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* 6b: the server exits only once the kernel has delivered what it wrote: a
+ * client that has not read its stream yet still gets all of it after
+ * SIGTERM (in a container, bytes still queued die with the process). */
+Test(http_edge, exit_waits_until_responses_are_delivered, .timeout = 60) {
+    TestServer s;
+    server_start(&s, "");
+    int fd = dial_with_rcvbuf(s.port, 2048); /* a stream of ~13 KB: more than this holds */
+    char req[512];
+    size_t n = completion_request(req, sizeof req,
+                                  "{\"prompt\": \"a\", \"max_tokens\": 64, \"ignore_eos\": true, \"stream\": true}");
+    put(fd, req, n);
+    /* Done for the server (its only connection left is the /metrics poll)... */
+    cr_assert(wait_for_gauge(&s, "http_connections", 1), "the stream never completed");
+    /* ...while its end is still queued: not in our receive buffer yet. */
+    static char queued[65536];
+    ssize_t got = recv(fd, queued, sizeof queued - 1, MSG_PEEK | MSG_DONTWAIT);
+    cr_assert(got > 0 && got < (ssize_t)sizeof queued - 1);
+    queued[got] = '\0';
+    cr_assert(!strstr(queued, "[DONE]"), "the whole stream fit the receive buffer: no test");
+    kill(s.pid, SIGTERM);
+    pause_ms(500);
+    siginfo_t info = {0};
+    cr_assert_eq(waitid(P_PID, (id_t)s.pid, &info, WEXITED | WNOHANG | WNOWAIT), 0);
+    cr_expect_eq(info.si_pid, 0, "the server exited with its answer undelivered");
+    Reply r;
+    read_reply(fd, 10, &r);
+    cr_expect(r.closed && strstr(r.data, "data: [DONE]\n\n") && strstr(r.data, "\r\n0\r\n\r\n"),
+              "the whole stream arrived: %s", r.len > 200 ? r.data + r.len - 200 : r.data);
+    close(fd);
+    double t0 = now();
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+    cr_expect(now() - t0 < 2, "the server exited %.1f s after the client read everything", now() - t0);
 }
 
 /* 7: who left is logged as 499 and counted; routes and codes as OpenAI has them. */
@@ -436,10 +480,9 @@ Test(http_edge, soak_with_hung_up_streams, .timeout = 300) {
             char body[160], req[512];
             snprintf(body, sizeof body, "{\"prompt\": \"w%d\", \"max_tokens\": %d, \"ignore_eos\": true, \"stream\": true}",
                      started, 2 + (int)((seed >> 33) % 10));
-            int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
-                             strlen(body), body);
+            size_t n = completion_request(req, sizeof req, body);
             conns[i] = (SoakConn){.fd = dial(s.port), .hang_up = (seed >> 20) % 5 == 0};
-            put(conns[i].fd, req, (size_t)n);
+            put(conns[i].fd, req, n);
             started++;
         }
         struct pollfd pf[CONCURRENCY];
