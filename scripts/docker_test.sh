@@ -9,7 +9,9 @@
 # mounted read-only and an API key passed through, wait for /health, send a
 # completion (its greedy text must equal `nanovllm generate`'s on the host)
 # and a streaming chat with curl, check the HEALTHCHECK, the unprivileged
-# user and a clean stop, and print the image size.
+# user and a clean stop, and print the image size. Then scripts/k8s_test.sh
+# plays config/k8s/ on the image (two replicas behind nginx, a rolling
+# restart under load).
 #
 # It removes what it made (container, image, build stages, a base image it
 # had to create) on any exit; on failure it prints the container's log.
@@ -79,10 +81,11 @@ missing=()
 for tool in podman runc debootstrap curl python3; do
     command -v "$tool" > /dev/null || missing+=("$tool")
 done
+python3 -c 'import yaml' 2> /dev/null || missing+=(python3-yaml)
 if [ ${#missing[@]} -gt 0 ]; then
-    [ "$(id -u)" = 0 ] || fail "needs ${missing[*]} (apt-get install -y podman runc debootstrap uidmap curl python3)"
+    [ "$(id -u)" = 0 ] || fail "needs ${missing[*]} (apt-get install -y podman runc debootstrap uidmap curl python3 python3-yaml)"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap uidmap curl python3 > /dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap uidmap curl python3 python3-yaml > /dev/null
 fi
 [ -x "$HOST_BIN" ] || fail "$HOST_BIN is missing: run make first"
 podman --version
@@ -196,4 +199,7 @@ image_bytes=$(pm image inspect -f '{{.Size}}' "$IMAGE")
 base_bytes=$(pm image inspect -f '{{.Size}}' "$BASE_IMAGE")
 printf 'image %s: %d MB (base %s %d MB + nanovllm %d MB)\n' "$IMAGE" $((image_bytes / 1000000)) \
     "$BASE_IMAGE" $((base_bytes / 1000000)) $(((image_bytes - base_bytes) / 1000000))
+step "kubernetes (scripts/k8s_test.sh)"
+scripts/k8s_test.sh || fail "config/k8s (above)"
+
 printf '\ndocker-test passed\n'
