@@ -38,6 +38,7 @@
 #include "openai_response.h"
 #include "engine/base/byte_buf.h"
 #include "engine/engine.h"
+#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
 typedef enum Route {
@@ -147,7 +148,7 @@ struct ApiServer {
     LoadedModel model;
     Engine *engine;
     Tokenizer *tok;
-    ChatTemplateKind chat_kind;
+    ChatTemplate *chat; /* compiled once at load */
     int max_model_len;
     bool ready, shutting_down, stopped;
     bool cut_off; /* the grace period is over: requests were ended */

@@ -78,10 +78,33 @@ static int prepare_completion(ApiRequest *r) {
     return 0;
 }
 
+/* A request may bring its own template ("chat_template", vLLM's field) only
+ * when the server trusts its clients with running one. */
 char *api_render_chat(ApiRequest *r, size_t *len) {
     Error e;
-    char *text = chat_template_render(r->srv->chat_kind, r->body, len, &e);
-    if (!text) api_error(&r->error, 400, "messages", "%s", e.msg);
+    ChatTemplate *own = NULL;
+    json_t *field = json_object_get(r->body, "chat_template");
+    if (field && !json_is_null(field)) {
+        if (!r->srv->opts.trust_request_chat_template) {
+            api_error(&r->error, 400, "chat_template", "a request's own 'chat_template' is refused: "
+                                                       "the server was not started with "
+                                                       "--trust-request-chat-template");
+            return NULL;
+        }
+        if (!json_is_string(field)) {
+            api_error(&r->error, 400, "chat_template", "'chat_template' must be a string");
+            return NULL;
+        }
+        own = chat_template_new(r->srv->tok, json_string_value(field), r->srv->opts.chat_content_format,
+                                NULL, &e);
+        if (!own) {
+            api_error_from(&r->error, e.kind, "chat_template", e.msg);
+            return NULL;
+        }
+    }
+    char *text = chat_template_render(own ? own : r->srv->chat, r->body, chat_template_clock(), len, &e);
+    if (!text) api_error_from(&r->error, e.kind, "messages", e.msg);
+    chat_template_free(own);
     return text;
 }
 

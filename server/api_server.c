@@ -233,9 +233,14 @@ static void load_run(uv_work_t *w) {
         return;
     }
     engine_set_tokenizer(s->engine, s->tok);
-    char warning[512];
-    s->chat_kind = chat_template_detect(tokenizer_chat_template(s->tok), warning, sizeof warning);
-    if (warning[0]) log_info("%s", warning);
+    const char *warning;
+    s->chat = chat_template_new(s->tok, s->opts.chat_template, s->opts.chat_content_format, &warning,
+                                &s->load_err);
+    if (!s->chat) {
+        s->load_rc = -1;
+        return;
+    }
+    if (warning) log_info("%s", warning);
 }
 
 static void begin_shutdown(ApiServer *s, const char *why);
@@ -383,6 +388,7 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
             log_info("shutdown: %d connections had not received everything by the deadline", undelivered);
     }
     uv_loop_close(s->loop);
+    chat_template_free(s->chat);
     tokenizer_free(s->tok);
     loaded_model_close(&s->model);
     pthread_mutex_destroy(&s->events_lock);

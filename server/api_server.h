@@ -11,9 +11,11 @@
 #ifndef NANOVLLM_API_SERVER_H
 #define NANOVLLM_API_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "engine/runner.h"
+#include "engine/tokenizer/chat_template.h"
 
 typedef struct ApiServerOptions {
     const char *model_dir;
@@ -26,6 +28,9 @@ typedef struct ApiServerOptions {
     double shutdown_grace_seconds; /* SIGTERM: how long in-flight requests may finish */
     double header_timeout, body_timeout; /* seconds for a request's header block, then its body */
     int max_connections;                 /* beyond: a fast 503 */
+    const char *chat_template;           /* NULL: the model folder's */
+    ChatContentFormat chat_content_format;
+    bool trust_request_chat_template; /* else a request's own "chat_template" is refused */
     RunnerOptions runner;
 } ApiServerOptions;
 

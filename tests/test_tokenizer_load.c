@@ -328,10 +328,11 @@ Test(tokenizer_load, tokenizer_config) {
     cr_expect_eq(tokenizer_pad_id(t), 300);
     cr_expect_eq(tokenizer_bos_id(t), -1);
     cr_expect_str_eq(tokenizer_chat_template(t), "{{ messages }}");
-    char warning[512];
-    cr_expect_eq(chat_template_detect(tokenizer_chat_template(t), warning, sizeof warning),
-                 CHAT_TEMPLATE_CHATML);
-    cr_expect(strstr(warning, "not the Qwen3 template"), "%s", warning);
+    cr_expect_null(tokenizer_tool_use_template(t));
+    /* The special tokens' texts the template sees: only those set. */
+    char *strings = json_dumps(tokenizer_special_token_strings(t), JSON_COMPACT);
+    cr_expect_str_eq(strings, "{\"eos_token\":\"<|end|>\",\"pad_token\":\"<|end|>\"}");
+    free(strings);
     tokenizer_free(t);
     /* The model's size may exceed the tokenizer's, never the reverse. */
     Error err = {0};
@@ -352,7 +353,13 @@ Test(tokenizer_load, tokenizer_config) {
                                     "\"T\"}, {\"name\": \"default\", \"template\": \"D\"}]}");
     t = load_ok(dir);
     cr_expect_str_eq(tokenizer_chat_template(t), "D");
+    cr_expect_str_eq(tokenizer_tool_use_template(t), "T");
     tokenizer_free(t);
+    rm_rf(dir);
+    free(dir);
+    dir = synth_dir(NULL, false, 0, "{\"chat_template\": [{\"name\": \"tool_use\"}]}");
+    cr_expect_null(tokenizer_load(dir, 0, &err));
+    cr_expect(strstr(err.msg, "chat_template[0] must be {\"name\""), "%s", err.msg);
     rm_rf(dir);
     free(dir);
     dir = synth_dir(NULL, false, 0, "{}");

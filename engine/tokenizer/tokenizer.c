@@ -373,26 +373,32 @@ static int config_token(Tokenizer *t, json_t *cfg, const char *key, int32_t *id,
     return 0;
 }
 
+/* chat_template: one text, or transformers' named list [{"name", "template"}]
+ * of which "default" and "tool_use" are the ones apply_chat_template picks. */
 static int load_chat_template(Tokenizer *t, json_t *cfg, const char *dir, Error *err) {
     json_t *v = json_object_get(cfg, "chat_template");
-    const char *text = NULL;
     if (json_is_string(v)) {
-        text = json_string_value(v);
-    } else if (json_is_array(v)) { /* [{"name": "default", "template": ...}, ...] */
+        t->chat_template = strdup(json_string_value(v));
+        return t->chat_template ? 0 : error_set(err, "out of memory");
+    }
+    if (json_is_array(v)) {
         size_t i;
         json_t *item;
         json_array_foreach(v, i, item) {
             const char *name = json_string_value(json_object_get(item, "name"));
-            if (name && strcmp(name, "default") == 0)
-                text = json_string_value(json_object_get(item, "template"));
+            const char *text = json_string_value(json_object_get(item, "template"));
+            if (!name || !text)
+                return error_set(err, "chat_template[%zu] must be {\"name\": ..., \"template\": ...}", i);
+            char **slot = strcmp(name, "default") == 0    ? &t->chat_template
+                          : strcmp(name, "tool_use") == 0 ? &t->tool_use_template
+                                                          : NULL;
+            if (!slot) continue;
+            free(*slot);
+            if (!(*slot = strdup(text))) return error_set(err, "out of memory");
         }
-    } else if (v && !json_is_null(v)) {
-        return error_set(err, "'chat_template' must be a string or a list");
+        return 0;
     }
-    if (text) {
-        t->chat_template = strdup(text);
-        return t->chat_template ? 0 : error_set(err, "out of memory");
-    }
+    if (v && !json_is_null(v)) return error_set(err, "'chat_template' must be a string or a list");
     /* Newer transformers save it beside the config. */
     char path[4096];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
@@ -402,12 +408,44 @@ static int load_chat_template(Tokenizer *t, json_t *cfg, const char *dir, Error 
     return read_file(path, &t->chat_template, &size, err);
 }
 
+/* The special tokens' texts as transformers hands them to the template
+ * (special_tokens_map): "bos_token": "<s>", ..., additional_special_tokens. */
+static int load_special_token_strings(Tokenizer *t, json_t *cfg, Error *err) {
+    static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                       "pad_token", "cls_token", "mask_token"};
+    if (!(t->special_strings = json_object())) return error_set(err, "out of memory");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *v = json_object_get(cfg, keys[i]);
+        if (json_is_object(v)) v = json_object_get(v, "content");
+        if (json_is_string(v) && json_object_set(t->special_strings, keys[i], v))
+            return error_set(err, "out of memory");
+    }
+    json_t *extra = json_object_get(cfg, "additional_special_tokens"), *list = json_array();
+    size_t i;
+    json_t *v;
+    if (!list) return error_set(err, "out of memory");
+    json_array_foreach(extra, i, v) {
+        if (json_is_object(v)) v = json_object_get(v, "content");
+        if (json_is_string(v) && json_array_append(list, v)) {
+            json_decref(list);
+            return error_set(err, "out of memory");
+        }
+    }
+    if (json_array_size(list) == 0) {
+        json_decref(list);
+        return 0;
+    }
+    return json_object_set_new(t->special_strings, "additional_special_tokens", list)
+               ? error_set(err, "out of memory") : 0;
+}
+
 static int load_config(Tokenizer *t, const char *dir, Error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     t->eos_id = t->pad_id = t->bos_id = -1;
     struct stat st;
-    if (stat(path, &st) != 0) return load_chat_template(t, NULL, dir, err);
+    if (stat(path, &st) != 0)
+        return load_special_token_strings(t, NULL, err) || load_chat_template(t, NULL, dir, err) ? -1 : 0;
     json_error_t jerr;
     json_t *cfg = json_load_file(path, 0, &jerr);
     if (!cfg) return error_set(err, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
@@ -416,6 +454,7 @@ static int load_config(Tokenizer *t, const char *dir, Error *err) {
     if (rc == 0) rc = config_token(t, cfg, "pad_token", &t->pad_id, err);
     if (rc == 0) rc = config_token(t, cfg, "bos_token", &t->bos_id, err);
     if (rc == 0) rc = load_chat_template(t, cfg, dir, err);
+    if (rc == 0) rc = load_special_token_strings(t, cfg, err);
     json_decref(cfg);
     return rc ? error_prefix(err, "%s", path) : 0;
 }
@@ -464,6 +503,8 @@ void tokenizer_free(Tokenizer *t) {
     free(t->bytes_len);
     byte_buf_free(&t->added_bytes);
     free(t->chat_template);
+    free(t->tool_use_template);
+    json_decref(t->special_strings);
     free(t);
 }
 
@@ -473,6 +514,8 @@ int32_t tokenizer_eos_id(const Tokenizer *t) { return t->eos_id; }
 int32_t tokenizer_pad_id(const Tokenizer *t) { return t->pad_id; }
 int32_t tokenizer_bos_id(const Tokenizer *t) { return t->bos_id; }
 const char *tokenizer_chat_template(const Tokenizer *t) { return t->chat_template; }
+const char *tokenizer_tool_use_template(const Tokenizer *t) { return t->tool_use_template; }
+const json_t *tokenizer_special_token_strings(const Tokenizer *t) { return t->special_strings; }
 
 bool tokenizer_is_special(const Tokenizer *t, int32_t id) {
     return id >= 0 && id < t->size && (t->flags[id] & TOKEN_SPECIAL);

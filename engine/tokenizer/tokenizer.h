@@ -1,15 +1,16 @@
 /*
  * tokenizer.h - the tokenizer library's front door: everything text in and
  * out of the model. Nothing outside engine/tokenizer/ needs another of its
- * headers (tests and benchmarks of its internals excepted).
+ * headers but chat_template.h (tests and benchmarks of its internals
+ * excepted).
  *
- * Three parts, one section each below: the Tokenizer (Hugging Face
+ * Two parts, one section each below: the Tokenizer (Hugging Face
  * byte-level BPE, Qwen3's first: text to ids and back exactly as Hugging
  * Face's tokenizers library does with the model folder's tokenizer.json,
- * plus tokenizer_config.json's special tokens and chat template), the
- * Detokenizer (ids back to text one at a time, for streams and stop
- * strings) and the chat template (OpenAI-style chat requests to prompt
- * text).
+ * plus tokenizer_config.json's special tokens and chat template text) and
+ * the Detokenizer (ids back to text one at a time, for streams and stop
+ * strings). chat_template.h turns OpenAI-style chat requests into prompt
+ * text with the folder's template.
  *
  * After tokenizer_load() a Tokenizer is read-only, and every function here
  * may be called from any number of threads at once (the HTTP server
@@ -87,8 +88,14 @@ int32_t tokenizer_eos_id(const Tokenizer *t);
 int32_t tokenizer_pad_id(const Tokenizer *t);
 int32_t tokenizer_bos_id(const Tokenizer *t);
 
-/* tokenizer_config.json's chat_template (or chat_template.jinja), or NULL. */
+/* tokenizer_config.json's chat_template (or chat_template.jinja), or NULL;
+ * with the named-list form, its "default" and its "tool_use" entries. */
 const char *tokenizer_chat_template(const Tokenizer *t);
+const char *tokenizer_tool_use_template(const Tokenizer *t);
+
+/* The special tokens' texts for the chat template, as transformers'
+ * special_tokens_map: {"bos_token": ..., "eos_token": ...} (only those set). */
+const json_t *tokenizer_special_token_strings(const Tokenizer *t);
 
 /* Diagnosis and benchmarks: run the pre-tokenizer regex on PCRE2 even when
  * the hand-written splitter knows it. Call before any encode. */
@@ -128,45 +135,5 @@ int detokenizer_push(Detokenizer *d, int32_t id, const char **out, size_t *out_l
 int detokenizer_finish(Detokenizer *d, const char **out, size_t *out_len, Error *err);
 
 void detokenizer_free(Detokenizer *d);
-
-/* ---- chat template ------------------------------------------------------- */
-
-/*
- * OpenAI-style chat requests to prompt text.
- *
- * There is no mature Jinja engine in C, so the one template we serve,
- * Qwen3's, is implemented in C and renders byte for byte what Hugging
- * Face's apply_chat_template renders from Qwen3's tokenizer_config.json
- * (tools, tool calls, reasoning stripped from earlier turns,
- * enable_thinking). A model folder whose template is not that one gets
- * plain ChatML, and chat_template_detect() says so for the start-up log;
- * nothing guesses silently.
- */
-
-typedef enum {
-    CHAT_TEMPLATE_QWEN3,  /* the Qwen3 template, recognised by its exact text */
-    CHAT_TEMPLATE_CHATML, /* fallback: <|im_start|>role\ncontent<|im_end|>\n */
-} ChatTemplateKind;
-
-/* Picks the renderer for a model's template text (NULL when the folder has
- * none). On a fallback, writes a one-line warning for the caller to log
- * into warning (else warning[0] = '\0'). */
-ChatTemplateKind chat_template_detect(const char *template_text, char *warning,
-                                      size_t warning_size);
-
-/* Renders a request object:
- *   messages               [{role, content, ...}], roles system, user,
- *                          assistant, tool; content a string or a list of
- *                          {"type": "text", "text": ...} parts (joined with
- *                          "\n", as vLLM does); assistant messages may have
- *                          tool_calls (then content may be null) and
- *                          reasoning_content
- *   tools                  optional list of tool definitions
- *   add_generation_prompt  optional, default true
- *   enable_thinking        optional boolean, also read from
- *                          chat_template_kwargs.enable_thinking
- * Returns the malloc'ed, NUL-terminated prompt (*len bytes), or NULL with
- * err naming what is malformed ("messages[2].role: ..."). */
-char *chat_template_render(ChatTemplateKind kind, const json_t *request, size_t *len, Error *err);
 
 #endif

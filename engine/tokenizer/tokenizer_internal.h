@@ -37,7 +37,8 @@ struct Tokenizer {
     uint32_t *bytes_len;
     ByteBuf added_bytes; /* what added tokens decode to */
     int32_t eos_id, pad_id, bos_id;
-    char *chat_template;
+    char *chat_template, *tool_use_template; /* tool_use: the named list's, for requests with tools */
+    json_t *special_strings;                 /* {"eos_token": "<|im_end|>", ...} */
     StatePool *pool;
 };
 

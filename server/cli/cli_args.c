@@ -107,6 +107,45 @@ int parse_id_list_arg(const char *flag, const char *text, int max_id, int32_t **
     return 0;
 }
 
+int read_chat_template_arg(const char *value, char **text, Error *err) {
+    FILE *f = fopen(value, "rb");
+    if (!f) {
+        if (!strpbrk(value, "{}\n"))
+            return error_set(err, "--chat-template: cannot open '%s': %s (and it does not look like "
+                                  "a template)", value, strerror(errno));
+        return (*text = strdup(value)) ? 0 : error_set(err, "out of memory");
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (len + 65536 + 1 > cap) {
+            char *grown = realloc(buf, cap = len + 65536 + 1);
+            if (!grown) {
+                rc = error_set(err, "out of memory");
+                break;
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + len, 1, 65536, f);
+        len += got;
+        if (got < 65536) break;
+    }
+    if (rc == 0 && ferror(f)) rc = error_set(err, "--chat-template: cannot read '%s'", value);
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return -1;
+    }
+    buf[len] = '\0';
+    if (strlen(buf) != len) {
+        free(buf);
+        return error_set(err, "--chat-template: '%s' contains a NUL byte", value);
+    }
+    *text = buf;
+    return 0;
+}
+
 int parse_runner_option(const char *name, const char *value, RunnerOptions *o, Error *err) {
     char flag[64];
     snprintf(flag, sizeof flag, "--%s", name);

@@ -28,6 +28,22 @@ int parse_size_arg(const char *flag, const char *text, size_t *out, Error *err);
 int parse_id_list_arg(const char *flag, const char *text, int max_id, int32_t **ids, int *count,
                       Error *err);
 
+/* --chat-template FILE|TEXT, as vLLM reads it: the file's text when value
+ * names a readable file, else value itself when it looks like a template
+ * (has '{', '}' or a newline), else an error (a mistyped path). *text is
+ * malloc'ed. */
+int read_chat_template_arg(const char *value, char **text, Error *err);
+
+/* --chat-template and --chat-template-content-format, for the tables and
+ * the help of the commands that render chats. */
+#define CHAT_TEMPLATE_USAGE                                                                        \
+    "  --chat-template FILE|TEXT     the chat template (default: the model folder's)\n"           \
+    "  --chat-template-content-format auto|string|openai|verbatim\n"                               \
+    "                                how a message's content reaches the template: string joins\n" \
+    "                                text parts with newlines, openai passes the parts, auto\n"    \
+    "                                picks openai for templates that loop over content;\n"        \
+    "                                verbatim passes the messages exactly as sent (default auto)\n"
+
 /* Options shared by every command that runs the model (--device, --block-size,
  * --kv-cache-memory, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
  * --gpu-memory-utilization, --num-gpu-blocks-override, --enforce-eager, --threads,

@@ -37,6 +37,8 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_BODY_TIMEOUT_SECONDS) "): else closed\n"
     "  --max-connections N           open connections; beyond, a fast 503 (default "
     DEFAULT_TEXT(DEFAULT_MAX_CONNECTIONS) ")\n"
+    CHAT_TEMPLATE_USAGE
+    "  --trust-request-chat-template a request may bring its own \"chat_template\" (else 400)\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 int command_serve(int argc, char **argv) {
@@ -46,7 +48,9 @@ int command_serve(int argc, char **argv) {
         {"api-key", required_argument, 0, 'k'}, {"max-queued-requests", required_argument, 0, 'Q'},
         {"max-body-bytes", required_argument, 0, 'B'}, {"shutdown-grace", required_argument, 0, 'g'},
         {"header-timeout", required_argument, 0, 'T'}, {"body-timeout", required_argument, 0, 'D'},
-        {"max-connections", required_argument, 0, 'C'},
+        {"max-connections", required_argument, 0, 'C'}, {"chat-template", required_argument, 0, 't'},
+        {"chat-template-content-format", required_argument, 0, 'F'},
+        {"trust-request-chat-template", no_argument, 0, 'U'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     ApiServerOptions o = {.host = DEFAULT_HOST,
                           .port = DEFAULT_PORT,
@@ -59,6 +63,7 @@ int command_serve(int argc, char **argv) {
                           .runner = runner_default_options()};
     Error err = {0};
     int rc = 0;
+    char *chat_template = NULL;
     const char *env_port = getenv("NANOVLLM_PORT");
     if (env_port && env_port[0]) rc = parse_int_arg("NANOVLLM_PORT", env_port, 0, 65535, &o.port, &err);
     const char *env_key = getenv("NANOVLLM_API_KEY");
@@ -78,11 +83,25 @@ int command_serve(int argc, char **argv) {
         case 'T': rc = parse_double_arg("--header-timeout", optarg, 0.1, 3600, &o.header_timeout, &err); break;
         case 'D': rc = parse_double_arg("--body-timeout", optarg, 0.1, 3600, &o.body_timeout, &err); break;
         case 'C': rc = parse_int_arg("--max-connections", optarg, 1, 1 << 20, &o.max_connections, &err); break;
+        case 't':
+            free(chat_template);
+            chat_template = NULL;
+            rc = read_chat_template_arg(optarg, &chat_template, &err);
+            break;
+        case 'F':
+            if (chat_content_format_parse(optarg, &o.chat_content_format))
+                rc = error_set(&err, "--chat-template-content-format: '%s' is not auto, string, "
+                                     "openai or verbatim", optarg);
+            break;
+        case 'U': o.trust_request_chat_template = true; break;
         default: {
             int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
                                              &o.runner, USAGE, HELP, &err);
             if (common == 0) rc = error_set(&err, "invalid option (see nanovllm serve --help)");
-            else if (common == 2) return 0;
+            else if (common == 2) {
+                free(chat_template);
+                return 0;
+            }
             else if (common < 0) rc = -1;
         }
         }
@@ -92,10 +111,14 @@ int command_serve(int argc, char **argv) {
     if (rc == 0 && o.api_key && !o.api_key[0]) rc = error_set(&err, "--api-key must not be empty");
     if (rc == 0 && o.max_body_bytes < 1024) rc = error_set(&err, "--max-body-bytes: at least 1KiB");
     if (rc) {
+        free(chat_template);
         fprintf(stderr, "nanovllm serve: %s\n%s", err.msg, USAGE);
         return 2;
     }
-    if (api_server_run(&o, &err)) {
+    o.chat_template = chat_template;
+    rc = api_server_run(&o, &err);
+    free(chat_template);
+    if (rc) {
         fprintf(stderr, "nanovllm serve: %s\n", err.msg);
         return 1;
     }

@@ -19,33 +19,40 @@
 #include "commands.h"
 #include "engine/base/byte_buf.h"
 #include "engine/base/log.h"
+#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/bench/bench_chat_template.h"
 #include "server/bench/bench_tokenizer.h"
 
-static const char USAGE[] = "usage: nanovllm tokenize --model DIR [--chat] [--json] < input\n";
+static const char USAGE[] =
+    "usage: nanovllm tokenize --model DIR [--chat [--chat-template FILE|TEXT]] [--json] < input\n";
 
 static const char HELP[] =
     "Encodes stdin with the model's tokenizer and prints the token ids.\n"
     "\n"
     "  --model DIR          Hugging Face model folder (tokenizer.json, tokenizer_config.json)\n"
     "  --chat               stdin is a chat request {\"messages\": [...], \"tools\": [...],\n"
-    "                       \"add_generation_prompt\": true, \"enable_thinking\": false}:\n"
+    "                       \"add_generation_prompt\": true, \"chat_template_kwargs\": {...}}:\n"
     "                       render it with the chat template, then encode\n"
+    CHAT_TEMPLATE_USAGE
     "  --json               print one JSON object {\"ids\": [...], \"text\": \"...\"} (text: the\n"
     "                       decoded ids, or the rendered prompt with --chat)\n"
     "  --quiet              no log on stderr\n"
     "\n"
-    "Benchmark (single thread; see scripts/bench_tokenizer.sh):\n"
-    "  --bench              time loading, encoding and decoding instead\n"
+    "Benchmark (single thread; see scripts/bench_tokenizer.sh, scripts/bench_chat_template.sh):\n"
+    "  --bench              time loading, encoding and decoding instead; with --chat, time\n"
+    "                       rendering stdin's request --bench-runs times\n"
     "  --bench-mb N         size of the generated mixed text (default 5)\n"
     "  --bench-text FILE    use this text (JSON lines of strings, one document each)\n"
     "  --bench-write FILE   also write the text used, as JSON lines\n"
-    "  --bench-runs N       encode/decode passes (default 3)\n"
+    "  --bench-runs N       encode/decode passes, or chat renders (default 3)\n"
     "  --bench-check FILE   compare the ids with FILE (JSON lines of id lists, one per document)\n"
     "  --pcre2              run the pre-tokenizer regex on PCRE2, not the hand-written splitter\n";
 
 typedef struct TokenizeArgs {
     const char *model_dir;
+    char *chat_template; /* --chat-template's text, or NULL */
+    ChatContentFormat content_format;
     bool chat, json, pcre2;
     TokenizerBenchArgs bench;
     bool run_bench;
@@ -58,7 +65,8 @@ static int parse_args(int argc, char **argv, TokenizeArgs *a, Error *err) {
         {"bench-mb", required_argument, 0, 'M'},   {"bench-text", required_argument, 0, 'T'},
         {"bench-write", required_argument, 0, 'W'}, {"bench-runs", required_argument, 0, 'R'},
         {"bench-check", required_argument, 0, 'C'}, {"pcre2", no_argument, 0, 'p'},
-        {"quiet", no_argument, 0, 'q'},
+        {"quiet", no_argument, 0, 'q'},            {"chat-template", required_argument, 0, 't'},
+        {"chat-template-content-format", required_argument, 0, 'F'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     *a = (TokenizeArgs){.bench = {.megabytes = 5, .runs = 3}};
     optind = 0;
@@ -71,6 +79,16 @@ static int parse_args(int argc, char **argv, TokenizeArgs *a, Error *err) {
         case 'j': a->json = true; break;
         case 'b': a->run_bench = true; break;
         case 'p': a->pcre2 = true; break;
+        case 't':
+            free(a->chat_template);
+            a->chat_template = NULL;
+            if (read_chat_template_arg(optarg, &a->chat_template, err)) return -1;
+            break;
+        case 'F':
+            if (chat_content_format_parse(optarg, &a->content_format))
+                return error_set(err, "--chat-template-content-format: '%s' is not auto, string, "
+                                      "openai or verbatim", optarg);
+            break;
         case 'T': a->bench.text_path = optarg; break;
         case 'W': a->bench.write_path = optarg; break;
         case 'C': a->bench.check_path = optarg; break;
@@ -78,7 +96,7 @@ static int parse_args(int argc, char **argv, TokenizeArgs *a, Error *err) {
             if (parse_int_arg("--bench-mb", optarg, 1, 1024, &a->bench.megabytes, err)) return -1;
             break;
         case 'R':
-            if (parse_int_arg("--bench-runs", optarg, 1, 100, &a->bench.runs, err)) return -1;
+            if (parse_int_arg("--bench-runs", optarg, 1, 100000, &a->bench.runs, err)) return -1;
             break;
         default: {
             int common = c == 'q' || c == 'h'
@@ -91,7 +109,7 @@ static int parse_args(int argc, char **argv, TokenizeArgs *a, Error *err) {
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
     if (!a->model_dir) return error_set(err, "--model is required");
-    if (a->chat && a->run_bench) return error_set(err, "--chat and --bench do not go together");
+    if (a->chat_template && !a->chat) return error_set(err, "--chat-template needs --chat");
     return 0;
 }
 
@@ -119,20 +137,47 @@ static int read_stdin(ByteBuf *b, Error *err) {
     return 0;
 }
 
-/* Renders a chat request read from stdin with the model's template. */
-static char *render_chat(const Tokenizer *t, const ByteBuf *in, size_t *len, Error *err) {
+/* A chat request read from stdin, and the model's template (or
+ * --chat-template's) to render it with. */
+static json_t *load_chat(const Tokenizer *t, const TokenizeArgs *a, const ByteBuf *in,
+                         ChatTemplate **ct, Error *err) {
     json_error_t jerr;
     json_t *req = json_loadb(in->data, in->len, 0, &jerr);
     if (!req) {
         error_set(err, "stdin is not a JSON chat request: %s (line %d)", jerr.text, jerr.line);
         return NULL;
     }
-    char warning[512];
-    ChatTemplateKind kind = chat_template_detect(tokenizer_chat_template(t), warning, sizeof warning);
-    if (warning[0]) log_info("%s", warning);
-    char *prompt = chat_template_render(kind, req, len, err);
+    const char *warning;
+    json_t *own = json_object_get(req, "chat_template");
+    if (own && !json_is_null(own))
+        error_set(err, "give the template with --chat-template, not in the request");
+    else if ((*ct = chat_template_new(t, a->chat_template, a->content_format, &warning, err))) {
+        if (warning) log_info("%s", warning);
+        return req;
+    }
+    json_decref(req);
+    return NULL;
+}
+
+static char *render_chat(const Tokenizer *t, const TokenizeArgs *a, const ByteBuf *in, size_t *len,
+                         Error *err) {
+    ChatTemplate *ct = NULL;
+    json_t *req = load_chat(t, a, in, &ct, err);
+    char *prompt = req ? chat_template_render(ct, req, chat_template_clock(), len, err) : NULL;
+    chat_template_free(ct);
     json_decref(req);
     return prompt;
+}
+
+static int bench_chat(const Tokenizer *t, const TokenizeArgs *a, Error *err) {
+    ByteBuf in = {0};
+    ChatTemplate *ct = NULL;
+    json_t *req = read_stdin(&in, err) == 0 ? load_chat(t, a, &in, &ct, err) : NULL;
+    int rc = req ? bench_chat_template(ct, req, a->bench.runs, a->json, err) : -1;
+    chat_template_free(ct);
+    json_decref(req);
+    byte_buf_free(&in);
+    return rc;
 }
 
 /* Token bytes for a human: printable ASCII as is, the rest escaped. */
@@ -185,7 +230,7 @@ static int tokenize(const Tokenizer *t, const TokenizeArgs *a, Error *err) {
     int32_t *ids = NULL;
     int rc = read_stdin(&in, err);
     if (rc == 0 && a->chat) {
-        text = render_chat(t, &in, &text_len, err);
+        text = render_chat(t, a, &in, &text_len, err);
         rc = text ? 0 : -1;
     }
     if (rc == 0)
@@ -204,6 +249,7 @@ int command_tokenize(int argc, char **argv) {
     Error err = {0};
     int parsed = parse_args(argc, argv, &a, &err);
     if (parsed != 0) {
+        free(a.chat_template);
         if (parsed > 0) return 0;
         fprintf(stderr, "nanovllm tokenize: %s\n%s", err.msg, USAGE);
         return 2;
@@ -213,13 +259,16 @@ int command_tokenize(int argc, char **argv) {
     if (!t || (a.pcre2 && tokenizer_use_pcre2(t, &err))) {
         fprintf(stderr, "nanovllm tokenize: %s\n", err.msg);
         tokenizer_free(t);
+        free(a.chat_template);
         return 1;
     }
     log_info("tokenizer %s: %d tokens, loaded in %.0f ms", a.model_dir, tokenizer_size(t),
              (now_seconds() - t0) * 1e3);
-    int rc = a.run_bench ? bench_tokenizer(t, a.model_dir, &a.bench, a.json, &err)
-                         : tokenize(t, &a, &err);
+    int rc = a.run_bench && a.chat ? bench_chat(t, &a, &err)
+             : a.run_bench          ? bench_tokenizer(t, a.model_dir, &a.bench, a.json, &err)
+                                    : tokenize(t, &a, &err);
     if (rc) fprintf(stderr, "nanovllm tokenize: %s\n", err.msg);
     tokenizer_free(t);
+    free(a.chat_template);
     return rc ? 1 : 0;
 }

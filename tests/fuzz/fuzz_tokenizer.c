@@ -18,12 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode_nfc.h"
 #include "engine/tokenizer/utf8.h"
 
 static Tokenizer *tok;
-static ChatTemplateKind chat_kind;
+static ChatTemplate *chat;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -38,8 +39,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fprintf(stderr, "fuzz_tokenizer: %s (run from the repository root)\n", err.msg);
         exit(1);
     }
-    char warning[512];
-    chat_kind = chat_template_detect(tokenizer_chat_template(tok), warning, sizeof warning);
+    chat = chat_template_new(tok, NULL, CHAT_CONTENT_AUTO, NULL, &err);
+    if (!chat) {
+        fprintf(stderr, "fuzz_tokenizer: %s\n", err.msg);
+        exit(1);
+    }
     return 0;
 }
 
@@ -134,7 +138,7 @@ static void check_chat(const uint8_t *p, size_t n) {
     if (!req) return;
     size_t len;
     Error err;
-    char *prompt = chat_template_render(chat_kind, req, &len, &err);
+    char *prompt = chat_template_render(chat, req, 0, &len, &err);
     if (prompt) {
         int32_t *ids;
         size_t k;

@@ -1,0 +1,85 @@
+/*
+ * chat_template.h - OpenAI-style chat requests to prompt text, with the
+ * model folder's own chat template run by the Jinja interpreter
+ * (engine/jinja), as vLLM and transformers run it.
+ *
+ * A ChatTemplate is compiled once (at start-up, or per request for a
+ * trusted per-request template) and is then read-only: any number of
+ * threads may render with it at once.
+ *
+ * What the template sees, as vLLM hands it to transformers:
+ *   messages               the request's messages; `content` as the content
+ *                          format says (below); an assistant's tool call
+ *                          `function.arguments` given as a JSON string is
+ *                          parsed into the object templates expect
+ *   tools, documents       the request's, or None
+ *   add_generation_prompt  default true
+ *   bos_token, eos_token.. the tokenizer's special-token strings
+ *   chat_template_kwargs   each member a variable (enable_thinking, ...)
+ * and the globals raise_exception and strftime_now (the clock `now`).
+ */
+#ifndef NANOVLLM_CHAT_TEMPLATE_H
+#define NANOVLLM_CHAT_TEMPLATE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "engine/base/error.h"
+#include "engine/tokenizer/tokenizer.h"
+
+/* How a message's `content` reaches the template (vLLM's
+ * --chat-template-content-format). A string stays a string in every format;
+ * a list of text parts and null differ:
+ *   STRING    parts joined with "\n"; null is ""
+ *   OPENAI    the list of {"type": "text", "text"} parts; null is []
+ *   AUTO      OPENAI for templates that loop over a message's content,
+ *             else STRING
+ *   VERBATIM  the messages exactly as sent (nothing parsed or joined):
+ *             what transformers' apply_chat_template renders from them */
+typedef enum ChatContentFormat {
+    CHAT_CONTENT_AUTO,
+    CHAT_CONTENT_STRING,
+    CHAT_CONTENT_OPENAI,
+    CHAT_CONTENT_VERBATIM,
+} ChatContentFormat;
+
+/* "auto" | "string" | "openai" | "verbatim"; -1 otherwise. */
+int chat_content_format_parse(const char *name, ChatContentFormat *out);
+
+/* How the template asks the model to write tool calls, so that the parser
+ * reading the answer can match it. */
+typedef enum ChatToolCallFormat {
+    CHAT_TOOL_CALLS_NONE,      /* the template renders no tools */
+    CHAT_TOOL_CALLS_HERMES,    /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> */
+    CHAT_TOOL_CALLS_QWEN3_XML, /* <tool_call>\n<function=name>\n<parameter=p>\n...</tool_call> */
+    CHAT_TOOL_CALLS_OTHER,     /* some other format (Llama's, Mistral's, ...) */
+} ChatToolCallFormat;
+
+typedef struct ChatTemplate ChatTemplate;
+
+/* Compiles a template. text NULL: the tokenizer's own (its "default", and
+ * its "tool_use" for requests with tools); a folder without any gets plain
+ * ChatML, which refuses tools, and *warning (if not NULL) says so for the
+ * start-up log. The tokenizer gives the special-token strings and must
+ * outlive the template. A syntax error is an ERROR_INVALID naming the
+ * line. */
+ChatTemplate *chat_template_new(const Tokenizer *t, const char *text, ChatContentFormat format,
+                                const char **warning, Error *err);
+void chat_template_free(ChatTemplate *ct);
+
+ChatToolCallFormat chat_template_tool_call_format(const ChatTemplate *ct);
+
+/* Renders a chat request object {messages, tools?, documents?,
+ * add_generation_prompt?, continue_final_message?, chat_template_kwargs?}.
+ * now: seconds since the epoch for strftime_now. Returns the malloc'ed,
+ * NUL-terminated prompt (*len bytes), or NULL with err: ERROR_INVALID for a
+ * malformed request and for a template that raises (its message) or runs
+ * past its bounds. */
+char *chat_template_render(const ChatTemplate *ct, const json_t *request, double now, size_t *len,
+                           Error *err);
+
+/* The clock for strftime_now: SOURCE_DATE_EPOCH when set (reproducible
+ * output, as build tools read it), else the current time. */
+double chat_template_clock(void);
+
+#endif
