@@ -372,7 +372,9 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
         return error_set(err, "out of memory");
     }
     pthread_mutex_lock(&e->lock);
-    r->id = e->next_id++;
+    /* Once queued, r is the engine thread's: it may finish and free it
+     * before this thread runs another line, so the id is read here. */
+    uint64_t id = r->id = e->next_id++;
     /* Unseeded requests still get a seed: it keys their sampling (philox.h). */
     e->seed_state = e->seed_state * 6364136223846793005ull + 1442695040888963407ull;
     r->seed = p->has_seed ? p->seed : e->seed_state ^ (e->seed_state >> 29);
@@ -381,7 +383,7 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     e->intake_tail = r;
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->lock);
-    if (request_id) *request_id = r->id;
+    if (request_id) *request_id = id;
     return 0;
 }
 
