@@ -89,7 +89,8 @@ docker-test: $(BUILD)/nanovllm
 # Run from the repository root: build-fuzz/fuzz_tokenizer -runs=N CORPUS_DIR
 # (and build-fuzz/fuzz_jinja, seeded with tests/fixtures/chat-templates/*/template.jinja)
 FUZZ_CC  ?= clang-14
-FUZZ_SRC  = $(wildcard engine/tokenizer/*.c engine/jinja/*.c) engine/base/error.c engine/base/byte_buf.c
+FUZZ_SRC  = $(wildcard engine/tokenizer/*.c engine/jinja/*.c) engine/base/error.c engine/base/byte_buf.c \
+            engine/base/read_file.c
 FUZZ_HDR  = $(wildcard engine/tokenizer/*.h engine/jinja/*.h engine/base/*.h)
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -pthread -I. $(WARN) -fsanitize=fuzzer,address,undefined \
              -fno-sanitize-recover=all

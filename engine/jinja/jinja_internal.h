@@ -30,6 +30,9 @@ typedef struct JArena {
 
 /* n bytes, 16-aligned, zeroed; NULL only for an arena without an owner (compile). */
 void *arena_alloc(JArena *a, size_t n);
+/* A growing array moves: size new bytes with the first `used` of old copied
+ * (arena memory is freed all at once, never block by block). */
+void *arena_grow(JArena *a, const void *old, size_t used, size_t size);
 void arena_free(JArena *a);
 
 /* ---- values ----------------------------------------------------------------------------------- */
@@ -306,10 +309,15 @@ void jinja_tojson(JRender *r, JBuf *b, JValue v, const JsonStyle *style);
 void jinja_write_float(JBuf *b, JRender *r, double f, bool json);
 JValue jinja_from_json(JRender *r, const void *json);
 
-/* attribute and item access, calls, operators (jinja_eval.c) */
+/* attribute and item access, calls (jinja_eval.c) */
 JValue jinja_getattr(JRender *r, JValue obj, const char *name);
 JValue jinja_getitem(JRender *r, JValue obj, JValue key);
 JValue jinja_call(JRender *r, JValue callee, JArgs *a);
+
+/* Python's operators (jinja_operators.c) */
+JValue jinja_arith(JRender *r, BinOp op, JValue a, JValue b); /* not `and`/`or`: they short-circuit */
+bool jinja_compare(JRender *r, CmpOp op, JValue a, JValue b);
+JValue jinja_unary(JRender *r, bool negate, JValue a); /* -a, or +a */
 
 /* filters and tests by name (jinja_filters.c): NULL when there is none */
 typedef JValue (*JFilterFn)(JRender *r, JValue v, JArgs *a);

@@ -43,9 +43,8 @@ static int lex_fail(Lexer *lx, const char *msg) {
 static Token *push(Lexer *lx, TokKind kind) {
     if (lx->n == lx->cap) {
         size_t cap = lx->cap ? lx->cap * 2 : 256;
-        Token *t = arena_alloc(lx->arena, cap * sizeof *t);
+        Token *t = arena_grow(lx->arena, lx->toks, lx->n * sizeof *t, cap * sizeof *t);
         if (!t) return NULL;
-        if (lx->n) memcpy(t, lx->toks, lx->n * sizeof *t);
         lx->toks = t;
         lx->cap = cap;
     }

@@ -66,8 +66,8 @@ static Node *node(Parser *p, NodeKind kind) {
 static void list_push(Parser *p, NodeList *l, Node *nd) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
-        Node **items = alloc(p, cap * sizeof *items);
-        if (l->n) memcpy(items, l->items, l->n * sizeof *items);
+        Node **items = arena_grow(&p->t->arena, l->items, l->n * sizeof *items, cap * sizeof *items);
+        if (!items) fail(p, "out of memory");
         l->items = items;
         l->cap = cap;
     }

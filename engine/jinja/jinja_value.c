@@ -70,6 +70,12 @@ void arena_free(JArena *a) {
     a->used = 0;
 }
 
+void *arena_grow(JArena *a, const void *old, size_t used, size_t size) {
+    void *p = arena_alloc(a, size);
+    if (p && used) memcpy(p, old, used);
+    return p;
+}
+
 static void *ralloc(JRender *r, size_t n) { return arena_alloc(&r->arena, n); }
 
 /* ---- construction --------------------------------------------------------------------------- */
@@ -134,9 +140,7 @@ JValue jv_func(JRender *r, const char *name, JBuiltin fn, JValue self) {
 void jv_list_push(JRender *r, JList *l, JValue v) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
-        JValue *items = ralloc(r, cap * sizeof *items);
-        if (l->n) memcpy(items, l->items, l->n * sizeof *items);
-        l->items = items;
+        l->items = arena_grow(&r->arena, l->items, l->n * sizeof *l->items, cap * sizeof *l->items);
         l->cap = cap;
     }
     l->items[l->n++] = v;
@@ -166,13 +170,8 @@ void jv_dict_set(JRender *r, JDict *d, JValue key, JValue val) {
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 8;
-        JValue *keys = ralloc(r, cap * sizeof *keys), *vals = ralloc(r, cap * sizeof *vals);
-        if (d->n) {
-            memcpy(keys, d->keys, d->n * sizeof *keys);
-            memcpy(vals, d->vals, d->n * sizeof *vals);
-        }
-        d->keys = keys;
-        d->vals = vals;
+        d->keys = arena_grow(&r->arena, d->keys, d->n * sizeof *d->keys, cap * sizeof *d->keys);
+        d->vals = arena_grow(&r->arena, d->vals, d->n * sizeof *d->vals, cap * sizeof *d->vals);
         d->cap = cap;
     }
     d->keys[d->n] = key;
@@ -312,9 +311,7 @@ void jbuf_put(JRender *r, JBuf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->len + n + 1) cap *= 2;
-        char *data = ralloc(r, cap);
-        if (b->len) memcpy(data, b->data, b->len);
-        b->data = data;
+        b->data = arena_grow(&r->arena, b->data, b->len, cap);
         b->cap = cap;
     }
     if (n) memcpy(b->data + b->len, s, n);

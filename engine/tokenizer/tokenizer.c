@@ -27,12 +27,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/base/read_file.h"
 #include "tokenizer_internal.h"
 #include "tokenizer_json.h"
 #include "unicode_props.h"
 #include "utf8.h"
 
-#define MAX_FILE_BYTES (1u << 30)
 
 /* ---- small jansson helpers ---- */
 
@@ -56,37 +56,6 @@ static int get_bool(json_t *obj, const char *key, bool dflt, bool *out, Error *e
 /* null, absent or "" */
 static bool is_empty(json_t *v) {
     return !v || json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0);
-}
-
-static int read_file(const char *path, char **data, size_t *size, Error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_set(err, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return error_set(err, "%s is not a regular file", path);
-    }
-    if ((unsigned long long)st.st_size > MAX_FILE_BYTES) {
-        fclose(f);
-        return error_set(err, "%s is larger than 1 GiB", path);
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        fclose(f);
-        return error_set(err, "out of memory reading %s", path);
-    }
-    size_t got = fread(buf, 1, n, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || got != n) {
-        free(buf);
-        return error_set(err, "cannot read %s", path);
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *size = n;
-    return 0;
 }
 
 /* ---- tokenizer.json components ---- */

@@ -10,6 +10,8 @@
  * code points (4%) and white-space-heavy text (3%), 0.3-8 KB each.
  * scripts/bench_tokenizer.sh writes them out (--bench-write) and times
  * Hugging Face's Rust tokenizers on the same file, in the same run.
+ * bench_chat_template times the chat template on one request
+ * (scripts/bench_chat_template.sh compares it with Python's Jinja2).
  */
 #include "bench_tokenizer.h"
 
@@ -456,4 +458,46 @@ int bench_tokenizer(const Tokenizer *t, const char *model_dir, const TokenizerBe
     free(n_ids);
     corpus_free(&c);
     return rc;
+}
+
+/* ---- the chat template ---- */
+
+/* Each render timed alone; the request is parsed once, as the server parses
+ * it once before rendering. */
+int bench_chat_template(const ChatTemplate *ct, const json_t *request, int runs, bool json,
+                        Error *err) {
+    double *ms = calloc((size_t)runs, sizeof *ms);
+    if (!ms) return error_set(err, "out of memory");
+    size_t len = 0;
+    char *text = chat_template_render(ct, request, chat_template_clock(), &len, err); /* warm-up */
+    if (!text) {
+        free(ms);
+        return -1;
+    }
+    free(text);
+    double total = 0;
+    for (int i = 0; i < runs; i++) {
+        double t0 = now_seconds();
+        text = chat_template_render(ct, request, chat_template_clock(), &len, err);
+        ms[i] = (now_seconds() - t0) * 1e3;
+        total += ms[i];
+        if (!text) {
+            free(ms);
+            return -1;
+        }
+        free(text);
+    }
+    qsort(ms, (size_t)runs, sizeof *ms, cmp_double);
+    size_t messages = json_array_size(json_object_get(request, "messages"));
+    size_t tools = json_array_size(json_object_get(request, "tools"));
+    if (json)
+        printf("{\"messages\": %zu, \"tools\": %zu, \"prompt_bytes\": %zu, \"runs\": %d, "
+               "\"median_ms\": %.4f, \"best_ms\": %.4f, \"mean_ms\": %.4f}\n",
+               messages, tools, len, runs, ms[runs / 2], ms[0], total / runs);
+    else
+        printf("chat template: %zu messages, %zu tools -> %zu bytes; %d renders: median %.3f ms, "
+               "best %.3f ms, mean %.3f ms\n",
+               messages, tools, len, runs, ms[runs / 2], ms[0], total / runs);
+    free(ms);
+    return fflush(stdout) == 0 ? 0 : error_set(err, "cannot write to stdout");
 }

@@ -1,13 +1,17 @@
 /*
  * bench_tokenizer.h - `nanovllm tokenize --bench`: single-thread tokenizer
- * timings (load, encode, decode) on deterministic mixed text.
+ * timings (load, encode, decode) on deterministic mixed text, and with
+ * --chat the chat template's render time.
  */
 #ifndef NANOVLLM_BENCH_TOKENIZER_H
 #define NANOVLLM_BENCH_TOKENIZER_H
 
 #include <stdbool.h>
 
+#include <jansson.h>
+
 #include "engine/base/error.h"
+#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
 typedef struct TokenizerBenchArgs {
@@ -20,5 +24,10 @@ typedef struct TokenizerBenchArgs {
 
 int bench_tokenizer(const Tokenizer *t, const char *model_dir, const TokenizerBenchArgs *a,
                    bool json, Error *err);
+
+/* Renders request `runs` times (after one warm-up) and prints the median,
+ * best and mean milliseconds per render, and the prompt's size. */
+int bench_chat_template(const ChatTemplate *ct, const json_t *request, int runs, bool json,
+                        Error *err);
 
 #endif

@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "engine/base/log.h"
+#include "engine/base/read_file.h"
 
 int parse_int_arg(const char *flag, const char *text, long lo, long hi, int *out, Error *err) {
     char *end;
@@ -108,42 +110,19 @@ int parse_id_list_arg(const char *flag, const char *text, int max_id, int32_t **
 }
 
 int read_chat_template_arg(const char *value, char **text, Error *err) {
-    FILE *f = fopen(value, "rb");
-    if (!f) {
+    struct stat st;
+    if (stat(value, &st) != 0) {
         if (!strpbrk(value, "{}\n"))
             return error_set(err, "--chat-template: cannot open '%s': %s (and it does not look like "
                                   "a template)", value, strerror(errno));
         return (*text = strdup(value)) ? 0 : error_set(err, "out of memory");
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (len + 65536 + 1 > cap) {
-            char *grown = realloc(buf, cap = len + 65536 + 1);
-            if (!grown) {
-                rc = error_set(err, "out of memory");
-                break;
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + len, 1, 65536, f);
-        len += got;
-        if (got < 65536) break;
-    }
-    if (rc == 0 && ferror(f)) rc = error_set(err, "--chat-template: cannot read '%s'", value);
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return -1;
-    }
-    buf[len] = '\0';
-    if (strlen(buf) != len) {
-        free(buf);
-        return error_set(err, "--chat-template: '%s' contains a NUL byte", value);
-    }
-    *text = buf;
-    return 0;
+    size_t len;
+    if (read_file(value, text, &len, err)) return error_prefix(err, "--chat-template");
+    if (strlen(*text) == len) return 0;
+    free(*text);
+    *text = NULL;
+    return error_set(err, "--chat-template: '%s' contains a NUL byte", value);
 }
 
 int parse_runner_option(const char *name, const char *value, RunnerOptions *o, Error *err) {

@@ -21,7 +21,6 @@
 #include "engine/base/log.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "server/bench/bench_chat_template.h"
 #include "server/bench/bench_tokenizer.h"
 
 static const char USAGE[] =
