@@ -78,6 +78,10 @@ typedef struct CudaRunner {
     CudaSampleRow *sample_rows_host, *sample_rows_dev; /* [max_num_seqs] */
     CudaPenalty *penalties_host, *penalties_dev;       /* [penalty_capacity] */
     int penalty_capacity;
+    /* structured outputs: row i's allowed-token bitmask at word i * mask_words
+     * ([max_num_seqs, mask_words]); allocated once, so the addresses never move */
+    uint32_t *masks_host, *masks_dev;
+    int mask_words; /* (vocab + 31) / 32 */
     void *sampler_workspace;
     int tile_tokens;
     int max_blocks_per_seq;
@@ -145,11 +149,13 @@ static int reserve_penalties(CudaRunner *r, int entries, int keep, Error *err) {
     return 0;
 }
 
-/* Each logits row's sampling parameters and distinct penalty tokens, to
- * the device. Rows the host samples get a row too (their token is unused). */
+/* Each logits row's sampling parameters, distinct penalty tokens and
+ * allowed-token mask, to the device. Rows the host samples get a row too
+ * (their token is unused; sampler_sample applies their mask itself). */
 static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
     const SamplingParams greedy = sampling_params_default();
-    int rows = 0, used = 0;
+    const size_t words = (size_t)r->mask_words;
+    int rows = 0, used = 0, masked_rows = 0; /* masked_rows: up to the last row with a mask */
     for (int s = 0; s < b->num_seqs; s++) {
         if (!b->seqs[s].compute_logits) continue;
         SampleInput in = b->seqs[s].sample;
@@ -163,6 +169,11 @@ static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
                 return -1;
         }
         used += added;
+        if (in.allowed) {
+            memcpy(r->masks_host + (size_t)rows * words, in.allowed, sizeof(uint32_t) * words);
+            r->sample_rows_host[rows].mask_offset = (int32_t)((size_t)rows * words);
+            masked_rows = rows + 1;
+        }
         rows++;
     }
     CUDA_TRY(cudaMemcpyAsync(r->sample_rows_dev, r->sample_rows_host, sizeof(CudaSampleRow) * rows,
@@ -172,6 +183,12 @@ static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
         CUDA_TRY(cudaMemcpyAsync(r->penalties_dev, r->penalties_host, sizeof(CudaPenalty) * used,
                                  cudaMemcpyHostToDevice, r->stream),
                  "copying penalty tokens to the GPU", err);
+    /* rows without a mask in between carry stale words; mask_offset -1 keeps them unread */
+    if (masked_rows > 0)
+        CUDA_TRY(cudaMemcpyAsync(r->masks_dev, r->masks_host,
+                                 sizeof(uint32_t) * words * (size_t)masked_rows,
+                                 cudaMemcpyHostToDevice, r->stream),
+                 "copying allowed-token masks to the GPU", err);
     return 0;
 }
 
@@ -409,7 +426,7 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
     if (n > 0) {
         if (upload_sampling(r, b, err) ||
             cuda_sample(r->tokens_dev, r->logits, n, (int)V, r->sample_rows_dev, r->penalties_dev,
-                        r->sampler_workspace, r->stream, err))
+                        r->masks_dev, r->sampler_workspace, r->stream, err))
             return -1;
         CUDA_TRY(cudaMemcpyAsync(r->tokens_host, r->tokens_dev, sizeof(int32_t) * n,
                                  cudaMemcpyDeviceToHost, r->stream),
@@ -449,9 +466,11 @@ static void cuda_destroy(Runner *base) {
     cuda_moe_free(&r->moe);
     void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
-                      r->split_workspace, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace};
+                      r->split_workspace, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
+                      r->masks_dev};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) cuda_free(device[i]);
-    void *pinned[] = {r->meta_host, r->tokens_host, r->logits_host, r->sample_rows_host, r->penalties_host};
+    void *pinned[] = {r->meta_host, r->tokens_host, r->logits_host, r->sample_rows_host,
+                      r->penalties_host, r->masks_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) cudaFreeHost(pinned[i]);
     if (r->stream) cudaStreamDestroy(r->stream);
@@ -519,6 +538,11 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     for (int l = 0; l < c->num_layers; l++)
         if (!model_config_layer_is_sparse(c, l)) I = (size_t)c->intermediate_size;
     size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
+    r->mask_words = (c->vocab_size + 31) / 32;
+    const size_t mask_bytes = S * (size_t)r->mask_words * sizeof(uint32_t);
+    if (S * (size_t)r->mask_words > (size_t)INT32_MAX) /* CudaSampleRow.mask_offset is int32 */
+        return error_set(err, "allowed-token masks of %zu rows x %d words do not fit int32 offsets",
+                         S, r->mask_words);
     struct {
         void **p;
         size_t bytes;
@@ -531,6 +555,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
         {(void **)&r->tokens_dev, S * 4},
         {(void **)&r->sample_rows_dev, S * sizeof(CudaSampleRow)},
         {&r->sampler_workspace, cuda_sampler_workspace_bytes((int)S, c->vocab_size)},
+        {(void **)&r->masks_dev, mask_bytes},
         {(void **)&r->split_workspace, cuda_attention_split_workspace_bytes(c->head_dim, CUDA_MAX_SPLIT_BLOCKS)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -548,6 +573,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
              "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->sample_rows_host, sizeof(CudaSampleRow) * S),
              "allocating pinned host memory", err);
+    CUDA_TRY(cudaMallocHost((void **)&r->masks_host, mask_bytes), "allocating pinned host memory", err);
     if (reserve_penalties(r, (int)S * 64, 0, err)) return -1;
     CUDA_TRY(cudaMallocHost((void **)&r->tokens_host, sizeof(int32_t) * S),
              "allocating pinned host memory", err);

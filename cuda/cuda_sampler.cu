@@ -115,6 +115,14 @@ __device__ double tree_total(const float *P, int vocab, float v, double *tree, i
 
 /* ---- the steps ----------------------------------------------------------------------- */
 
+/* sampler_apply_allowed: -inf for every token whose bit is clear. Strided
+ * tokens keep the logits accesses coalesced; the 32 lanes of a warp read the
+ * same mask word (a broadcast). Bits past vocab in the last word are unused. */
+__device__ void apply_allowed(float *P, int vocab, const uint32_t *mask) {
+    for (int i = threadIdx.x; i < vocab; i += THREADS)
+        if (!((mask[i >> 5] >> (i & 31)) & 1u)) P[i] = -INFINITY;
+}
+
 /* One thread per distinct token, so no two threads touch the same logit. */
 __device__ void apply_penalties(float *P, const CudaSampleRow &row, const CudaPenalty *penalties) {
     const bool repetition = row.repetition_penalty != 1.0f;
@@ -231,7 +239,7 @@ __device__ float top_p_threshold(const float *P, int vocab, float top_p, double 
 
 __global__ void __launch_bounds__(THREADS)
     sample_kernel(int32_t *tokens, float *logits, int vocab, const CudaSampleRow *rows,
-                  const CudaPenalty *penalties, int32_t *workspace) {
+                  const CudaPenalty *penalties, const uint32_t *masks, int32_t *workspace) {
     extern __shared__ double tree[]; /* [leaves] */
     __shared__ Shared sh;
     const int tid = threadIdx.x;
@@ -240,6 +248,12 @@ __global__ void __launch_bounds__(THREADS)
     const int chunks = sm_num_chunks(vocab), leaves = sm_tree_leaves(vocab);
     int32_t *active = workspace + (size_t)blockIdx.x * chunks;
 
+    /* the mask first, as the CPU: a penalty thread may read a logit another
+     * thread masked, hence the barrier */
+    if (row.mask_offset >= 0 && masks) {
+        apply_allowed(P, vocab, masks + row.mask_offset);
+        __syncthreads();
+    }
     apply_penalties(P, row, penalties);
     __syncthreads();
     float raw_max = -INFINITY;
@@ -341,6 +355,7 @@ extern "C" int cuda_sample_row_prepare(CudaSampleRow *row, CudaPenalty *entries,
     row->sample_index = in->sample_index;
     row->position = in->position;
     row->penalty_offset = offset;
+    row->mask_offset = -1;
     const bool repetition = p->repetition_penalty != 1.0f;
     const bool frequency = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
     if (!repetition && !frequency) return 0;
@@ -379,7 +394,8 @@ extern "C" size_t cuda_sampler_workspace_bytes(int max_rows, int vocab) {
 
 extern "C" int cuda_sample(int32_t *tokens, float *logits, int rows, int vocab,
                            const CudaSampleRow *rows_dev, const CudaPenalty *penalties_dev,
-                           void *workspace, CudaStream stream, Error *err) {
+                           const uint32_t *masks_dev, void *workspace, CudaStream stream,
+                           Error *err) {
     if (rows <= 0) return 0;
     if (vocab <= 0) return error_set(err, "cuda_sample: vocabulary size %d", vocab);
     size_t shared = sizeof(double) * (size_t)sm_tree_leaves(vocab);
@@ -388,7 +404,7 @@ extern "C" int cuda_sample(int32_t *tokens, float *logits, int rows, int vocab,
                                       (int)shared),
                  "allowing the sampler its shared memory", err);
     sample_kernel<<<rows, THREADS, shared, (cudaStream_t)stream>>>(
-        tokens, logits, vocab, rows_dev, penalties_dev, (int32_t *)workspace);
+        tokens, logits, vocab, rows_dev, penalties_dev, masks_dev, (int32_t *)workspace);
     CUDA_LAUNCHED("the sampling kernel", err);
     return 0;
 }

@@ -31,6 +31,8 @@ typedef struct Request {
     int num_stop;
     size_t max_stop_len;
     bool keep_special_tokens;
+    Constraint *constraint; /* a reference, or NULL */
+    int32_t constraint_after;
     Sequence *seqs; /* [params.n]; seqs[0] starts, the others fork from it */
     int num_started, num_live;
     bool closed; /* no further samples will start (aborted or failed) */
@@ -61,6 +63,7 @@ struct Engine {
     RunnerSeq *batch_seqs; /* step buffers, [max_num_seqs] */
     int32_t *tokens_out;
     SampleLogprobs *logprobs;
+    uint32_t *masks; /* [max_num_seqs][mask words], made at the first constrained step */
 
     long long prompt_tokens, generation_tokens, steps; /* engine thread's counters */
     pthread_mutex_t stats_lock; /* guards `stats`, the copy other threads read */
@@ -75,7 +78,9 @@ static void free_request(Request *r) {
         block_table_free(&r->seqs[i].blocks);
         detokenizer_free(&r->seqs[i].detok);
         byte_buf_free(&r->seqs[i].held);
+        token_matcher_free(r->seqs[i].matcher);
     }
+    constraint_unref(r->constraint);
     for (int i = 0; i < r->num_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->seqs);
@@ -96,6 +101,11 @@ static int init_sequence(Request *r, int index) {
     s->params = &r->params;
     s->seed = r->seed;
     if (r->tok) detokenizer_init(&s->detok, r->tok, !r->keep_special_tokens);
+    if (r->constraint) {
+        Error err;
+        if (!(s->matcher = token_matcher_new(constraint_grammar(r->constraint), &err))) return -1;
+        s->constraint_waiting = r->constraint_after >= 0;
+    }
     r->num_started++;
     r->num_live++;
     return 0;
@@ -291,6 +301,7 @@ void engine_destroy(Engine *e) {
     block_manager_destroy(e->bm);
     free(e->aborts);
     free(e->batch_seqs);
+    free(e->masks);
     free(e->tokens_out);
     free(e->logprobs);
     pthread_mutex_destroy(&e->lock);
@@ -334,6 +345,8 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     for (int i = 0; i < req->num_stop; i++)
         if (!req->stop[i] || !req->stop[i][0])
             return error_set_kind(err, ERROR_INVALID, "a stop string is empty");
+    if (req->constraint && token_grammar_vocab_size(constraint_grammar(req->constraint)) != c->vocab_size)
+        return error_set_kind(err, ERROR_INVALID, "the constraint was compiled for another vocabulary size");
     long blocks = (req->prompt_len + e->block_size) / e->block_size; /* prompt + 1 token */
     if (blocks > e->runner->num_kv_blocks)
         return error_set_kind(err, ERROR_TOO_LONG,
@@ -355,6 +368,8 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     r->user = req->user;
     r->tok = e->tok;
     r->keep_special_tokens = req->keep_special_tokens;
+    r->constraint = req->constraint ? constraint_ref(req->constraint) : NULL;
+    r->constraint_after = req->constraint_after;
     if (req->num_stop > 0 && !(r->stop = calloc((size_t)req->num_stop, sizeof *r->stop))) {
         free_request(r);
         return error_set(err, "out of memory");
@@ -445,6 +460,51 @@ static void take_intake(Engine *e) {
     if (aborts != small) free(aborts);
 }
 
+/* Ends of the output the constraint lets through where it may end: the
+ * model's EOS ids and the request's stop ids. */
+static int end_ids(const Engine *e, const Sequence *s, int32_t *ids) {
+    const ModelConfig *c = &e->model->config;
+    int n = 0;
+    for (int i = 0; i < c->num_eos_ids; i++) ids[n++] = c->eos_ids[i];
+    for (int i = 0; i < s->params->num_stop_token_ids; i++) ids[n++] = s->params->stop_token_ids[i];
+    return n;
+}
+
+/* Row i's mask of allowed tokens; NULL (every token) when the constraint
+ * cannot go on, which marks the sample to end with an error instead. */
+static const uint32_t *constraint_mask(Engine *e, Sequence *s, int i) {
+    int words = token_mask_words(e->model->config.vocab_size);
+    if (!e->masks && !(e->masks = malloc(sizeof *e->masks * (size_t)words * (size_t)e->runner->options.max_num_seqs))) {
+        s->constraint_failed = true;
+        return NULL;
+    }
+    uint32_t *mask = e->masks + (size_t)i * (size_t)words;
+    int32_t ends[MODEL_MAX_EOS_IDS + MAX_STOP_TOKEN_IDS];
+    Error err;
+    if (token_matcher_fill_mask(s->matcher, mask, ends, end_ids(e, s, ends), &err) < 0) {
+        log_info("structured output: %s", err.msg);
+        s->constraint_failed = true;
+        return NULL;
+    }
+    for (int w = 0; w < words; w++)
+        if (mask[w]) return mask;
+    s->constraint_failed = true; /* the vocabulary cannot spell what must come next */
+    return NULL;
+}
+
+/* Moves the sample's matcher past its new token; -1 if it does not fit. */
+static int constraint_advance(Engine *e, Sequence *s, int32_t token, Error *err) {
+    if (s->constraint_waiting) {
+        if (token == ((Request *)s->owner)->constraint_after) s->constraint_waiting = false;
+        return 0;
+    }
+    int32_t ends[MODEL_MAX_EOS_IDS + MAX_STOP_TOKEN_IDS];
+    int n = end_ids(e, s, ends);
+    bool is_end = false;
+    for (int k = 0; k < n; k++) is_end |= ends[k] == token;
+    return token_matcher_accept(s->matcher, token, is_end, err);
+}
+
 static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch) {
     bool any_logprobs = false;
     for (int i = 0; i < so->num_seqs; i++) {
@@ -467,6 +527,8 @@ static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch
                        .output_len = sequence_num_output(s)},
         };
         any_logprobs |= r->params.logprobs >= 0;
+        if (so->seqs[i].compute_logits && s->matcher && !s->constraint_waiting)
+            e->batch_seqs[i].sample.allowed = constraint_mask(e, s, i);
     }
     *batch = (RunnerBatch){.seqs = e->batch_seqs, .num_seqs = so->num_seqs,
                            .logprobs = any_logprobs ? e->logprobs : NULL};
@@ -482,6 +544,18 @@ static void postprocess(Engine *e, const SchedulerOutput *so) {
         if (!so->seqs[i].compute_logits) continue;
         Request *r = s->owner;
         int32_t token = e->tokens_out[i];
+        Error constraint_err;
+        if (s->constraint_failed) {
+            error_set_kind(&constraint_err, ERROR_INVALID,
+                           "structured output: no token of this model's vocabulary can continue the "
+                           "constrained output");
+            finish(e, s, false, 0, NULL, FINISH_ERROR, &constraint_err, NO_TEXT);
+            continue;
+        }
+        if (s->matcher && constraint_advance(e, s, token, &constraint_err) < 0) {
+            finish(e, s, false, 0, NULL, FINISH_ERROR, &constraint_err, NO_TEXT);
+            continue;
+        }
         s->tokens[s->num_tokens++] = token;
         e->generation_tokens++;
         if (s->sample_index == 0 && r->num_started < r->params.n && !r->closed)

@@ -23,6 +23,7 @@
 
 #include "runner.h"
 #include "sampling_params.h"
+#include "engine/structured/constraint.h"
 #include "engine/tokenizer/tokenizer.h"
 
 typedef enum FinishReason {
@@ -66,6 +67,13 @@ typedef struct EngineRequest {
     const char *const *stop;
     int num_stop;
     bool keep_special_tokens; /* in the text; default: left out, as HF's skip_special_tokens */
+    /* Structured outputs (engine/structured/constraint.h): every sample's
+     * tokens are masked to the constraint, which the engine references for
+     * the request's life. NULL: free text. constraint_after: a token id
+     * after which the constraint starts (a reasoning model's </think>), or
+     * -1 to start at the first token. */
+    Constraint *constraint;
+    int32_t constraint_after;
     EngineOutputFn on_output;
     void *user;
 } EngineRequest;

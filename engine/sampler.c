@@ -491,9 +491,20 @@ static int32_t draw(const float *p, const SamplingParams *sp, double u, SamplerS
     return walk(p, dense, ids, n, u, s);
 }
 
+void sampler_apply_allowed(float *logits, const uint32_t *allowed, int vocab) {
+    for (int w = 0; w * 32 < vocab; w++) {
+        uint32_t bits = allowed[w];
+        if (bits == 0xFFFFFFFFu) continue;
+        int end = vocab - w * 32 < 32 ? vocab - w * 32 : 32;
+        for (int k = 0; k < end; k++)
+            if (!(bits >> k & 1)) logits[w * 32 + k] = -INFINITY;
+    }
+}
+
 int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, SampleLogprobs *lp) {
     const SamplingParams *p = in->params;
     int vocab = s->vocab;
+    if (in->allowed) sampler_apply_allowed(logits, in->allowed, vocab);
     bool want_logprobs = lp && p->logprobs >= 0;
     if (want_logprobs) memcpy(s->values, logits, sizeof(float) * (size_t)vocab);
     if (sampling_needs_penalties(p)) apply_penalties(logits, in, s);

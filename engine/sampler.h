@@ -1,7 +1,8 @@
 /*
  * sampler.h - choosing the next token from a row of logits (CPU reference).
  *
- * Order, as vLLM's sampler: logprobs (if asked) from the raw logits; then
+ * Order, as vLLM's sampler: the structured-output mask, if any (disallowed
+ * tokens get -inf); logprobs (if asked) from the logits so far; then
  * repetition, frequency and presence penalties; then greedy (temperature
  * < 1e-5: the largest logit, the lowest id among equals), or temperature,
  * exp, min-p, top-k, top-p and one uniform draw. The CUDA sampler
@@ -47,6 +48,10 @@ typedef struct SampleInput {
     int prompt_len;
     const int32_t *output; /* tokens generated so far (all penalties) */
     int output_len;
+    /* Structured outputs: a bitmask over the vocabulary (bit t of word t / 32
+     * set: token t allowed), or NULL for every token. Applied first, before
+     * logprobs and penalties: a disallowed token's logit becomes -inf. */
+    const uint32_t *allowed;
 } SampleInput;
 
 typedef struct SampleLogprobs {
@@ -78,6 +83,9 @@ void sampler_scratch_free(SamplerScratch *s);
 /* Chooses a token from logits[vocab] (the row is modified: penalties, then
  * unnormalised probabilities). Fills *lp when it is not NULL and
  * params->logprobs >= 0. */
+/* Sets logits[t] = -inf for every token t the mask leaves out. */
+void sampler_apply_allowed(float *logits, const uint32_t *allowed, int vocab);
+
 int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, SampleLogprobs *lp);
 
 #endif

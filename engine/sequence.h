@@ -14,6 +14,7 @@
 #include "block_manager.h"
 #include "sampling_params.h"
 #include "engine/base/byte_buf.h"
+#include "engine/structured/token_matcher.h"
 #include "engine/tokenizer/tokenizer.h"
 
 typedef enum SeqStatus { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED } SeqStatus;
@@ -33,6 +34,9 @@ typedef struct Sequence {
     uint64_t seed;
     Detokenizer detok; /* when the engine has a tokenizer */
     ByteBuf held;      /* text not yet delivered: it may begin a stop string */
+    TokenMatcher *matcher;   /* structured outputs: where the output is in the constraint */
+    bool constraint_waiting; /* the constraint starts after the request's constraint_after token */
+    bool constraint_failed;  /* no token can follow (the vocabulary cannot spell it) or a limit */
     struct Sequence *prev, *next; /* queue links */
 } Sequence;
 

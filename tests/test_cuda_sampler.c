@@ -9,6 +9,7 @@
  * test runs everywhere).
  */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,7 +104,7 @@ static void expect_same_tokens(Launch *L) {
     CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
     void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, V) + 1);
     int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
-    cr_assert(cuda_sample(d_tokens, d_logits, R, V, d_rows, d_entries, d_work, NULL, &err) == 0,
+    cr_assert(cuda_sample(d_tokens, d_logits, R, V, d_rows, d_entries, NULL, d_work, NULL, &err) == 0,
               "%s", err.msg);
     dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
 
@@ -181,7 +182,162 @@ Test(cuda_sampler, matches_cpu_at_huge_vocabulary, .timeout = 300) {
 Test(cuda_sampler, no_rows_is_a_no_op) {
     require_gpu();
     Error err = {0};
-    cr_expect(cuda_sample(NULL, NULL, 0, QWEN3_VOCAB, NULL, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    cr_expect(cuda_sample(NULL, NULL, 0, QWEN3_VOCAB, NULL, NULL, NULL, NULL, NULL, &err) == 0, "%s",
+              err.msg);
+}
+
+/* ---- structured outputs: the allowed-token mask ---- */
+
+enum { MASK_NONE, MASK_DENSE, MASK_SPARSE, MASK_ONE, MASK_LAST, MASK_ALL, NUM_MASK_KINDS };
+
+/* Row r's mask into m[words] (bits past vocab random: both samplers must
+ * ignore them); returns the one allowed token of MASK_ONE / MASK_LAST, else -1. */
+static int32_t make_mask(uint32_t *m, int words, int vocab, int kind, uint64_t *st) {
+    int32_t only = -1;
+    for (int w = 0; w < words; w++) {
+        uint32_t bits = (uint32_t)case_next(st);
+        switch (kind) {
+        case MASK_DENSE: m[w] = bits; break; /* about half */
+        case MASK_SPARSE: /* about 1 in 64 */
+            m[w] = bits & (uint32_t)case_next(st) & (uint32_t)case_next(st) &
+                   (uint32_t)case_next(st) & (uint32_t)case_next(st) & (uint32_t)case_next(st);
+            break;
+        case MASK_ALL: m[w] = 0xFFFFFFFFu; break;
+        default: m[w] = 0; break;
+        }
+    }
+    if (kind == MASK_ONE || kind == MASK_LAST) {
+        only = kind == MASK_LAST ? vocab - 1 : (int32_t)(case_next(st) % (uint64_t)vocab);
+        m[only / 32] = 1u << (only % 32);
+        if (vocab % 32) m[words - 1] |= ~0u << (vocab % 32); /* garbage past vocab */
+    }
+    if (kind == MASK_DENSE || kind == MASK_SPARSE) { /* at least one allowed token */
+        int32_t t = (int32_t)(case_next(st) % (uint64_t)vocab);
+        m[t / 32] |= 1u << (t % 32);
+    }
+    return only;
+}
+
+/* Rows of every mask kind x parameter set x logits kind x position, one
+ * launch: the GPU's token must be the CPU's (sampler_sample with the same
+ * SampleInput.allowed) and an allowed one. */
+static void expect_masked_tokens(int vocab) {
+    const int words = (vocab + 31) / 32;
+    const int logit_kinds[] = {0, 3, 6}; /* gaussian, ties, large negative */
+    const int num_lk = 3, positions = 2;
+    SamplingParams sets[8];
+    int ns = 0;
+    SamplingParams base = sampling_params_default();
+    base.temperature = 1.0f;
+    sets[ns] = base, sets[ns].temperature = 0.0f, ns++; /* greedy */
+    sets[ns] = base, ns++;                              /* plain temperature */
+    sets[ns] = base, sets[ns].temperature = 0.7f, sets[ns].top_k = 5, ns++;
+    sets[ns] = base, sets[ns].top_p = 0.9f, ns++;
+    sets[ns] = base, sets[ns].min_p = 0.1f, sets[ns].top_k = 40, sets[ns].top_p = 0.8f, ns++;
+    sets[ns] = base, sets[ns].repetition_penalty = 1.3f, sets[ns].frequency_penalty = 0.5f,
+    sets[ns].presence_penalty = -0.25f, ns++;
+    sets[ns] = base, sets[ns].repetition_penalty = 0.7f, sets[ns].temperature = 0.0f, ns++;
+    const int R = NUM_MASK_KINDS * ns * num_lk * positions;
+    const size_t row_bytes = sizeof(float) * (size_t)vocab;
+
+    float *logits = malloc(row_bytes * (size_t)R), *row = malloc(row_bytes);
+    uint32_t *masks = malloc(sizeof(uint32_t) * (size_t)words * (size_t)R);
+    SamplingParams *params = malloc(sizeof(SamplingParams) * (size_t)R);
+    SampleInput *inputs = malloc(sizeof(SampleInput) * (size_t)R);
+    int32_t *history = malloc(sizeof(int32_t) * (size_t)R * (PROMPT_LEN + OUTPUT_LEN));
+    int32_t *only = malloc(sizeof(int32_t) * (size_t)R), *want = malloc(sizeof(int32_t) * (size_t)R),
+            *got = malloc(sizeof(int32_t) * (size_t)R);
+    CudaSampleRow *rows = malloc(sizeof(CudaSampleRow) * (size_t)R);
+    int capacity = R * (PROMPT_LEN + OUTPUT_LEN) + 1, used = 0;
+    CudaPenalty *entries = malloc(sizeof(CudaPenalty) * (size_t)capacity);
+    cr_assert(logits && row && masks && params && inputs && history && only && want && got && rows &&
+              entries);
+    SamplerScratch s;
+    Error err = {0};
+    cr_assert(sampler_scratch_init(&s, vocab, &err) == 0, "%s", err.msg);
+
+    uint64_t st = 0xA11017EDull + (uint64_t)vocab;
+    int r = 0;
+    for (int mk = 0; mk < NUM_MASK_KINDS; mk++)
+        for (int j = 0; j < ns; j++)
+            for (int k = 0; k < num_lk; k++)
+                for (int pos = 0; pos < positions; pos++, r++) {
+                    case_logits(logits + (size_t)r * vocab, vocab, logit_kinds[k], (uint64_t)(r + vocab));
+                    uint32_t *m = masks + (size_t)r * words;
+                    only[r] = make_mask(m, words, vocab, mk, &st);
+                    int32_t *h = history + (size_t)r * (PROMPT_LEN + OUTPUT_LEN);
+                    case_history(h, PROMPT_LEN, h + PROMPT_LEN, OUTPUT_LEN, vocab, (uint64_t)r);
+                    params[r] = sets[j];
+                    inputs[r] = (SampleInput){.params = &params[r],
+                                              .seed = 0x5EEDull * (uint64_t)(r + 1),
+                                              .sample_index = (uint32_t)pos,
+                                              .position = (uint32_t)(pos * 17 + j),
+                                              .prompt = h,
+                                              .prompt_len = PROMPT_LEN,
+                                              .output = h + PROMPT_LEN,
+                                              .output_len = OUTPUT_LEN,
+                                              .allowed = mk == MASK_NONE ? NULL : m};
+                    memcpy(row, logits + (size_t)r * vocab, row_bytes);
+                    want[r] = sampler_sample(row, &inputs[r], &s, NULL);
+                    int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, &inputs[r], &s);
+                    cr_assert(n >= 0);
+                    cr_assert_eq(rows[r].mask_offset, -1, "prepare leaves the mask to the caller");
+                    if (inputs[r].allowed) rows[r].mask_offset = r * words;
+                    used += n;
+                }
+
+    float *d_logits = dev_copy(logits, row_bytes * (size_t)R);
+    CudaSampleRow *d_rows = dev_copy(rows, sizeof(CudaSampleRow) * (size_t)R);
+    CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
+    uint32_t *d_masks = dev_copy(masks, sizeof(uint32_t) * (size_t)words * (size_t)R);
+    void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, vocab) + 1);
+    int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
+    cr_assert(cuda_sample(d_tokens, d_logits, R, vocab, d_rows, d_entries, d_masks, d_work, NULL,
+                          &err) == 0,
+              "%s", err.msg);
+    dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
+
+    int mismatches = 0;
+    for (r = 0; r < R; r++) {
+        const SamplingParams *p = &params[r];
+        const uint32_t *m = inputs[r].allowed;
+        bool ok = got[r] == want[r] && got[r] >= 0 && got[r] < vocab &&
+                  (!m || (m[got[r] / 32] >> (got[r] % 32) & 1u)) && (only[r] < 0 || got[r] == only[r]);
+        if (ok) continue;
+        if (++mismatches <= 20)
+            cr_expect(ok,
+                      "vocab %d row %d (mask kind %d, only %d; t %g, top_k %d, top_p %g, min_p %g, "
+                      "rep %g): GPU %d, CPU %d, CPU's allowed: %d",
+                      vocab, r, r / (R / NUM_MASK_KINDS), only[r], p->temperature, p->top_k, p->top_p,
+                      p->min_p, p->repetition_penalty, got[r], want[r],
+                      !m || (want[r] >= 0 && want[r] < vocab && (m[want[r] / 32] >> (want[r] % 32) & 1u)));
+    }
+    cr_expect_eq(mismatches, 0, "%d of %d masked rows wrong (vocab %d)", mismatches, R, vocab);
+
+    cuda_free(d_logits);
+    cuda_free(d_rows);
+    cuda_free(d_entries);
+    cuda_free(d_masks);
+    cuda_free(d_work);
+    cuda_free(d_tokens);
+    free(logits);
+    free(row);
+    free(masks);
+    free(params);
+    free(inputs);
+    free(history);
+    free(only);
+    free(want);
+    free(got);
+    free(rows);
+    free(entries);
+    sampler_scratch_free(&s);
+}
+
+Test(cuda_sampler, masked_rows_match_cpu, .timeout = 300) {
+    require_gpu();
+    const int sizes[] = {1, 33, 1000, QWEN3_VOCAB}; /* a lone token, partial last words, whole words */
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) expect_masked_tokens(sizes[i]);
 }
 
 /* Host-side packing: no GPU needed. */
@@ -199,6 +355,7 @@ Test(cuda_sampler, row_prepare_packs_distinct_penalty_tokens) {
     cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 3, &in, &s), 0, "no penalties, no entries");
     cr_expect(row.seed_lo == 0x55667788u && row.seed_hi == 0x11223344u && row.sample_index == 2 &&
               row.position == 17 && row.penalty_offset == 3 && row.penalty_count == 0);
+    cr_expect_eq(row.mask_offset, -1, "the caller places the mask");
 
     p.frequency_penalty = 0.5f; /* output tokens only */
     cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 0, &in, &s), 3);
