@@ -39,6 +39,7 @@
 #define DEFAULT_BODY_TIMEOUT_SECONDS 30   /* the whole body, from the end of the headers */
 #define DEFAULT_MAX_CONNECTIONS 4096
 #define DEFAULT_MAX_HEADER_BYTES 16384
+#define STRUCTURED_CACHE_BYTES ((size_t)256 << 20) /* compiled structured-output constraints kept (LRU) */
 
 /* ---- bench: nano-vllm's bench.py workload, and the latency run --------------------------------- */
 #define DEFAULT_BENCH_NUM_SEQS 256

@@ -79,7 +79,8 @@ void api_submit(ApiRequest *r) {
         r->contexts[i] = (PromptContext){r, i};
         EngineRequest req = {.prompt = r->prompts[i], .prompt_len = r->prompt_lens[i],
                              .params = sps[i], .stop = r->params.stop,
-                             .num_stop = r->params.num_stop, .on_output = api_on_engine_output,
+                             .num_stop = r->params.num_stop, .constraint = r->constraint,
+                             .constraint_after = r->constraint_after, .on_output = api_on_engine_output,
                              .user = &r->contexts[i]};
         Error e;
         if (engine_submit(s->engine, &req, &r->engine_ids[i], &e)) {

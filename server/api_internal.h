@@ -38,6 +38,7 @@
 #include "openai_response.h"
 #include "engine/base/byte_buf.h"
 #include "engine/engine.h"
+#include "engine/structured/constraint.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -117,6 +118,8 @@ struct ApiRequest {
     int *prompt_lens;
     char **prompt_texts; /* echo: the prompts as text */
     char *result;        /* /tokenize, /detokenize: the JSON answer */
+    Constraint *constraint; /* structured outputs: a reference, or NULL */
+    int32_t constraint_after;
 
     /* submitted */
     PromptContext *contexts;
@@ -149,6 +152,8 @@ struct ApiServer {
     Engine *engine;
     Tokenizer *tok;
     ChatTemplate *chat; /* compiled once at load */
+    TokenVocab *vocab;  /* the tokens' bytes, for structured outputs */
+    ConstraintCache *constraints;
     int max_model_len;
     bool ready, shutting_down, stopped;
     bool cut_off; /* the grace period is over: requests were ended */
@@ -182,6 +187,9 @@ int api_parse_request(ApiRequest *r, ApiError *err);
 /* api_prepare.c: prompts to ids (worker pool); failures in r->error */
 void api_prepare(ApiRequest *r);
 char *api_render_chat(ApiRequest *r, size_t *len); /* the chat template on r->body */
+
+/* api_structured.c: the request's constraint compiled (worker pool, after the prompts) */
+int api_prepare_constraint(ApiRequest *r);
 
 /* api_tokenize.c: /tokenize and /detokenize */
 void api_tokenize(ApiRequest *r);         /* worker pool: the answer into r->result */

@@ -109,14 +109,10 @@ static int get_stop_token_ids(const json_t *o, SamplingParams *sp, ApiError *err
 /* Fields we do not implement are refused rather than silently ignored when
  * they would change the output. */
 static int refuse_unsupported(const json_t *o, bool chat, ApiError *err) {
-    static const char *const never_null[] = {"logit_bias", "suffix", "response_format", "guided_json",
-                                             "guided_regex", "guided_choice", "guided_grammar"};
+    static const char *const never_null[] = {"logit_bias", "suffix"};
     for (size_t i = 0; i < sizeof never_null / sizeof never_null[0]; i++) {
         json_t *v = json_object_get(o, never_null[i]);
-        if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
-            !(strcmp(never_null[i], "response_format") == 0 && json_is_object(v) &&
-              json_is_string(json_object_get(v, "type")) &&
-              strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
+        if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
             return api_error(err, 400, never_null[i], "'%s' is not supported", never_null[i]);
     }
     json_t *best_of = json_object_get(o, "best_of");
@@ -157,7 +153,8 @@ int api_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIPar
         get_float(o, "frequency_penalty", -2, 2, &sp->frequency_penalty, err) ||
         get_float(o, "repetition_penalty", 1e-9, 100, &sp->repetition_penalty, err) ||
         get_bool(o, "ignore_eos", &sp->ignore_eos, err) || get_bool(o, "stream", &p->stream, err) ||
-        get_stop(o, p, err) || get_stop_token_ids(o, sp, err) || refuse_unsupported(o, chat, err))
+        get_stop(o, p, err) || get_stop_token_ids(o, sp, err) || refuse_unsupported(o, chat, err) ||
+        api_parse_constraint(o, p, err))
         return -1;
     sp->max_tokens = (int)max_tokens;
     sp->n = (int)n;

@@ -30,6 +30,12 @@ typedef struct OpenAIParams {
     int num_stop;
     const char *stop[MAX_STOP_STRINGS]; /* point into the request JSON */
     const char *model;                  /* NULL when absent */
+    /* Structured outputs (api_structured.c): a ConstraintKind or -1, its
+     * value in the request JSON (NULL for json_object) and the field it
+     * came from, for errors. */
+    int constraint_kind;
+    const json_t *constraint;
+    const char *constraint_field;
 } OpenAIParams;
 
 /* chat selects chat's fields (max_completion_tokens, logprobs as a boolean
@@ -38,6 +44,10 @@ typedef struct OpenAIParams {
  * the fields a request leaves out (else OpenAI's: temperature 1, top_p 1). */
 int api_parse_params(const json_t *body, bool chat, const ModelConfig *defaults,
                      OpenAIParams *out, ApiError *err);
+
+/* response_format, structured_outputs and guided_* into p->constraint_*
+ * (api_structured.c); exactly one constraint, every option understood. */
+int api_parse_constraint(const json_t *body, OpenAIParams *p, ApiError *err);
 
 /* A JSON list of integers in [0, limit) to token ids: *ids malloc'ed
  * (*count of them; NULL for an empty list). -1 when it is not such a list

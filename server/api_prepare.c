@@ -124,5 +124,6 @@ void api_prepare(ApiRequest *r) {
     int rc = (!r->prompts || !r->prompt_lens || !r->prompt_texts)
                  ? api_error(&r->error, 500, NULL, "out of memory")
                  : r->kind == API_CHAT ? prepare_chat(r) : prepare_completion(r);
+    if (rc == 0) rc = api_prepare_constraint(r);
     if (rc) r->failed = true;
 }

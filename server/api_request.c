@@ -81,6 +81,7 @@ void api_request_maybe_free(ApiRequest *r) {
         if (r->prompt_texts) free(r->prompt_texts[i]);
     }
     free(r->prompts);
+    constraint_unref(r->constraint);
     free(r->prompt_lens);
     free(r->prompt_texts);
     for (int i = 0; r->choices && i < r->params.sampling.n * r->num_prompts; i++) {

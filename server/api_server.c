@@ -241,6 +241,9 @@ static void load_run(uv_work_t *w) {
         return;
     }
     if (warning) log_info("%s", warning);
+    if (!(s->vocab = token_vocab_new(s->tok, c->vocab_size, &s->load_err)) ||
+        !(s->constraints = constraint_cache_new(s->vocab, STRUCTURED_CACHE_BYTES, &s->load_err)))
+        s->load_rc = -1;
 }
 
 static void begin_shutdown(ApiServer *s, const char *why);
@@ -389,6 +392,8 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     }
     uv_loop_close(s->loop);
     chat_template_free(s->chat);
+    constraint_cache_free(s->constraints);
+    token_vocab_free(s->vocab);
     tokenizer_free(s->tok);
     loaded_model_close(&s->model);
     pthread_mutex_destroy(&s->events_lock);
