@@ -5,7 +5,7 @@
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
 #   make docker-test  build the CPU container image with podman, run it, check it serves
-#   make fuzz         libFuzzer targets: build-fuzz/fuzz_tokenizer, build-fuzz/fuzz_jinja (clang-14)
+#   make fuzz         libFuzzer targets: build-fuzz/fuzz_tokenizer, fuzz_jinja, fuzz_structured (clang-14)
 #   CUDA=0            build without the CUDA sources even when nvcc is present
 #
 # CUDA sources build when nvcc is found (PATH or /usr/local/cuda). The CUDA
@@ -85,16 +85,23 @@ docker-test: $(BUILD)/nanovllm
 	NANOVLLM_BIN=$(BUILD)/nanovllm scripts/docker_test.sh
 
 # libFuzzer + ASan + UBSan on the tokenizer library (and the two base files it
-# stands on) and on the Jinja interpreter; not part of test.
+# stands on), on the Jinja interpreter and on structured outputs (constraint
+# texts compiled over a synthetic vocabulary, masks walked); not part of test.
 # Run from the repository root: build-fuzz/fuzz_tokenizer -runs=N CORPUS_DIR
-# (and build-fuzz/fuzz_jinja, seeded with tests/fixtures/chat-templates/*/template.jinja)
+# (and build-fuzz/fuzz_jinja, seeded with tests/fixtures/chat-templates/*/template.jinja;
+# build-fuzz/fuzz_structured, seeded with schemas, regexes and GBNF grammars,
+# each input a kind byte then the text: see tests/fuzz/fuzz_structured.c)
 FUZZ_CC  ?= clang-14
 FUZZ_SRC  = $(wildcard engine/tokenizer/*.c engine/jinja/*.c) engine/base/error.c engine/base/byte_buf.c \
             engine/base/read_file.c
 FUZZ_HDR  = $(wildcard engine/tokenizer/*.h engine/jinja/*.h engine/base/*.h)
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -pthread -I. $(WARN) -fsanitize=fuzzer,address,undefined \
              -fno-sanitize-recover=all
-fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja
+# token_vocab_new reads a Tokenizer: the tokenizer library, less its chat template (Jinja).
+STRUCTURED_FUZZ_SRC = $(wildcard engine/structured/*.c) \
+                      $(filter-out engine/tokenizer/chat_template.c,$(wildcard engine/tokenizer/*.c)) \
+                      engine/base/error.c engine/base/byte_buf.c engine/base/read_file.c
+fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured
 
 build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR)
 	@mkdir -p $(dir $@)
@@ -103,6 +110,10 @@ build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR)
 build-fuzz/fuzz_jinja: tests/fuzz/fuzz_jinja.c $(wildcard engine/jinja/*.c) $(FUZZ_HDR)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_jinja.c $(wildcard engine/jinja/*.c) -ljansson -lutf8proc -lm -o $@
+
+build-fuzz/fuzz_structured: tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) $(FUZZ_HDR) $(wildcard engine/structured/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
 clean:
 	rm -rf build build-asan build-fuzz

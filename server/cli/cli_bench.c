@@ -7,6 +7,8 @@
  * --latency (bench_latency.h): one prefill and single-stream decode beside
  * the machine's limits. --matmul (bench_matmul.h): the CPU matmul
  * strategies. --attention (bench_attention.h): the GPU's decode attention.
+ * --structured (bench_structured.h): structured outputs' compile and mask
+ * costs over the model's vocabulary, and constrained generation beside free.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -18,13 +20,18 @@
 #include "server/bench/bench_attention.h"
 #include "server/bench/bench_latency.h"
 #include "server/bench/bench_matmul.h"
+#include "server/bench/bench_structured.h"
 #include "server/bench/bench_throughput.h"
 #include "server/model_setup.h"
+
+/* Rows of --structured's generation comparison unless --num-seqs says. */
+#define STRUCTURED_BENCH_NUM_SEQS 32
 
 static const char USAGE[] = "usage: nanovllm bench --model DIR [options]\n";
 
 static const char HELP[] =
-    "Benchmarks generation (default), single-stream latency (--latency) or the matmul (--matmul).\n"
+    "Benchmarks generation (default), single-stream latency (--latency), the matmul (--matmul)\n"
+    "or structured outputs (--structured).\n"
     "\n"
     "  --model DIR                   Hugging Face model folder\n"
     "throughput (nano-vllm's bench.py workload, prompt ids uniform in [0, 10000]):\n"
@@ -41,16 +48,29 @@ static const char HELP[] =
     "  --matmul                      time the matmul strategies instead\n"
     "  --attention                   time the GPU's decode attention (--num-seqs sequences of\n"
     "                                --input-len tokens) against its copy bandwidth\n"
+    "structured outputs:\n"
+    "  --structured                  compile and per-token mask times of a JSON schema, a regex\n"
+    "                                and a choice over the model's vocabulary, then --num-seqs\n"
+    "                                rows (default " DEFAULT_TEXT(STRUCTURED_BENCH_NUM_SEQS) ") x --output-len tokens generated free and\n"
+    "                                with every row constrained by the schema (--seed: walks,\n"
+    "                                prompts, sampling)\n"
     "  --json                        print one JSON object with the results\n"
     "  --quiet                       no log or progress on stderr\n" RUNNER_OPTIONS_USAGE;
 
-typedef enum BenchMode { BENCH_THROUGHPUT, BENCH_LATENCY, BENCH_MATMUL, BENCH_ATTENTION } BenchMode;
+typedef enum BenchMode {
+    BENCH_THROUGHPUT,
+    BENCH_LATENCY,
+    BENCH_MATMUL,
+    BENCH_ATTENTION,
+    BENCH_STRUCTURED,
+} BenchMode;
 
 typedef struct BenchArgs {
     const char *model_dir;
     BenchMode mode;
     int num_seqs, min_input, max_input, min_output, max_output;
     int input_len, output_len, seed;
+    bool num_seqs_given; /* --structured has its own default */
     bool json, quiet;
     RunnerOptions runner;
 } BenchArgs;
@@ -63,6 +83,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         {"input-len", required_argument, 0, 'i'}, {"output-len", required_argument, 0, 'o'},
         {"seed", required_argument, 0, 's'}, {"latency", no_argument, 0, 'l'},
         {"matmul", no_argument, 0, 'x'}, {"attention", no_argument, 0, 't'},
+        {"structured", no_argument, 0, 'g'},
         {"json", no_argument, 0, 'j'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (BenchArgs){.num_seqs = DEFAULT_BENCH_NUM_SEQS,
@@ -95,12 +116,14 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
             if (parse_int_arg(ints[k].name, optarg, ints[k].lo, ints[k].hi, ints[k].dst, err)) return -1;
             handled = true;
         }
+        if (c == 'N') a->num_seqs_given = true;
         if (handled) continue;
         switch (c) {
         case 'm': a->model_dir = optarg; break;
         case 'l': a->mode = BENCH_LATENCY; break;
         case 'x': a->mode = BENCH_MATMUL; break;
         case 't': a->mode = BENCH_ATTENTION; break;
+        case 'g': a->mode = BENCH_STRUCTURED; break;
         case 'j': a->json = true; break;
         default: {
             if (c == 'q') a->quiet = true;
@@ -114,6 +137,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
     if (!a->model_dir && a->mode != BENCH_MATMUL && a->mode != BENCH_ATTENTION)
         return error_set(err, "--model is required");
+    if (a->json && a->mode == BENCH_STRUCTURED) return error_set(err, "--structured prints a table, not --json");
     if (a->min_input > a->max_input || a->min_output > a->max_output)
         return error_set(err, "each --min-* must be at most its --max-*");
     return 0;
@@ -143,6 +167,21 @@ static int run_throughput(const BenchArgs *a, Error *err) {
     return rc;
 }
 
+static int run_structured(const BenchArgs *a, Error *err) {
+    LoadedModel m;
+    if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
+    Engine *e = engine_create(&m.weights, m.runner, err);
+    int rc = -1;
+    if (e) {
+        StructuredBenchConfig c = {a->model_dir, a->num_seqs_given ? a->num_seqs : STRUCTURED_BENCH_NUM_SEQS,
+                                   a->output_len, a->seed, !a->quiet};
+        rc = bench_structured(e, &c, err);
+        engine_destroy(e);
+    }
+    loaded_model_close(&m);
+    return rc;
+}
+
 int command_bench(int argc, char **argv) {
     BenchArgs a;
     Error err = {0};
@@ -155,8 +194,9 @@ int command_bench(int argc, char **argv) {
     int rc = a.mode == BENCH_ATTENTION
                  ? bench_attention(a.num_seqs, a.input_len, a.runner.block_size, a.json, &err)
              : a.mode == BENCH_MATMUL  ? bench_matmul(a.runner.num_threads, &err)
-             : a.mode == BENCH_LATENCY ? run_latency(&a, &err)
-                                       : run_throughput(&a, &err);
+             : a.mode == BENCH_LATENCY    ? run_latency(&a, &err)
+             : a.mode == BENCH_STRUCTURED ? run_structured(&a, &err)
+                                          : run_throughput(&a, &err);
     if (rc != 0) {
         fprintf(stderr, "nanovllm bench: %s\n", err.msg);
         return 1;
