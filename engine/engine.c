@@ -547,8 +547,8 @@ static void postprocess(Engine *e, const SchedulerOutput *so) {
         Error constraint_err;
         if (s->constraint_failed) {
             error_set_kind(&constraint_err, ERROR_INVALID,
-                           "structured output: no token of this model's vocabulary can continue the "
-                           "constrained output");
+                           "structured output: the constraint cannot go on (too ambiguous a grammar, or "
+                           "no token of this model's vocabulary continues it; the server log says which)");
             finish(e, s, false, 0, NULL, FINISH_ERROR, &constraint_err, NO_TEXT);
             continue;
         }

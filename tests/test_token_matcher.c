@@ -1189,7 +1189,7 @@ Test(token_matcher, deep_nesting_survives_compaction) {
 /* Whether any byte of chars occurs in bytes[0..len). */
 static bool memchr_any(const char *bytes, size_t len, const char *chars) {
     for (size_t i = 0; i < len; i++)
-        if (strchr(chars, bytes[i]) && bytes[i]) return true;
+        if (bytes[i] && strchr(chars, bytes[i])) return true;
     return false;
 }
 

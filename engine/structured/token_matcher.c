@@ -25,6 +25,12 @@
 #define MAX_NODES_PRECOMPUTE (1 << 22)
 #define MAX_NODES_MATCHER (1 << 22)
 #define COMPACT_AFTER (1 << 15)
+/* Parse stacks a matcher may hold at once: each costs a mask OR per step, so
+ * an ambiguous grammar that multiplies them is refused, not waited for. */
+#define MAX_LIVE_STACKS 128
+/* Bytes read checking uncertain tokens in one mask: a bound on one step's
+ * work whatever the grammar (typical steps read a few thousand). */
+#define MAX_MASK_BYTES_READ (1 << 18)
 #define MAX_PRECOMPUTE_SECONDS 10.0 /* of CPU time: a constraint that needs longer is refused */
 
 struct TokenVocab {
@@ -70,6 +76,7 @@ struct TokenMatcher {
     StackPool pool;
     StackSet cur, next, base, a, b;
     bool ended;
+    int32_t compacted_at; /* pool size after the last compaction */
 };
 
 /* ---- vocabulary ------------------------------------------------------------ */
@@ -398,10 +405,11 @@ bool token_matcher_done(const TokenMatcher *m) { return m->ended || m->cur.n == 
 bool token_matcher_can_end(const TokenMatcher *m) { return m->ended || m->cur.can_end; }
 
 /* Whether bytes can be read from the expanded stacks in base (to the end). */
-static int reads_all(TokenMatcher *m, const uint8_t *bytes, uint32_t len) {
+static int reads_all(TokenMatcher *m, const uint8_t *bytes, uint32_t len, int64_t *budget) {
     const StackSet *from = &m->base;
     StackSet *to = &m->a;
     for (uint32_t i = 0; i < len; i++) {
+        if (--*budget < 0) return -1;
         if (stack_advance(&m->pool, from, bytes[i], to) < 0) return -1;
         if (!to->advanced) return 0;
         from = to;
@@ -417,6 +425,7 @@ int token_matcher_fill_mask(TokenMatcher *m, uint32_t *mask, const int32_t *end_
     memset(mask, 0, (size_t)words * sizeof *mask);
     int32_t keep = m->pool.num_nodes;
     int rc = 0;
+    int64_t budget = MAX_MASK_BYTES_READ;
     for (int32_t i = 0; i < m->cur.n && !m->ended; i++) {
         const StackNode node = m->pool.nodes[m->cur.ids[i]];
         const StateTokens *st = &tg->states[node.state];
@@ -439,7 +448,7 @@ int token_matcher_fill_mask(TokenMatcher *m, uint32_t *mask, const int32_t *end_
             if (mask[t >> 5] >> (t & 31) & 1) continue;
             for (int32_t k = 0; k < unc->off_count; k++) {
                 uint16_t off = tg->offsets[unc->off_begin + k];
-                int r = reads_all(m, token_bytes(v, t) + off, v->len[t] - off);
+                int r = reads_all(m, token_bytes(v, t) + off, v->len[t] - off, &budget);
                 if (r < 0) goto limit;
                 if (r) {
                     mask[t >> 5] |= 1u << (t & 31);
@@ -517,11 +526,18 @@ int token_matcher_accept(TokenMatcher *m, int32_t token, bool is_end, Error *err
         from = to;
         to = to == &m->a ? &m->b : &m->a;
     }
+    if (from->n > MAX_LIVE_STACKS)
+        return error_set_kind(err, ERROR_INVALID, "the grammar is too ambiguous (over %d parse stacks at once)",
+                              MAX_LIVE_STACKS);
     /* from is a or b: swap it into cur. */
     StackSet *res = (StackSet *)from, tmp = m->cur;
     m->cur = *res;
     *res = tmp;
-    if (m->pool.num_nodes > COMPACT_AFTER && m->pool.num_nodes > 8 * m->cur.n && compact(m) < 0)
-        return error_set(err, "out of memory for a grammar matcher");
+    /* Compacting costs the live nodes: only once the pool has doubled since
+     * the last time, so deep nesting stays linear. */
+    if (m->pool.num_nodes > COMPACT_AFTER && m->pool.num_nodes > 2 * m->compacted_at) {
+        if (compact(m) < 0) return error_set(err, "out of memory for a grammar matcher");
+        m->compacted_at = m->pool.num_nodes;
+    }
     return 0;
 }
