@@ -79,12 +79,12 @@ static int parse_response_format(const json_t *rf, Found *f, ApiError *err) {
 static int parse_structured_outputs(const json_t *so, Found *f, ApiError *err) {
     if (!json_is_object(so)) return api_error(err, 400, "structured_outputs", "'structured_outputs' must be an object");
     static const struct {
-        const char *name;
+        const char *name, *field;
         int kind;
-    } kinds[] = {{"json", CONSTRAINT_JSON_SCHEMA},
-                 {"regex", CONSTRAINT_REGEX},
-                 {"choice", CONSTRAINT_CHOICE},
-                 {"grammar", CONSTRAINT_GRAMMAR}};
+    } kinds[] = {{"json", "structured_outputs.json", CONSTRAINT_JSON_SCHEMA},
+                 {"regex", "structured_outputs.regex", CONSTRAINT_REGEX},
+                 {"choice", "structured_outputs.choice", CONSTRAINT_CHOICE},
+                 {"grammar", "structured_outputs.grammar", CONSTRAINT_GRAMMAR}};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)so, key, v) {
@@ -92,9 +92,7 @@ static int parse_structured_outputs(const json_t *so, Found *f, ApiError *err) {
         bool known = false;
         for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
             if (strcmp(key, kinds[i].name) != 0) continue;
-            char field[64];
-            snprintf(field, sizeof field, "structured_outputs.%s", key);
-            if (check_value(kinds[i].kind, v, field, err) || found_one(f, kinds[i].kind, v, "structured_outputs", err))
+            if (check_value(kinds[i].kind, v, kinds[i].field, err) || found_one(f, kinds[i].kind, v, kinds[i].field, err))
                 return -1;
             known = true;
         }
@@ -102,7 +100,8 @@ static int parse_structured_outputs(const json_t *so, Found *f, ApiError *err) {
         if (strcmp(key, "json_object") == 0) {
             if (!json_is_boolean(v))
                 return api_error(err, 400, "structured_outputs", "'structured_outputs.json_object' must be a boolean");
-            if (json_is_true(v) && found_one(f, CONSTRAINT_JSON_OBJECT, NULL, "structured_outputs", err)) return -1;
+            if (json_is_true(v) && found_one(f, CONSTRAINT_JSON_OBJECT, NULL, "structured_outputs.json_object", err))
+                return -1;
         } else if (strcmp(key, "disable_fallback") == 0 || strcmp(key, "disable_any_whitespace") == 0) {
             /* No fallback backend exists, and the output is always compact. */
             if (!json_is_boolean(v))

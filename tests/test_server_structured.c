@@ -247,7 +247,7 @@ Test(server_structured, json_schema_errors_name_the_keyword, .timeout = 60) {
             break;
         case 1:
             snprintf(body, sizeof body, COMPLETION("\"structured_outputs\": {\"json\": %s}"), cases[i].schema);
-            expect_400(&s, c, body, "structured_outputs", "json schema", cases[i].needle, cases[i].where, NULL);
+            expect_400(&s, c, body, "structured_outputs.json", "json schema", cases[i].needle, cases[i].where, NULL);
             break;
         default:
             snprintf(body, sizeof body,
@@ -265,6 +265,6 @@ Test(server_structured, json_schema_errors_name_the_keyword, .timeout = 60) {
     expect_400(&s, c, COMPLETION("\"guided_grammar\": \"root ::= \\\"a\\\" b\\n\\nb ::= [x\\n\""), "guided_grammar",
                "grammar line 3", NULL);
     expect_400(&s, chat, CHAT("\"structured_outputs\": {\"grammar\": \"root ::= undefined-rule\"}"),
-               "structured_outputs", "undefined rule 'undefined-rule'", NULL);
+               "structured_outputs.grammar", "undefined rule 'undefined-rule'", NULL);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
