@@ -34,6 +34,22 @@ void grammar_free(Grammar *g) {
 
 const char *grammar_error(const Grammar *g) { return g->failed ? g->error.msg : NULL; }
 
+void grammar_error_prefix(Grammar *g, const char *fmt, ...) {
+    if (!g->failed) return;
+    char prefix[512], msg[sizeof g->error.msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(prefix) < sizeof msg - 3 ? strlen(prefix) : sizeof msg - 3;
+    memcpy(msg, prefix, n);
+    memcpy(msg + n, ": ", 2);
+    size_t rest = strnlen(g->error.msg, sizeof msg - n - 3);
+    memcpy(msg + n + 2, g->error.msg, rest);
+    msg[n + 2 + rest] = '\0';
+    memcpy(g->error.msg, msg, sizeof msg);
+}
+
 GExpr grammar_fail(Grammar *g, ErrorKind kind, const char *fmt, ...) {
     if (g->failed) return G_ERROR;
     g->failed = 1;

@@ -42,6 +42,9 @@ void grammar_free(Grammar *g);
 
 /* The first error, or NULL. */
 const char *grammar_error(const Grammar *g);
+/* Puts "prefix: " before the recorded error (no-op without one), so an
+ * embedding front end can say where a nested part failed. */
+void grammar_error_prefix(Grammar *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Records an error (the first one wins) with the given kind; returns G_ERROR. */
 GExpr grammar_fail(Grammar *g, ErrorKind kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

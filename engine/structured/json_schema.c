@@ -196,6 +196,7 @@ static GExpr compile_string(SchemaCompiler *sc, json_t *flat) {
     GExpr body;
     if (pattern) {
         body = regex_to_grammar(g, json_string_value(pattern), json_string_length(pattern), REGEX_SEARCH, G_JSON_STRING);
+        if (body == G_ERROR) grammar_error_prefix(g, "json schema: 'pattern' at #%s", sc->path);
     } else if (format) {
         body = js_format_grammar(g, json_string_value(format));
         if (body == JS_NOTHING)

@@ -821,7 +821,7 @@ if (!only) {
     await expect400('completions', { ...base, guided_regex: '(abc' }, ['regex', "'('"]);
     await expect400('completions', { ...base, guided_regex: 'a{3,1}' }, ['regex', '{3,1}']);
     await expect400('chat', { ...chatBase, structured_outputs: { regex: '(?=lookahead)x' } }, ['regex', 'lookahead']);
-    await expect400('completions', { ...base, guided_json: { type: 'string', pattern: '(\\w)\\1' } }, ['backreference']);
+    await expect400('completions', { ...base, guided_json: { type: 'string', pattern: '(\\w)\\1' } }, ['backreference', "'pattern'", 'json schema']);
   });
   await check('GBNF syntax errors are 400s', async () => {
     await expect400('completions', { ...base, guided_grammar: 'root ::= "unterminated' }, ['line 1']);
