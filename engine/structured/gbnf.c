@@ -10,6 +10,7 @@
  * only when an error needs one.
  */
 #include "engine/structured/gbnf.h"
+#include "engine/tokenizer/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,50 +66,6 @@ static int fail_at(GbnfParser *p, size_t offset, const char *fmt, ...) {
 static int out_of_memory(GbnfParser *p) {
     grammar_fail(p->g, ERROR_INTERNAL, "grammar: out of memory");
     return -1;
-}
-
-/* Length of the valid UTF-8 sequence at s (its code point in *cp), or 0. */
-static int decode_utf8(const unsigned char *s, size_t avail, uint32_t *cp) {
-    if (avail == 0) return 0;
-    unsigned char b = s[0];
-    if (b < 0x80) {
-        *cp = b;
-        return 1;
-    }
-    int n;
-    uint32_t c, min;
-    if (b >= 0xC2 && b <= 0xDF) n = 2, c = b & 0x1F, min = 0x80;
-    else if (b >= 0xE0 && b <= 0xEF) n = 3, c = b & 0x0F, min = 0x800;
-    else if (b >= 0xF0 && b <= 0xF4) n = 4, c = b & 0x07, min = 0x10000;
-    else return 0;
-    if (avail < (size_t)n) return 0;
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > MAX_CODEPOINT || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *cp = c;
-    return n;
-}
-
-static int encode_utf8(uint32_t cp, unsigned char *out) {
-    if (cp < 0x80) return out[0] = (unsigned char)cp, 1;
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xC0 | (cp >> 6));
-        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xE0 | (cp >> 12));
-        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xF0 | (cp >> 18));
-    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 static bool at(const GbnfParser *p, char c) { return p->pos < p->len && p->src[p->pos] == (unsigned char)c; }
@@ -169,8 +126,8 @@ static int rule_named(GbnfParser *p, size_t from, size_t n) {
 static int parse_char(GbnfParser *p, uint32_t *cp) {
     size_t start = p->pos;
     if (!at(p, '\\')) {
-        int n = decode_utf8(p->src + p->pos, p->len - p->pos, cp);
-        if (n == 0) return fail_at(p, start, "invalid UTF-8");
+        int n = p->len - p->pos > 0 ? utf8_next(p->src + p->pos, p->len - p->pos, cp) : 0;
+        if (n <= 0) return fail_at(p, start, "invalid UTF-8");
         p->pos += (size_t)n;
         return 0;
     }
@@ -228,7 +185,7 @@ static GExpr parse_literal(GbnfParser *p) {
             }
             bytes = grown;
         }
-        n += (size_t)encode_utf8(cp, bytes + n);
+        n += (size_t)utf8_encode(cp, (char *)bytes + n);
     }
     result = n ? g_bytes(p->g, bytes, n) : g_empty(p->g);
 done:

@@ -5,6 +5,8 @@
  */
 #include "grammar_internal.h"
 
+#include "engine/tokenizer/utf8.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,18 +274,6 @@ static void normalize(CpRange *r, int *n) {
     *n = out;
 }
 
-static int utf8_encode(uint32_t c, uint8_t *b) {
-    if (c < 0x80) return b[0] = (uint8_t)c, 1;
-    if (c < 0x800) return b[0] = (uint8_t)(0xC0 | c >> 6), b[1] = (uint8_t)(0x80 | (c & 0x3F)), 2;
-    if (c < 0x10000) {
-        b[0] = (uint8_t)(0xE0 | c >> 12), b[1] = (uint8_t)(0x80 | (c >> 6 & 0x3F)), b[2] = (uint8_t)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    b[0] = (uint8_t)(0xF0 | c >> 18), b[1] = (uint8_t)(0x80 | (c >> 12 & 0x3F));
-    b[2] = (uint8_t)(0x80 | (c >> 6 & 0x3F)), b[3] = (uint8_t)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 typedef struct AltList {
     GExpr *items;
     int n, cap;
@@ -306,7 +296,7 @@ static int alt_push(Grammar *g, AltList *l, GExpr e) {
  * ranges: split until every byte position ranges independently. */
 static int utf8_range(Grammar *g, AltList *out, uint32_t lo, uint32_t hi) {
     uint8_t a[4], b[4];
-    int len = utf8_encode(lo, a);
+    int len = utf8_encode(lo, (char *)a);
     for (int i = 1; i < len; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
@@ -320,7 +310,7 @@ static int utf8_range(Grammar *g, AltList *out, uint32_t lo, uint32_t hi) {
             }
         }
     }
-    utf8_encode(hi, b);
+    utf8_encode(hi, (char *)b);
     GExpr seq[4];
     for (int i = 0; i < len; i++) seq[i] = g_byte_range(g, a[i], b[i]);
     return alt_push(g, out, g_seq(g, seq, len));

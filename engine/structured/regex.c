@@ -11,6 +11,7 @@
  * refused too: we cannot know which one the caller meant.
  */
 #include "engine/structured/regex.h"
+#include "engine/tokenizer/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,30 +75,6 @@ static GExpr fail_at(RegexParser *p, size_t offset, const char *fmt, ...) {
 
 static GExpr out_of_memory(RegexParser *p) {
     return grammar_fail(p->g, ERROR_INTERNAL, "regex: out of memory");
-}
-
-/* Length of the valid UTF-8 sequence at s (its code point in *cp), or 0. */
-static int decode_utf8(const unsigned char *s, size_t avail, uint32_t *cp) {
-    if (avail == 0) return 0;
-    unsigned char b = s[0];
-    if (b < 0x80) {
-        *cp = b;
-        return 1;
-    }
-    int n;
-    uint32_t c, min;
-    if (b >= 0xC2 && b <= 0xDF) n = 2, c = b & 0x1F, min = 0x80;
-    else if (b >= 0xE0 && b <= 0xEF) n = 3, c = b & 0x0F, min = 0x800;
-    else if (b >= 0xF0 && b <= 0xF4) n = 4, c = b & 0x07, min = 0x10000;
-    else return 0;
-    if (avail < (size_t)n) return 0;
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > MAX_CODEPOINT || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *cp = c;
-    return n;
 }
 
 static bool at(const RegexParser *p, char c) { return p->pos < p->len && p->src[p->pos] == (unsigned char)c; }
@@ -212,8 +189,8 @@ static int parse_escape(RegexParser *p, bool in_class, CharItem *out) {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return fail_at(p, start, "unknown escape \\%c", c);
     /* Escaped punctuation (or any other character) stands for itself. */
     p->pos--;
-    int n = decode_utf8(p->src + p->pos, p->len - p->pos, &out->cp);
-    if (n == 0) return fail_at(p, p->pos, "invalid UTF-8");
+    int n = p->len - p->pos > 0 ? utf8_next(p->src + p->pos, p->len - p->pos, &out->cp) : 0;
+    if (n <= 0) return fail_at(p, p->pos, "invalid UTF-8");
     p->pos += n;
     return 0;
 }
@@ -255,8 +232,8 @@ static int parse_class_char(RegexParser *p, CharItem *out) {
         (p->src[p->pos + 1] == ':' || p->src[p->pos + 1] == '=' || p->src[p->pos + 1] == '.'))
         return fail_at(p, p->pos, "POSIX character class is not supported");
     *out = (CharItem){0};
-    int n = decode_utf8(p->src + p->pos, p->len - p->pos, &out->cp);
-    if (n == 0) return fail_at(p, p->pos, "invalid UTF-8");
+    int n = p->len - p->pos > 0 ? utf8_next(p->src + p->pos, p->len - p->pos, &out->cp) : 0;
+    if (n <= 0) return fail_at(p, p->pos, "invalid UTF-8");
     p->pos += n;
     return 0;
 }
@@ -444,8 +421,8 @@ static GExpr parse_atom(RegexParser *p) {
     default: break;
     }
     item = (CharItem){0};
-    int n = decode_utf8(p->src + p->pos, p->len - p->pos, &item.cp);
-    if (n == 0) return fail_at(p, start, "invalid UTF-8");
+    int n = p->len - p->pos > 0 ? utf8_next(p->src + p->pos, p->len - p->pos, &item.cp) : 0;
+    if (n <= 0) return fail_at(p, start, "invalid UTF-8");
     p->pos += n;
     return item_expr(p, &item);
 }
@@ -532,8 +509,8 @@ GExpr regex_to_grammar(Grammar *g, const char *pattern, size_t len, RegexMode mo
     /* Checked once up front so that names and escapes never see broken text. */
     for (size_t i = 0; i < len;) {
         uint32_t cp;
-        int n = decode_utf8(p.src + i, len - i, &cp);
-        if (n == 0) return fail_at(&p, i, "invalid UTF-8");
+        int n = len - i > 0 ? utf8_next(p.src + i, len - i, &cp) : 0;
+        if (n <= 0) return fail_at(&p, i, "invalid UTF-8");
         i += (size_t)n;
     }
     GExpr e = parse_alternation(&p, true);
