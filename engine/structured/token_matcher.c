@@ -74,7 +74,7 @@ struct TokenGrammar {
 struct TokenMatcher {
     const TokenGrammar *tg;
     StackPool pool;
-    StackSet cur, next, base, a, b;
+    StackSet cur, base, a, b;
     bool ended;
     int32_t compacted_at; /* pool size after the last compaction */
 };
@@ -83,10 +83,8 @@ struct TokenMatcher {
 
 static inline const uint8_t *token_bytes(const TokenVocab *v, int32_t id) { return v->storage + v->offset[id]; }
 
-static const TokenVocab *sort_vocab;
-
-static int cmp_token(const void *x, const void *y) {
-    const TokenVocab *v = sort_vocab;
+static int cmp_token(const void *x, const void *y, void *vocab) {
+    const TokenVocab *v = vocab;
     int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
     uint32_t la = v->len[a], lb = v->len[b];
     int c = memcmp(v->storage + v->offset[a], v->storage + v->offset[b], la < lb ? la : lb);
@@ -115,16 +113,7 @@ static TokenVocab *vocab_build(int size, const char *const *bytes, const size_t 
         if (lens[i]) v->sorted[v->num_sorted++] = i;
         if ((int)lens[i] > v->max_len) v->max_len = (int)lens[i];
     }
-    /* qsort has no context argument in C11; vocabularies are built once, at start-up. */
-    static int building;
-    if (__atomic_exchange_n(&building, 1, __ATOMIC_ACQUIRE)) {
-        token_vocab_free(v);
-        error_set(err, "token vocabularies must be built one at a time");
-        return NULL;
-    }
-    sort_vocab = v;
-    qsort(v->sorted, (size_t)v->num_sorted, sizeof *v->sorted, cmp_token);
-    __atomic_store_n(&building, 0, __ATOMIC_RELEASE);
+    qsort_r(v->sorted, (size_t)v->num_sorted, sizeof *v->sorted, cmp_token, v); /* glibc's (_GNU_SOURCE) */
     for (int b = 0, i = 0; b <= 256; b++) {
         while (i < v->num_sorted && token_bytes(v, v->sorted[i])[0] < b) i++;
         v->first_index[b] = i;
@@ -396,7 +385,7 @@ fail:
 void token_matcher_free(TokenMatcher *m) {
     if (!m) return;
     stack_pool_free(&m->pool);
-    stack_set_free(&m->cur), stack_set_free(&m->next), stack_set_free(&m->base);
+    stack_set_free(&m->cur), stack_set_free(&m->base);
     stack_set_free(&m->a), stack_set_free(&m->b);
     free(m);
 }
