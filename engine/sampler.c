@@ -67,6 +67,7 @@ void sampler_scratch_free(SamplerScratch *s) {
 /* The n largest of v[0..vocab) into ids (sorted), by a bounded insertion:
  * n <= MAX_TOP_LOGPROBS, so this is one pass over the vocabulary. */
 static int top_n(const float *v, int vocab, int n, int32_t *ids) {
+    if (n <= 0) return 0; /* logprobs 0: the chosen token's only (ids[n - 1] would be before the array) */
     int have = 0;
     for (int i = 0; i < vocab; i++) {
         if (have == n && !(v[i] > v[ids[n - 1]])) continue;
@@ -501,10 +502,19 @@ void sampler_apply_allowed(float *logits, const uint32_t *allowed, int vocab) {
     }
 }
 
+void sampler_apply_logit_bias(float *logits, const SamplingParams *p, int vocab) {
+    for (int i = 0; i < p->num_logit_bias; i++) {
+        int32_t t = p->logit_bias[i].token;
+        if (t >= 0 && t < vocab) logits[t] = SM_FADD(logits[t], p->logit_bias[i].bias);
+    }
+}
+
 int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, SampleLogprobs *lp) {
     const SamplingParams *p = in->params;
     int vocab = s->vocab;
     if (in->allowed) sampler_apply_allowed(logits, in->allowed, vocab);
+    /* after the mask: -inf + bias is -inf, so a bias never revives a masked token */
+    sampler_apply_logit_bias(logits, p, vocab);
     bool want_logprobs = lp && p->logprobs >= 0;
     if (want_logprobs) memcpy(s->values, logits, sizeof(float) * (size_t)vocab);
     if (sampling_needs_penalties(p)) apply_penalties(logits, in, s);

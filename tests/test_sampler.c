@@ -171,6 +171,133 @@ Test(sampler, logprobs_from_raw_logits) {
     sampler_scratch_free(&s);
 }
 
+/* logprobs 0: the chosen token's logprob and no top list (a zero-length top
+ * list once read the entry before its array). */
+Test(sampler, logprobs_zero_has_no_top) {
+    SamplerScratch s;
+    Error err;
+    cr_assert(sampler_scratch_init(&s, V, &err) == 0);
+    SamplingParams p = sampling_params_default();
+    p.logprobs = 0;
+    float l[V];
+    dyadic_logits(l);
+    SampleInput in = {.params = &p};
+    SampleLogprobs lp;
+    memset(&lp, 0xFF, sizeof lp); /* num_top -1 and garbage ids: nothing may read them */
+    cr_expect_eq(sampler_sample(l, &in, &s, &lp), 0);
+    cr_expect_float_eq(lp.logprob, log(0.5), 1e-5);
+    cr_expect_eq(lp.num_top, 0);
+    sampler_scratch_free(&s);
+}
+
+/* ---- logit_bias ---------------------------------------------------------------- */
+
+/* +100 forces a token, greedy or at temperature 1 and whatever the filters;
+ * -100 bans the greedy token. */
+Test(sampler, logit_bias_forces_and_bans) {
+    SamplerScratch s;
+    Error err;
+    cr_assert(sampler_scratch_init(&s, V, &err) == 0);
+    SamplingParams p = sampling_params_default();
+    p.num_logit_bias = 1;
+    p.logit_bias[0] = (LogitBias){6, 100.0f}; /* 1/128: the second least likely */
+    for (int t = 0; t < 3; t++) {
+        p.temperature = t == 0 ? 0.0f : 1.0f;
+        p.top_k = t == 2 ? 2 : 0;
+        p.top_p = t == 2 ? 0.5f : 1.0f;
+        for (uint32_t pos = 0; pos < 2000; pos++) {
+            float l[V];
+            dyadic_logits(l);
+            SampleInput in = {.params = &p, .seed = 77, .position = pos};
+            cr_assert_eq(sampler_sample(l, &in, &s, NULL), 6, "temperature %g, position %u", p.temperature, pos);
+        }
+    }
+    p = sampling_params_default();
+    p.num_logit_bias = 1;
+    p.logit_bias[0] = (LogitBias){0, -100.0f};
+    float l[V];
+    dyadic_logits(l);
+    SampleInput in = {.params = &p};
+    cr_expect_eq(sampler_sample(l, &in, &s, NULL), 1, "the greedy token is banned: the next one");
+    sampler_scratch_free(&s);
+}
+
+/* A bias is an addition to the logit: the draws follow softmax(l + bias). */
+Test(sampler, logit_bias_shifts_probabilities) {
+    SamplingParams p = sampling_params_default();
+    p.temperature = 1.0f;
+    p.num_logit_bias = 3;
+    p.logit_bias[0] = (LogitBias){0, -(float)log(4.0)}; /* 1/2 -> 1/8 */
+    p.logit_bias[1] = (LogitBias){3, (float)log(8.0)};  /* 1/16 -> 1/2 */
+    p.logit_bias[2] = (LogitBias){7, (float)log(16.0)}; /* 1/128 -> 1/8 */
+    double got[V], want[V], z = 0;
+    frequencies(&p, got);
+    for (int i = 0; i < V; i++) {
+        float l[V];
+        dyadic_logits(l);
+        double b = 0;
+        for (int k = 0; k < p.num_logit_bias; k++)
+            if (p.logit_bias[k].token == i) b = p.logit_bias[k].bias;
+        want[i] = exp((double)l[i] + b);
+        z += want[i];
+    }
+    for (int i = 0; i < V; i++) want[i] /= z;
+    expect_distribution(got, want, "biased");
+
+    /* token for token: the same as sampling logits that already carry the biases */
+    SamplerScratch s;
+    Error err;
+    cr_assert(sampler_scratch_init(&s, V, &err) == 0);
+    SamplingParams plain = p;
+    plain.num_logit_bias = 0;
+    p.top_p = plain.top_p = 0.9f;
+    p.repetition_penalty = plain.repetition_penalty = 1.5f; /* after the bias */
+    int32_t prompt[2] = {3, 7};
+    for (uint32_t pos = 0; pos < 3000; pos++) {
+        float a[V], b[V];
+        dyadic_logits(a);
+        dyadic_logits(b);
+        for (int k = 0; k < p.num_logit_bias; k++) b[p.logit_bias[k].token] += p.logit_bias[k].bias;
+        SampleInput in = {.params = &p, .seed = 5, .position = pos, .prompt = prompt, .prompt_len = 2};
+        SampleInput ref = in;
+        ref.params = &plain;
+        cr_assert_eq(sampler_sample(a, &in, &s, NULL), sampler_sample(b, &ref, &s, NULL), "position %u", pos);
+    }
+    sampler_scratch_free(&s);
+}
+
+/* After the mask: a masked token stays masked whatever its bias; logprobs
+ * see the biased logits. */
+Test(sampler, logit_bias_after_the_mask_before_logprobs) {
+    SamplerScratch s;
+    Error err;
+    cr_assert(sampler_scratch_init(&s, V, &err) == 0);
+    SamplingParams p = sampling_params_default();
+    p.num_logit_bias = 2;
+    p.logit_bias[0] = (LogitBias){4, 100.0f}; /* masked below */
+    p.logit_bias[1] = (LogitBias){2, (float)log(4.0)}; /* 1/8 -> 1/2 */
+    p.logprobs = 2;
+    uint32_t mask = 0xFFu & ~(1u << 4);
+    float l[V];
+    dyadic_logits(l);
+    SampleInput in = {.params = &p, .allowed = &mask};
+    SampleLogprobs lp;
+    int32_t t = sampler_sample(l, &in, &s, &lp);
+    cr_expect(t == 0 || t == 2, "greedy among the allowed: %d", t);
+    cr_expect(isinf(l[4]) && l[4] < 0, "the masked token stays -inf");
+    /* the row logprobs see: token 2 biased to 1/2, token 4 masked to 0 */
+    double z = 0;
+    float raw[V];
+    dyadic_logits(raw);
+    raw[2] += (float)log(4.0);
+    for (int i = 0; i < V; i++)
+        if (i != 4) z += exp((double)raw[i]);
+    cr_expect_float_eq(lp.logprob, (float)(raw[0] - log(z)), 1e-5, "the chosen token's logprob is of the biased row");
+    cr_expect(lp.num_top == 2 && ((lp.top_ids[0] == 0 && lp.top_ids[1] == 2) || (lp.top_ids[0] == 2 && lp.top_ids[1] == 0)));
+    cr_expect_float_eq(lp.top_logprobs[1], (float)(raw[2] - log(z)), 1e-5);
+    sampler_scratch_free(&s);
+}
+
 static void expect_invalid(SamplingParams p, const char *needle) {
     Error err = {0};
     cr_expect(sampling_params_validate(&p, 100, &err) == -1, "accepted (%s)", needle);
@@ -197,4 +324,30 @@ Test(sampler, validation) {
     p = ok, p.num_stop_token_ids = 1, p.stop_token_ids[0] = 100, expect_invalid(p, "stop_token_ids");
     p = ok, p.top_k = -1;
     cr_expect(sampling_params_validate(&p, 100, &err) == 0, "top_k -1 means off (vLLM)");
+
+    /* min_tokens: 0 (off) to max_tokens */
+    p = ok, p.min_tokens = -1, expect_invalid(p, "min_tokens");
+    p = ok, p.max_tokens = 8, p.min_tokens = 9, expect_invalid(p, "min_tokens");
+    p = ok, p.max_tokens = 8, p.min_tokens = 8;
+    cr_expect(sampling_params_validate(&p, 100, &err) == 0, "min_tokens may equal max_tokens");
+
+    /* logit_bias: tokens in the vocabulary, distinct, biases in [-100, 100] */
+    p = ok, p.num_logit_bias = 1, p.logit_bias[0] = (LogitBias){100, 1.0f};
+    expect_invalid(p, "logit_bias: token 100 is outside the vocabulary [0, 100)");
+    p = ok, p.num_logit_bias = 1, p.logit_bias[0] = (LogitBias){-1, 1.0f}, expect_invalid(p, "token -1");
+    p = ok, p.num_logit_bias = 1, p.logit_bias[0] = (LogitBias){5, 100.5f}, expect_invalid(p, "[-100, 100]");
+    p = ok, p.num_logit_bias = 1, p.logit_bias[0] = (LogitBias){5, -101.0f}, expect_invalid(p, "[-100, 100]");
+    p = ok, p.num_logit_bias = 1, p.logit_bias[0] = (LogitBias){5, NAN}, expect_invalid(p, "logit_bias");
+    p = ok, p.num_logit_bias = 1, p.logit_bias[0] = (LogitBias){5, INFINITY}, expect_invalid(p, "logit_bias");
+    p = ok, p.num_logit_bias = 3, p.logit_bias[0] = (LogitBias){5, 1.0f},
+    p.logit_bias[1] = (LogitBias){6, 1.0f}, p.logit_bias[2] = (LogitBias){5, -1.0f};
+    expect_invalid(p, "token 5 appears twice");
+    p = ok, p.num_logit_bias = MAX_LOGIT_BIAS + 1, expect_invalid(p, "at most 300");
+    p = ok, p.num_logit_bias = -1, expect_invalid(p, "logit_bias");
+    p = ok, p.num_logit_bias = 2, p.logit_bias[0] = (LogitBias){0, -100.0f}, p.logit_bias[1] = (LogitBias){99, 100.0f};
+    cr_expect(sampling_params_validate(&p, 100, &err) == 0, "the bounds are inclusive: %s", err.msg);
+    SamplingParams full = ok;
+    full.num_logit_bias = MAX_LOGIT_BIAS;
+    for (int i = 0; i < MAX_LOGIT_BIAS; i++) full.logit_bias[i] = (LogitBias){i, 0.5f};
+    cr_expect(sampling_params_validate(&full, 1000, &err) == 0, "300 distinct entries: %s", err.msg);
 }
