@@ -78,6 +78,10 @@ typedef struct CudaRunner {
     CudaSampleRow *sample_rows_host, *sample_rows_dev; /* [max_num_seqs] */
     CudaPenalty *penalties_host, *penalties_dev;       /* [penalty_capacity] */
     int penalty_capacity;
+    /* logit_bias entries: at most MAX_LOGIT_BIAS a row (sampling_params_validate),
+     * so [max_num_seqs * MAX_LOGIT_BIAS] always holds a step's; never grown */
+    LogitBias *biases_host, *biases_dev;
+    int bias_capacity;
     /* structured outputs: row i's allowed-token bitmask at word i * mask_words
      * ([max_num_seqs, mask_words]); allocated once, so the addresses never move */
     uint32_t *masks_host, *masks_dev;
@@ -149,26 +153,33 @@ static int reserve_penalties(CudaRunner *r, int entries, int keep, Error *err) {
     return 0;
 }
 
-/* Each logits row's sampling parameters, distinct penalty tokens and
- * allowed-token mask, to the device. Rows the host samples get a row too
- * (their token is unused; sampler_sample applies their mask itself). */
+/* Each logits row's sampling parameters, distinct penalty tokens, logit_bias
+ * entries and allowed-token mask, to the device. Rows the host samples get a
+ * row too (their token is unused; sampler_sample applies their mask and
+ * biases itself). */
 static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
     const SamplingParams greedy = sampling_params_default();
     const size_t words = (size_t)r->mask_words;
     int rows = 0, used = 0, masked_rows = 0; /* masked_rows: up to the last row with a mask */
+    int biases = 0;
     for (int s = 0; s < b->num_seqs; s++) {
         if (!b->seqs[s].compute_logits) continue;
         SampleInput in = b->seqs[s].sample;
         if (!in.params) in.params = &greedy;
         int added;
         while ((added = cuda_sample_row_prepare(&r->sample_rows_host[rows], r->penalties_host,
-                                                r->penalty_capacity, used, &in, &r->sampler)) < 0) {
+                                                r->penalty_capacity, used, r->biases_host,
+                                                r->bias_capacity, biases, &in, &r->sampler)) < 0) {
+            if (added == -2) /* only a request that skipped sampling_params_validate */
+                return error_set(err, "row %d: %d logit_bias entries do not fit (at most %d a row)",
+                                 s, in.params->num_logit_bias, MAX_LOGIT_BIAS);
             int need = used + in.prompt_len + in.output_len;
             if (reserve_penalties(r, need > 2 * r->penalty_capacity ? need : 2 * r->penalty_capacity, used,
                                   err))
                 return -1;
         }
         used += added;
+        biases += r->sample_rows_host[rows].bias_count;
         if (in.allowed) {
             memcpy(r->masks_host + (size_t)rows * words, in.allowed, sizeof(uint32_t) * words);
             r->sample_rows_host[rows].mask_offset = (int32_t)((size_t)rows * words);
@@ -183,6 +194,10 @@ static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
         CUDA_TRY(cudaMemcpyAsync(r->penalties_dev, r->penalties_host, sizeof(CudaPenalty) * used,
                                  cudaMemcpyHostToDevice, r->stream),
                  "copying penalty tokens to the GPU", err);
+    if (biases > 0)
+        CUDA_TRY(cudaMemcpyAsync(r->biases_dev, r->biases_host, sizeof(LogitBias) * biases,
+                                 cudaMemcpyHostToDevice, r->stream),
+                 "copying logit_bias entries to the GPU", err);
     /* rows without a mask in between carry stale words; mask_offset -1 keeps them unread */
     if (masked_rows > 0)
         CUDA_TRY(cudaMemcpyAsync(r->masks_dev, r->masks_host,
@@ -426,7 +441,7 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
     if (n > 0) {
         if (upload_sampling(r, b, err) ||
             cuda_sample(r->tokens_dev, r->logits, n, (int)V, r->sample_rows_dev, r->penalties_dev,
-                        r->masks_dev, r->sampler_workspace, r->stream, err))
+                        r->biases_dev, r->masks_dev, r->sampler_workspace, r->stream, err))
             return -1;
         CUDA_TRY(cudaMemcpyAsync(r->tokens_host, r->tokens_dev, sizeof(int32_t) * n,
                                  cudaMemcpyDeviceToHost, r->stream),
@@ -467,10 +482,10 @@ static void cuda_destroy(Runner *base) {
     void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
                       r->split_workspace, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
-                      r->masks_dev};
+                      r->masks_dev, r->biases_dev};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) cuda_free(device[i]);
     void *pinned[] = {r->meta_host, r->tokens_host, r->logits_host, r->sample_rows_host,
-                      r->penalties_host, r->masks_host};
+                      r->penalties_host, r->masks_host, r->biases_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) cudaFreeHost(pinned[i]);
     if (r->stream) cudaStreamDestroy(r->stream);
@@ -543,6 +558,10 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     if (S * (size_t)r->mask_words > (size_t)INT32_MAX) /* CudaSampleRow.mask_offset is int32 */
         return error_set(err, "allowed-token masks of %zu rows x %d words do not fit int32 offsets",
                          S, r->mask_words);
+    if (S * MAX_LOGIT_BIAS > (size_t)INT32_MAX) /* CudaSampleRow.bias_offset is int32 */
+        return error_set(err, "logit_bias entries of %zu rows do not fit int32 offsets", S);
+    r->bias_capacity = (int)(S * MAX_LOGIT_BIAS);
+    const size_t bias_bytes = (size_t)r->bias_capacity * sizeof(LogitBias);
     struct {
         void **p;
         size_t bytes;
@@ -556,6 +575,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
         {(void **)&r->sample_rows_dev, S * sizeof(CudaSampleRow)},
         {&r->sampler_workspace, cuda_sampler_workspace_bytes((int)S, c->vocab_size)},
         {(void **)&r->masks_dev, mask_bytes},
+        {(void **)&r->biases_dev, bias_bytes},
         {(void **)&r->split_workspace, cuda_attention_split_workspace_bytes(c->head_dim, CUDA_MAX_SPLIT_BLOCKS)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -574,6 +594,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     CUDA_TRY(cudaMallocHost((void **)&r->sample_rows_host, sizeof(CudaSampleRow) * S),
              "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->masks_host, mask_bytes), "allocating pinned host memory", err);
+    CUDA_TRY(cudaMallocHost((void **)&r->biases_host, bias_bytes), "allocating pinned host memory", err);
     if (reserve_penalties(r, (int)S * 64, 0, err)) return -1;
     CUDA_TRY(cudaMallocHost((void **)&r->tokens_host, sizeof(int32_t) * S),
              "allocating pinned host memory", err);

@@ -123,6 +123,16 @@ __device__ void apply_allowed(float *P, int vocab, const uint32_t *mask) {
         if (!((mask[i >> 5] >> (i & 31)) & 1u)) P[i] = -INFINITY;
 }
 
+/* sampler_apply_logit_bias: one thread per entry; the tokens are distinct
+ * (sampling_params_validate), so no two threads touch the same logit. The
+ * add is SM_FADD, the CPU's rounding; -inf + bias stays -inf. */
+__device__ void apply_logit_bias(float *P, int vocab, const LogitBias *biases, int count) {
+    for (int e = threadIdx.x; e < count; e += THREADS) {
+        LogitBias b = biases[e];
+        if (b.token >= 0 && b.token < vocab) P[b.token] = SM_FADD(P[b.token], b.bias);
+    }
+}
+
 /* One thread per distinct token, so no two threads touch the same logit. */
 __device__ void apply_penalties(float *P, const CudaSampleRow &row, const CudaPenalty *penalties) {
     const bool repetition = row.repetition_penalty != 1.0f;
@@ -239,7 +249,8 @@ __device__ float top_p_threshold(const float *P, int vocab, float top_p, double 
 
 __global__ void __launch_bounds__(THREADS)
     sample_kernel(int32_t *tokens, float *logits, int vocab, const CudaSampleRow *rows,
-                  const CudaPenalty *penalties, const uint32_t *masks, int32_t *workspace) {
+                  const CudaPenalty *penalties, const LogitBias *biases, const uint32_t *masks,
+                  int32_t *workspace) {
     extern __shared__ double tree[]; /* [leaves] */
     __shared__ Shared sh;
     const int tid = threadIdx.x;
@@ -248,10 +259,15 @@ __global__ void __launch_bounds__(THREADS)
     const int chunks = sm_num_chunks(vocab), leaves = sm_tree_leaves(vocab);
     int32_t *active = workspace + (size_t)blockIdx.x * chunks;
 
-    /* the mask first, as the CPU: a penalty thread may read a logit another
-     * thread masked, hence the barrier */
+    /* the mask first, then the biases, as the CPU: a bias or penalty thread
+     * may read a logit another thread masked or biased, hence the barriers
+     * (the conditions are the row's, the same for every thread) */
     if (row.mask_offset >= 0 && masks) {
         apply_allowed(P, vocab, masks + row.mask_offset);
+        __syncthreads();
+    }
+    if (row.bias_count > 0 && biases) {
+        apply_logit_bias(P, vocab, biases + row.bias_offset, row.bias_count);
         __syncthreads();
     }
     apply_penalties(P, row, penalties);
@@ -339,7 +355,8 @@ __global__ void __launch_bounds__(THREADS)
 /* ---- host side ----------------------------------------------------------------------- */
 
 extern "C" int cuda_sample_row_prepare(CudaSampleRow *row, CudaPenalty *entries, int capacity,
-                                       int offset, const SampleInput *in,
+                                       int offset, LogitBias *biases, int bias_capacity,
+                                       int bias_offset, const SampleInput *in,
                                        SamplerScratch *scratch) {
     const SamplingParams *p = in->params;
     memset(row, 0, sizeof *row);
@@ -355,7 +372,14 @@ extern "C" int cuda_sample_row_prepare(CudaSampleRow *row, CudaPenalty *entries,
     row->sample_index = in->sample_index;
     row->position = in->position;
     row->penalty_offset = offset;
+    row->bias_offset = bias_offset;
     row->mask_offset = -1;
+    /* the biases first: failing here leaves scratch untouched */
+    if (p->num_logit_bias > 0) {
+        if (p->num_logit_bias > bias_capacity - bias_offset) return -2;
+        memcpy(biases + bias_offset, p->logit_bias, sizeof(LogitBias) * (size_t)p->num_logit_bias);
+        row->bias_count = p->num_logit_bias;
+    }
     const bool repetition = p->repetition_penalty != 1.0f;
     const bool frequency = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
     if (!repetition && !frequency) return 0;
@@ -394,8 +418,8 @@ extern "C" size_t cuda_sampler_workspace_bytes(int max_rows, int vocab) {
 
 extern "C" int cuda_sample(int32_t *tokens, float *logits, int rows, int vocab,
                            const CudaSampleRow *rows_dev, const CudaPenalty *penalties_dev,
-                           const uint32_t *masks_dev, void *workspace, CudaStream stream,
-                           Error *err) {
+                           const LogitBias *biases_dev, const uint32_t *masks_dev, void *workspace,
+                           CudaStream stream, Error *err) {
     if (rows <= 0) return 0;
     if (vocab <= 0) return error_set(err, "cuda_sample: vocabulary size %d", vocab);
     size_t shared = sizeof(double) * (size_t)sm_tree_leaves(vocab);
@@ -404,7 +428,7 @@ extern "C" int cuda_sample(int32_t *tokens, float *logits, int rows, int vocab,
                                       (int)shared),
                  "allowing the sampler its shared memory", err);
     sample_kernel<<<rows, THREADS, shared, (cudaStream_t)stream>>>(
-        tokens, logits, vocab, rows_dev, penalties_dev, masks_dev, (int32_t *)workspace);
+        tokens, logits, vocab, rows_dev, penalties_dev, biases_dev, masks_dev, (int32_t *)workspace);
     CUDA_LAUNCHED("the sampling kernel", err);
     return 0;
 }

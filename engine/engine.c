@@ -33,6 +33,7 @@ typedef struct Request {
     bool keep_special_tokens;
     Constraint *constraint; /* a reference, or NULL */
     int32_t constraint_after;
+    int priority;   /* EngineRequest.priority */
     Sequence *seqs; /* [params.n]; seqs[0] starts, the others fork from it */
     int num_started, num_live;
     bool closed; /* no further samples will start (aborted or failed) */
@@ -63,7 +64,7 @@ struct Engine {
     RunnerSeq *batch_seqs; /* step buffers, [max_num_seqs] */
     int32_t *tokens_out;
     SampleLogprobs *logprobs;
-    uint32_t *masks; /* [max_num_seqs][mask words], made at the first constrained step */
+    uint32_t *masks; /* [max_num_seqs][mask words], made at the first step that masks a row */
 
     long long prompt_tokens, generation_tokens, steps; /* engine thread's counters */
     pthread_mutex_t stats_lock; /* guards `stats`, the copy other threads read */
@@ -100,6 +101,8 @@ static int init_sequence(Request *r, int index) {
     s->num_tokens = s->num_prompt_tokens = r->prompt_len;
     s->params = &r->params;
     s->seed = r->seed;
+    s->priority = r->priority;
+    s->arrival = r->id; /* sample 0's is set at submission, when the id is known */
     if (r->tok) detokenizer_init(&s->detok, r->tok, !r->keep_special_tokens);
     if (r->constraint) {
         Error err;
@@ -185,11 +188,20 @@ static void fork_samples(Engine *e, Request *r) {
     }
 }
 
+/* Whether the output (the new token included) is long enough for an end id
+ * to end it: vLLM's check_stop returns early while num_output < min_tokens.
+ * The mask keeps end ids out until then, unless a constraint forced one. */
+static bool may_end(const Sequence *s) {
+    return sequence_num_output(s) >= s->params->min_tokens || s->end_forced;
+}
+
 static FinishReason stop_reason(const Engine *e, const Sequence *s, int32_t token) {
     const SamplingParams *p = s->params;
-    if (!p->ignore_eos && model_config_is_eos(&e->model->config, token)) return FINISH_STOP;
-    for (int i = 0; i < p->num_stop_token_ids; i++)
-        if (p->stop_token_ids[i] == token) return FINISH_STOP;
+    if (may_end(s)) {
+        if (!p->ignore_eos && model_config_is_eos(&e->model->config, token)) return FINISH_STOP;
+        for (int i = 0; i < p->num_stop_token_ids; i++)
+            if (p->stop_token_ids[i] == token) return FINISH_STOP;
+    }
     if (sequence_num_output(s) >= p->max_tokens || s->num_tokens >= s->capacity)
         return FINISH_LENGTH;
     return FINISH_NONE;
@@ -199,19 +211,28 @@ static FinishReason stop_reason(const Engine *e, const Sequence *s, int32_t toke
  * strings applied: text that could still turn out to begin a stop string is
  * held back (the longest stop string's length - 1 bytes, cut at a character
  * boundary), the rest is delivered. A stop string found ends the sample and
- * cuts the text before it; at any other end everything held is delivered. */
+ * cuts the text before it; at any other end everything held is delivered.
+ * As vLLM's stop checker, only a stop string that ends in the new text is
+ * looked for (an earlier one would have been found earlier, except in text
+ * from before min_tokens), and none while the output has at most min_tokens
+ * tokens. */
 static Text next_text(Engine *e, Sequence *s, int32_t token, bool ending) {
     Request *r = s->owner;
     if (!e->tok) return NO_TEXT;
     const char *piece;
     size_t n;
     Error err;
+    size_t old = s->held.len;
     if (detokenizer_push(&s->detok, token, &piece, &n, &err) == 0 && n > 0)
         byte_buf_append(&s->held, piece, n); /* out of memory: the text lacks this piece */
     size_t best = s->held.len;
     int which = -1;
-    for (int i = 0; i < r->num_stop; i++) {
-        const char *p = memmem(s->held.data ? s->held.data : "", s->held.len, r->stop[i], strlen(r->stop[i]));
+    bool check = sequence_num_output(s) > s->params->min_tokens;
+    for (int i = 0; check && i < r->num_stop; i++) {
+        size_t len = strlen(r->stop[i]);
+        size_t from = old + 1 > len ? old + 1 - len : 0; /* a match from here on ends past old */
+        if (from >= s->held.len) continue;
+        const char *p = memmem(s->held.data + from, s->held.len - from, r->stop[i], len);
         if (p && (size_t)(p - s->held.data) < best) {
             best = (size_t)(p - s->held.data);
             which = i;
@@ -245,7 +266,7 @@ static int engine_init(Engine *e, Error *err) {
     e->next_id = 1;
     e->seed_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)e;
     int max_seqs = runner->options.max_num_seqs;
-    SchedulerOptions so = {max_seqs, runner->options.max_num_batched_tokens};
+    SchedulerOptions so = {max_seqs, runner->options.max_num_batched_tokens, SCHEDULING_FCFS};
     e->bm = block_manager_create(runner->num_kv_blocks, e->block_size, err);
     if (!e->bm) return -1;
     e->sched = scheduler_create(&so, e->bm, max_seqs, err);
@@ -312,6 +333,10 @@ void engine_destroy(Engine *e) {
 
 void engine_set_tokenizer(Engine *e, const Tokenizer *t) { e->tok = t; }
 
+void engine_set_scheduling_policy(Engine *e, SchedulingPolicy policy) {
+    scheduler_set_policy(e->sched, policy);
+}
+
 const ModelConfig *engine_model_config(const Engine *e) { return &e->model->config; }
 const Runner *engine_runner(const Engine *e) { return e->runner; }
 
@@ -370,6 +395,7 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     r->keep_special_tokens = req->keep_special_tokens;
     r->constraint = req->constraint ? constraint_ref(req->constraint) : NULL;
     r->constraint_after = req->constraint_after;
+    r->priority = req->priority;
     if (req->num_stop > 0 && !(r->stop = calloc((size_t)req->num_stop, sizeof *r->stop))) {
         free_request(r);
         return error_set(err, "out of memory");
@@ -394,6 +420,7 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     e->seed_state = e->seed_state * 6364136223846793005ull + 1442695040888963407ull;
     r->seed = p->has_seed ? p->seed : e->seed_state ^ (e->seed_state >> 29);
     r->seqs[0].seed = r->seed;
+    r->seqs[0].arrival = id; /* the scheduler's tie-break under SCHEDULING_PRIORITY */
     if (e->intake_tail) e->intake_tail->next = r; else e->intake_head = r;
     e->intake_tail = r;
     pthread_cond_signal(&e->wake);
@@ -470,15 +497,24 @@ static int end_ids(const Engine *e, const Sequence *s, int32_t *ids) {
     return n;
 }
 
-/* Row i's mask of allowed tokens; NULL (every token) when the constraint
- * cannot go on, which marks the sample to end with an error instead. */
-static const uint32_t *constraint_mask(Engine *e, Sequence *s, int i) {
-    int words = token_mask_words(e->model->config.vocab_size);
-    if (!e->masks && !(e->masks = malloc(sizeof *e->masks * (size_t)words * (size_t)e->runner->options.max_num_seqs))) {
-        s->constraint_failed = true;
+/* Row i's words of the step's mask buffer, made at the first step that
+ * masks a row and kept ([max_num_seqs] rows: a batch has at most that many);
+ * NULL when out of memory, which marks the sample to end with an error. */
+static uint32_t *mask_row(Engine *e, Sequence *s, int i) {
+    size_t words = (size_t)token_mask_words(e->model->config.vocab_size);
+    if (!e->masks && !(e->masks = malloc(sizeof *e->masks * words * (size_t)e->runner->options.max_num_seqs))) {
+        s->mask_failed = true;
         return NULL;
     }
-    uint32_t *mask = e->masks + (size_t)i * (size_t)words;
+    return e->masks + (size_t)i * words;
+}
+
+/* Row i's mask of allowed tokens; NULL (every token) when the constraint
+ * cannot go on, which marks the sample to end with an error instead. */
+static uint32_t *constraint_mask(Engine *e, Sequence *s, int i) {
+    int words = token_mask_words(e->model->config.vocab_size);
+    uint32_t *mask = mask_row(e, s, i);
+    if (!mask) return NULL;
     int32_t ends[MODEL_MAX_EOS_IDS + MAX_STOP_TOKEN_IDS];
     Error err;
     if (token_matcher_fill_mask(s->matcher, mask, ends, end_ids(e, s, ends), &err) < 0) {
@@ -490,6 +526,40 @@ static const uint32_t *constraint_mask(Engine *e, Sequence *s, int i) {
         if (mask[w]) return mask;
     s->constraint_failed = true; /* the vocabulary cannot spell what must come next */
     return NULL;
+}
+
+/* min_tokens: row i's mask without the end ids (end_ids: the model's EOS
+ * ids, even with ignore_eos, as vLLM's _all_stop_token_ids, and the stop
+ * ids). `allowed` is the constraint's mask (row i of the buffer) or NULL for
+ * a free row, which gets every token but those. If no token would be left,
+ * the mask is kept as it was: a constraint that can only end now ends (the
+ * constraint wins over min_tokens, and end_forced lets that end id end the
+ * sample); a vocabulary of nothing but end ids is left to them. NULL (and
+ * mask_failed) when out of memory. */
+static const uint32_t *min_tokens_mask(Engine *e, Sequence *s, int i, uint32_t *allowed) {
+    int vocab = e->model->config.vocab_size, words = token_mask_words(vocab);
+    uint32_t *mask = allowed;
+    if (!mask) {
+        if (!(mask = mask_row(e, s, i))) return NULL;
+        memset(mask, 0xFF, sizeof *mask * (size_t)words);
+        if (vocab % 32) mask[words - 1] = (1u << (vocab % 32)) - 1; /* no bits past the vocabulary */
+    }
+    int32_t ends[MODEL_MAX_EOS_IDS + MAX_STOP_TOKEN_IDS], cleared[MODEL_MAX_EOS_IDS + MAX_STOP_TOKEN_IDS];
+    int n = end_ids(e, s, ends), num_cleared = 0;
+    for (int k = 0; k < n; k++) {
+        uint32_t bit = 1u << (ends[k] % 32);
+        if (mask[ends[k] / 32] & bit) {
+            mask[ends[k] / 32] &= ~bit;
+            cleared[num_cleared++] = ends[k];
+        }
+    }
+    if (num_cleared == 0) return mask;
+    uint32_t last = vocab % 32 ? (1u << (vocab % 32)) - 1 : 0xFFFFFFFFu; /* bits past vocab are not tokens */
+    for (int w = 0; w < words; w++)
+        if (mask[w] & (w == words - 1 ? last : 0xFFFFFFFFu)) return mask;
+    for (int k = 0; k < num_cleared; k++) mask[cleared[k] / 32] |= 1u << (cleared[k] % 32);
+    s->end_forced = true;
+    return mask;
 }
 
 /* Moves the sample's matcher past its new token; -1 if it does not fit. */
@@ -527,8 +597,18 @@ static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch
                        .output_len = sequence_num_output(s)},
         };
         any_logprobs |= r->params.logprobs >= 0;
-        if (so->seqs[i].compute_logits && s->matcher && !s->constraint_waiting)
-            e->batch_seqs[i].sample.allowed = constraint_mask(e, s, i);
+        if (!so->seqs[i].compute_logits) continue;
+        s->end_forced = false;
+        uint32_t *allowed = NULL;
+        if (s->matcher && !s->constraint_waiting) {
+            allowed = constraint_mask(e, s, i);
+            if (!allowed) continue; /* the sample ends with an error: nothing to ban */
+        }
+        /* vLLM's MinTokensLogitsProcessor: the end ids are banned while the
+         * output so far is shorter than min_tokens */
+        e->batch_seqs[i].sample.allowed = sequence_num_output(s) < s->params->min_tokens
+                                              ? min_tokens_mask(e, s, i, allowed)
+                                              : allowed;
     }
     *batch = (RunnerBatch){.seqs = e->batch_seqs, .num_seqs = so->num_seqs,
                            .logprobs = any_logprobs ? e->logprobs : NULL};
@@ -545,6 +625,11 @@ static void postprocess(Engine *e, const SchedulerOutput *so) {
         Request *r = s->owner;
         int32_t token = e->tokens_out[i];
         Error constraint_err;
+        if (s->mask_failed) {
+            static const Error oom = {"out of memory (a token mask)", ERROR_INTERNAL};
+            finish(e, s, false, 0, NULL, FINISH_ERROR, &oom, NO_TEXT);
+            continue;
+        }
         if (s->constraint_failed) {
             error_set_kind(&constraint_err, ERROR_INVALID,
                            "structured output: the constraint cannot go on (too ambiguous a grammar, or "

@@ -14,6 +14,15 @@
  * A request with n samples is prefilled once: its first sample computes the
  * prompt, and when it has its first token the other samples fork from it,
  * sharing the prompt's full KV blocks.
+ *
+ * Sampling: SamplingParams (sampling_params.h; the sampler's order in
+ * sampler.h). min_tokens is the engine's: until a sample has min_tokens
+ * output tokens, its rows' allowed-token mask bans the end ids (the model's
+ * EOS ids, even with ignore_eos, and the request's stop_token_ids), no end
+ * id ends it and stop strings are not looked for (vLLM's semantics). With a
+ * structured-output constraint the end ids are cleared from the
+ * constraint's mask, unless that leaves no token at all: then the
+ * constraint wins, its end id is sampled and ends the sample early.
  */
 #ifndef NANOVLLM_ENGINE_H
 #define NANOVLLM_ENGINE_H
@@ -23,6 +32,7 @@
 
 #include "runner.h"
 #include "sampling_params.h"
+#include "scheduler.h"
 #include "engine/structured/constraint.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -74,6 +84,10 @@ typedef struct EngineRequest {
      * -1 to start at the first token. */
     Constraint *constraint;
     int32_t constraint_after;
+    /* SCHEDULING_PRIORITY only (engine_set_scheduling_policy): lower values
+     * are scheduled first and preempted last; ties go by submission order.
+     * Under SCHEDULING_FCFS (the default) it is ignored. */
+    int priority;
     EngineOutputFn on_output;
     void *user;
 } EngineRequest;
@@ -97,6 +111,12 @@ void engine_destroy(Engine *e); /* stops the thread; pending requests are droppe
 /* Gives the engine a tokenizer to turn tokens into text (EngineOutput.text)
  * and to check stop strings. Call before submitting; borrowed. */
 void engine_set_tokenizer(Engine *e, const Tokenizer *t);
+
+/* Which requests go first (scheduler.h): SCHEDULING_FCFS (the default) or
+ * SCHEDULING_PRIORITY (EngineRequest.priority, vLLM's --scheduling-policy
+ * priority). Call before engine_start and the first submission: the
+ * scheduler belongs to the stepping thread and is not locked. */
+void engine_set_scheduling_policy(Engine *e, SchedulingPolicy policy);
 
 const ModelConfig *engine_model_config(const Engine *e);
 const Runner *engine_runner(const Engine *e);

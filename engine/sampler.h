@@ -1,9 +1,12 @@
 /*
  * sampler.h - choosing the next token from a row of logits (CPU reference).
  *
- * Order, as vLLM's sampler: the structured-output mask, if any (disallowed
- * tokens get -inf); logprobs (if asked) from the logits so far; then
- * repetition, frequency and presence penalties; then greedy (temperature
+ * Order, as vLLM's sampler: the allowed-token mask, if any (disallowed
+ * tokens get -inf: structured outputs, and the engine's min_tokens, which
+ * masks the end ids); then logit_bias (each entry's bias added to its
+ * token's logit, in float: a masked -inf stays -inf); logprobs (if asked)
+ * from the logits so far; then repetition, frequency and presence
+ * penalties; then greedy (temperature
  * < 1e-5: the largest logit, the lowest id among equals), or temperature,
  * exp, min-p, top-k, top-p and one uniform draw. The CUDA sampler
  * (cuda/cuda_sampler.h) implements the same steps with the same arithmetic
@@ -11,6 +14,7 @@
  * the result is a pure function of (logits, parameters, seed, position),
  * whatever shares the batch. The canonical semantics, for finite logits:
  *
+ *  0. l = mask ? l : -inf, then l = l + bias for each logit_bias entry.
  *  1. penalties, per distinct token: repetition over prompt and output
  *     (l > 0 ? l / r : l * r), then l - (frequency * count + presence) over
  *     the output counts.
@@ -48,9 +52,11 @@ typedef struct SampleInput {
     int prompt_len;
     const int32_t *output; /* tokens generated so far (all penalties) */
     int output_len;
-    /* Structured outputs: a bitmask over the vocabulary (bit t of word t / 32
-     * set: token t allowed), or NULL for every token. Applied first, before
-     * logprobs and penalties: a disallowed token's logit becomes -inf. */
+    /* A bitmask over the vocabulary (bit t of word t / 32 set: token t
+     * allowed), or NULL for every token: structured outputs' constraint and
+     * min_tokens' banned end ids (engine.c). Applied first, before
+     * logit_bias, logprobs and penalties: a disallowed token's logit becomes
+     * -inf. */
     const uint32_t *allowed;
 } SampleInput;
 
@@ -85,6 +91,10 @@ void sampler_scratch_free(SamplerScratch *s);
  * params->logprobs >= 0. */
 /* Sets logits[t] = -inf for every token t the mask leaves out. */
 void sampler_apply_allowed(float *logits, const uint32_t *allowed, int vocab);
+
+/* Adds p's logit_bias entries to their logits (tokens outside [0, vocab)
+ * skipped, as the GPU does; sampling_params_validate rejects them anyway). */
+void sampler_apply_logit_bias(float *logits, const SamplingParams *p, int vocab);
 
 int32_t sampler_sample(float *logits, const SampleInput *in, SamplerScratch *s, SampleLogprobs *lp);
 

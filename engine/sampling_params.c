@@ -48,6 +48,25 @@ static int check(const SamplingParams *p, int vocab_size, Error *err) {
         if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= vocab_size)
             return error_set(err, "stop_token_ids: %d is outside the vocabulary [0, %d)",
                              p->stop_token_ids[i], vocab_size);
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return error_set(err, "min_tokens must be in [0, max_tokens %d], got %d", p->max_tokens,
+                         p->min_tokens);
+    if (p->num_logit_bias < 0 || p->num_logit_bias > MAX_LOGIT_BIAS)
+        return error_set(err, "logit_bias: at most %d entries, got %d", MAX_LOGIT_BIAS,
+                         p->num_logit_bias);
+    for (int i = 0; i < p->num_logit_bias; i++) {
+        const LogitBias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= vocab_size)
+            return error_set(err, "logit_bias: token %d is outside the vocabulary [0, %d)", b->token,
+                             vocab_size);
+        if (!isfinite(b->bias) || fabsf(b->bias) > 100.0f)
+            return error_set(err, "logit_bias: the bias of token %d must be in [-100, 100], got %g",
+                             b->token, b->bias);
+        /* quadratic, but at most 300 entries: 45k comparisons, no allocation */
+        for (int j = 0; j < i; j++)
+            if (p->logit_bias[j].token == b->token)
+                return error_set(err, "logit_bias: token %d appears twice", b->token);
+    }
     return 0;
 }
 

@@ -43,6 +43,49 @@ static void queue_push_front(Queue *q, Sequence *s) {
     q->size++;
 }
 
+/* SCHEDULING_PRIORITY's order: a is more urgent than b. */
+static bool precedes(const Sequence *a, const Sequence *b) {
+    return a->priority < b->priority || (a->priority == b->priority && a->arrival < b->arrival);
+}
+
+/* Inserts s at its place by (priority, arrival): before its equals (ahead)
+ * or after them. The walk starts at the tail, where new arrivals land. */
+static void queue_insert_ordered(Queue *q, Sequence *s, bool ahead) {
+    Sequence *after = q->tail; /* s goes right after this one (NULL: at the head) */
+    if (ahead)
+        while (after && !precedes(after, s)) after = after->prev;
+    else
+        while (after && precedes(s, after)) after = after->prev;
+    if (!after) {
+        queue_push_front(q, s);
+        return;
+    }
+    s->prev = after;
+    s->next = after->next;
+    if (after->next) after->next->prev = s; else q->tail = s;
+    after->next = s;
+    q->size++;
+}
+
+/* Where a sequence enters a queue: FCFS at the tail (new) or the head
+ * (resumed); PRIORITY at its place, resumed ones before their equals. */
+static void enqueue(const Scheduler *sch, Queue *q, Sequence *s, bool resumed) {
+    if (sch->opts.policy == SCHEDULING_PRIORITY) queue_insert_ordered(q, s, resumed);
+    else if (resumed) queue_push_front(q, s);
+    else queue_push_back(q, s);
+}
+
+/* Reinserts every sequence in order (stable: equals keep their order). */
+static void queue_sort(Queue *q) {
+    Sequence *s = q->head;
+    *q = (Queue){0};
+    while (s) {
+        Sequence *next = s->next;
+        queue_insert_ordered(q, s, false);
+        s = next;
+    }
+}
+
 Scheduler *scheduler_create(const SchedulerOptions *opts, BlockManager *bm, int max_sequences,
                             Error *err) {
     Scheduler *s = calloc(1, sizeof *s);
@@ -70,14 +113,22 @@ void scheduler_destroy(Scheduler *s) {
     free(s);
 }
 
+void scheduler_set_policy(Scheduler *s, SchedulingPolicy policy) {
+    s->opts.policy = policy;
+    if (policy == SCHEDULING_PRIORITY) {
+        queue_sort(&s->waiting);
+        queue_sort(&s->running);
+    }
+}
+
 void scheduler_add(Scheduler *s, Sequence *seq) {
     seq->status = SEQ_WAITING;
-    queue_push_back(&s->waiting, seq);
+    enqueue(s, &s->waiting, seq, false);
 }
 
 void scheduler_add_front(Scheduler *s, Sequence *seq) {
     seq->status = SEQ_WAITING;
-    queue_push_front(&s->waiting, seq);
+    enqueue(s, &s->waiting, seq, true);
 }
 
 void scheduler_remove(Scheduler *s, Sequence *seq) {
@@ -92,7 +143,7 @@ static void preempt(Scheduler *s, Sequence *seq) {
     queue_unlink(&s->running, seq);
     block_manager_release(s->bm, &seq->blocks);
     seq->num_computed = 0;
-    queue_push_front(&s->waiting, seq);
+    enqueue(s, &s->waiting, seq, true);
     seq->status = SEQ_WAITING;
     s->preemptions++;
 }
@@ -108,7 +159,8 @@ static void add_scheduled(SchedulerOutput *out, Sequence *seq, int num_new) {
     out->num_tokens += num_new;
 }
 
-/* Running sequences, oldest first; returns whether anything was preempted. */
+/* Running sequences, head first (FCFS: oldest; PRIORITY: most urgent), the
+ * tail preempted while one cannot grow; returns whether anything was. */
 static bool schedule_running(Scheduler *s, SchedulerOutput *out, int *budget) {
     bool preempted = false;
     Sequence *seq = s->running.head;
@@ -119,8 +171,9 @@ static bool schedule_running(Scheduler *s, SchedulerOutput *out, int *budget) {
         while (block_manager_grow(s->bm, &seq->blocks, seq->num_computed + num_new) != 0) {
             Sequence *victim = s->running.tail;
             if (victim == seq) {
-                /* Everything newer is gone. If nothing older holds blocks either,
-                 * all the cache there is cannot hold this sequence. */
+                /* Everything after it (newer; under PRIORITY, less urgent) is
+                 * gone. If nothing before it holds blocks either, all the
+                 * cache there is cannot hold this sequence. */
                 if (seq == s->running.head) fail(s, seq, out);
                 else preempt(s, seq);
                 fits = false;
@@ -166,7 +219,7 @@ static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
         if (seq->num_tokens == seq->num_prompt_tokens && seq->sample_index == 0)
             seq->num_cached_prompt = cached;
         seq->status = SEQ_RUNNING;
-        queue_push_back(&s->running, seq);
+        enqueue(s, &s->running, seq, false);
         add_scheduled(out, seq, num_new);
         *budget -= num_new;
     }

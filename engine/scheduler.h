@@ -9,13 +9,29 @@
  * in chunks. So decode tokens and a prefill chunk share one step, and
  * running streams never stall behind a long prompt.
  *
- * Under block pressure the most recently admitted running sequence is
- * preempted (LIFO): its blocks are released and it goes back to the head of
- * the waiting queue, to be recomputed (its full blocks usually come back from
- * the prefix cache). No waiting sequence is admitted in a step that
- * preempted. A sequence that cannot grow even when it is the only one left
- * holding blocks can never fit: it fails (KV cache too small) instead of
- * being preempted forever, and the others go on.
+ * Under block pressure the running sequence at the tail is preempted: its
+ * blocks are released and it goes back to the waiting queue, to be
+ * recomputed (its full blocks usually come back from the prefix cache). No
+ * waiting sequence is admitted in a step that preempted. A sequence that
+ * cannot grow even when it is the only one left holding blocks can never
+ * fit: it fails (KV cache too small) instead of being preempted forever, and
+ * the others go on.
+ *
+ * Which sequence is where depends on the policy (vLLM's --scheduling-policy):
+ *  - SCHEDULING_FCFS (the default): queues in arrival order. New sequences
+ *    join the waiting queue's tail; preempted and forked ones its head (they
+ *    were there first). Admitted sequences join the running queue's tail, so
+ *    the victim is the most recently admitted one (LIFO).
+ *  - SCHEDULING_PRIORITY: both queues ordered by (priority, arrival) -
+ *    Sequence.priority, lower first, then Sequence.arrival (the engine's
+ *    submission order). New, preempted and forked sequences are all inserted
+ *    at their place (new ones after their equals, preempted and forked ones
+ *    before), admitted ones too. So the waiting head is the most urgent
+ *    request, running sequences get the token budget most urgent first, and
+ *    the victim is the running sequence with the largest (priority, arrival):
+ *    the least urgent, most recent one (vLLM V1 preempts
+ *    max(running, key=(priority, arrival))). As in vLLM, a waiting sequence
+ *    never preempts a running one to be admitted: it waits for free blocks.
  */
 #ifndef NANOVLLM_SCHEDULER_H
 #define NANOVLLM_SCHEDULER_H
@@ -25,9 +41,12 @@
 #include "block_manager.h"
 #include "sequence.h"
 
+typedef enum SchedulingPolicy { SCHEDULING_FCFS, SCHEDULING_PRIORITY } SchedulingPolicy;
+
 typedef struct SchedulerOptions {
     int max_num_seqs;
     int max_num_batched_tokens;
+    SchedulingPolicy policy;
 } SchedulerOptions;
 
 typedef struct ScheduledSeq {
@@ -50,7 +69,11 @@ Scheduler *scheduler_create(const SchedulerOptions *opts, BlockManager *bm, int 
                             Error *err);
 void scheduler_destroy(Scheduler *s);
 
-/* Queues a new sequence (tail) or a resumed one (head: forked samples). */
+/* Changes the policy; the queues are reordered for it (stably). */
+void scheduler_set_policy(Scheduler *s, SchedulingPolicy policy);
+
+/* Queues a new sequence (FCFS: tail) or a resumed one (FCFS: head; forked
+ * samples); under SCHEDULING_PRIORITY both at their place (see above). */
 void scheduler_add(Scheduler *s, Sequence *seq);
 void scheduler_add_front(Scheduler *s, Sequence *seq);
 

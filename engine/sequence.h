@@ -37,6 +37,10 @@ typedef struct Sequence {
     TokenMatcher *matcher;   /* structured outputs: where the output is in the constraint */
     bool constraint_waiting; /* the constraint starts after the request's constraint_after token */
     bool constraint_failed;  /* no token can follow (the vocabulary cannot spell it) or a limit */
+    bool end_forced;  /* min_tokens: this step's constraint allowed only end ids, which it kept */
+    bool mask_failed; /* no memory for this step's token mask: the sample ends with an error */
+    int priority;     /* the request's: lower is served first (scheduler.h, SCHEDULING_PRIORITY) */
+    uint64_t arrival; /* the request's submission order (its id): breaks ties of priority */
     struct Sequence *prev, *next; /* queue links */
 } Sequence;
 

@@ -9,6 +9,7 @@
 #define NANOVLLM_TEST_SAMPLER_CASES_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -109,6 +110,27 @@ static inline int case_params(SamplingParams *out, int max) {
     if (n > max) n = max;
     memcpy(out, p, sizeof(SamplingParams) * (size_t)n);
     return n;
+}
+
+/* logit_bias entries for p over a row of logits: distinct tokens, biases
+ * of both signs from tiny to +-100, the row's top token among them (banned,
+ * forced or nudged) and up to 11 others. */
+static inline void case_logit_bias(SamplingParams *p, const float *logits, int vocab, uint64_t seed) {
+    static const float biases[8] = {100.0f, -100.0f, 2.5f, -0.75f, 0.3f, -7.0f, 12.25f, 1e-3f};
+    uint64_t st = seed ^ 0xB1A5ull;
+    int top = 0;
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > logits[top]) top = i;
+    int want = 1 + (int)(case_next(&st) % 12);
+    if (want > vocab) want = vocab;
+    p->num_logit_bias = 0;
+    for (int tries = 0; p->num_logit_bias < want && tries < 1000; tries++) {
+        int32_t t = p->num_logit_bias == 0 ? top : (int32_t)(case_next(&st) % (uint64_t)vocab);
+        bool dup = false;
+        for (int k = 0; k < p->num_logit_bias; k++) dup |= p->logit_bias[k].token == t;
+        if (dup) continue;
+        p->logit_bias[p->num_logit_bias++] = (LogitBias){t, biases[case_next(&st) % 8]};
+    }
 }
 
 /* A history: prompt and output tokens with repeats (output ids cluster so

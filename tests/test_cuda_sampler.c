@@ -3,7 +3,8 @@
  * sampler: the same logits rows (ties, flat, peaked, underflowing, negative;
  * sampler_cases.h) with every parameter set, penalties with histories, and
  * many seeds and positions, all mixed in one launch, must give exactly the
- * tokens sampler_sample() gives. Anything short of equality is a failure:
+ * tokens sampler_sample() gives; so must rows with logit_bias entries and
+ * allowed-token masks. Anything short of equality is a failure:
  * the two share sampler_math.h's arithmetic, so a difference is a bug.
  * Skipped, with the reason, where there is no GPU (the host-side packing
  * test runs everywhere).
@@ -32,8 +33,9 @@ typedef struct Launch {
     int *kind;                /* [rows] */
 } Launch;
 
+/* with_bias: every other row also carries logit_bias entries. */
 static void launch_init(Launch *L, int vocab, const int *kinds, int num_kinds, int seeds,
-                        int positions) {
+                        int positions, bool with_bias) {
     SamplingParams sets[64];
     int num_sets = case_params(sets, 64);
     memset(L, 0, sizeof *L);
@@ -56,6 +58,7 @@ static void launch_init(Launch *L, int vocab, const int *kinds, int num_kinds, i
                     int32_t *h = L->history + (size_t)r * (PROMPT_LEN + OUTPUT_LEN);
                     case_history(h, PROMPT_LEN, h + PROMPT_LEN, OUTPUT_LEN, vocab, (uint64_t)(s + j));
                     L->params[r] = sets[j];
+                    if (with_bias && r % 2 == 1) case_logit_bias(&L->params[r], row, vocab, (uint64_t)r);
                     L->kind[r] = kinds[k];
                     L->inputs[r] = (SampleInput){.params = &L->params[r],
                                                  .seed = 0x123456789ull * (uint64_t)(s + 1) + (uint64_t)j,
@@ -90,21 +93,27 @@ static void expect_same_tokens(Launch *L) {
     CudaSampleRow *rows = malloc(sizeof(CudaSampleRow) * (size_t)R);
     int capacity = R * (PROMPT_LEN + OUTPUT_LEN) + 1, used = 0;
     CudaPenalty *entries = malloc(sizeof(CudaPenalty) * (size_t)capacity);
-    cr_assert(want && got && row && rows && entries);
+    int bias_capacity = R * MAX_LOGIT_BIAS, biases_used = 0;
+    LogitBias *biases = malloc(sizeof(LogitBias) * (size_t)bias_capacity);
+    cr_assert(want && got && row && rows && entries && biases);
     for (int r = 0; r < R; r++) {
         memcpy(row, L->logits + (size_t)r * V, row_bytes);
         want[r] = sampler_sample(row, &L->inputs[r], &s, NULL);
-        int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, &L->inputs[r], &s);
+        int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, biases, bias_capacity,
+                                        biases_used, &L->inputs[r], &s);
         cr_assert(n >= 0);
         used += n;
+        biases_used += rows[r].bias_count;
     }
 
     float *d_logits = dev_copy(L->logits, row_bytes * (size_t)R);
     CudaSampleRow *d_rows = dev_copy(rows, sizeof(CudaSampleRow) * (size_t)R);
     CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
+    LogitBias *d_biases = biases_used > 0 ? dev_copy(biases, sizeof(LogitBias) * (size_t)biases_used) : NULL;
     void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, V) + 1);
     int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
-    cr_assert(cuda_sample(d_tokens, d_logits, R, V, d_rows, d_entries, NULL, d_work, NULL, &err) == 0,
+    cr_assert(cuda_sample(d_tokens, d_logits, R, V, d_rows, d_entries, d_biases, NULL, d_work, NULL,
+                          &err) == 0,
               "%s", err.msg);
     dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
 
@@ -115,11 +124,11 @@ static void expect_same_tokens(Launch *L) {
             const SamplingParams *p = &L->params[r];
             cr_expect_eq(got[r], want[r],
                          "vocab %d row %d (kind %d; t %g, top_k %d, top_p %.9g, min_p %g, rep %g, "
-                         "freq %g, pres %g; seed %llu, position %u): GPU %d, CPU %d",
+                         "freq %g, pres %g, %d biases; seed %llu, position %u): GPU %d, CPU %d",
                          V, r, L->kind[r], p->temperature, p->top_k, p->top_p, p->min_p,
                          p->repetition_penalty, p->frequency_penalty, p->presence_penalty,
-                         (unsigned long long)L->inputs[r].seed, L->inputs[r].position, got[r],
-                         want[r]);
+                         p->num_logit_bias, (unsigned long long)L->inputs[r].seed,
+                         L->inputs[r].position, got[r], want[r]);
         }
     }
     cr_expect_eq(mismatches, 0, "%d of %d rows differ (vocab %d)", mismatches, R, V);
@@ -127,6 +136,7 @@ static void expect_same_tokens(Launch *L) {
     cuda_free(d_logits);
     cuda_free(d_rows);
     cuda_free(d_entries);
+    if (d_biases) cuda_free(d_biases);
     cuda_free(d_work);
     cuda_free(d_tokens);
     free(want);
@@ -134,6 +144,7 @@ static void expect_same_tokens(Launch *L) {
     free(row);
     free(rows);
     free(entries);
+    free(biases);
     sampler_scratch_free(&s);
 }
 
@@ -142,9 +153,22 @@ static const int all_kinds[NUM_ROW_KINDS] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
 Test(cuda_sampler, matches_cpu_at_qwen_vocabulary, .timeout = 300) {
     require_gpu();
     Launch L;
-    launch_init(&L, QWEN3_VOCAB, all_kinds, NUM_ROW_KINDS, 2, 1);
+    launch_init(&L, QWEN3_VOCAB, all_kinds, NUM_ROW_KINDS, 2, 1, false);
     expect_same_tokens(&L);
     launch_free(&L);
+}
+
+/* logit_bias (case_logit_bias: the top token banned, forced or nudged, and
+ * others) on every other row, mixed with the rows without. */
+Test(cuda_sampler, logit_bias_rows_match_cpu, .timeout = 300) {
+    require_gpu();
+    const int sizes[] = {1, 2, 65, 4097, QWEN3_VOCAB};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        Launch L;
+        launch_init(&L, sizes[i], all_kinds, NUM_ROW_KINDS, 2, 1, true);
+        expect_same_tokens(&L);
+        launch_free(&L);
+    }
 }
 
 Test(cuda_sampler, matches_cpu_at_odd_vocabularies, .timeout = 300) {
@@ -152,7 +176,7 @@ Test(cuda_sampler, matches_cpu_at_odd_vocabularies, .timeout = 300) {
     const int sizes[] = {1, 2, 63, 64, 65, 1000, 4097, 70001};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         Launch L;
-        launch_init(&L, sizes[i], all_kinds, NUM_ROW_KINDS, 2, 1);
+        launch_init(&L, sizes[i], all_kinds, NUM_ROW_KINDS, 2, 1, false);
         expect_same_tokens(&L);
         launch_free(&L);
     }
@@ -164,7 +188,7 @@ Test(cuda_sampler, matches_cpu_over_many_positions, .timeout = 300) {
     require_gpu();
     const int kinds[] = {0, 3, 5, 9};
     Launch L;
-    launch_init(&L, 5003, kinds, 4, 1, 40);
+    launch_init(&L, 5003, kinds, 4, 1, 40, true);
     expect_same_tokens(&L);
     launch_free(&L);
 }
@@ -174,7 +198,7 @@ Test(cuda_sampler, matches_cpu_at_huge_vocabulary, .timeout = 300) {
     require_gpu();
     const int kinds[] = {0, 1, 3};
     Launch L;
-    launch_init(&L, 300007, kinds, 3, 1, 1);
+    launch_init(&L, 300007, kinds, 3, 1, 1, false);
     expect_same_tokens(&L);
     launch_free(&L);
 }
@@ -182,8 +206,8 @@ Test(cuda_sampler, matches_cpu_at_huge_vocabulary, .timeout = 300) {
 Test(cuda_sampler, no_rows_is_a_no_op) {
     require_gpu();
     Error err = {0};
-    cr_expect(cuda_sample(NULL, NULL, 0, QWEN3_VOCAB, NULL, NULL, NULL, NULL, NULL, &err) == 0, "%s",
-              err.msg);
+    cr_expect(cuda_sample(NULL, NULL, 0, QWEN3_VOCAB, NULL, NULL, NULL, NULL, NULL, NULL, &err) == 0,
+              "%s", err.msg);
 }
 
 /* ---- structured outputs: the allowed-token mask ---- */
@@ -220,7 +244,9 @@ static int32_t make_mask(uint32_t *m, int words, int vocab, int kind, uint64_t *
 
 /* Rows of every mask kind x parameter set x logits kind x position, one
  * launch: the GPU's token must be the CPU's (sampler_sample with the same
- * SampleInput.allowed) and an allowed one. */
+ * SampleInput.allowed) and an allowed one. Every other row also carries
+ * logit_bias entries, +100 on a masked token among them: the bias comes
+ * after the mask and cannot revive it. */
 static void expect_masked_tokens(int vocab) {
     const int words = (vocab + 31) / 32;
     const int logit_kinds[] = {0, 3, 6}; /* gaussian, ties, large negative */
@@ -250,8 +276,10 @@ static void expect_masked_tokens(int vocab) {
     CudaSampleRow *rows = malloc(sizeof(CudaSampleRow) * (size_t)R);
     int capacity = R * (PROMPT_LEN + OUTPUT_LEN) + 1, used = 0;
     CudaPenalty *entries = malloc(sizeof(CudaPenalty) * (size_t)capacity);
+    int bias_capacity = R * MAX_LOGIT_BIAS, biases_used = 0;
+    LogitBias *biases = malloc(sizeof(LogitBias) * (size_t)bias_capacity);
     cr_assert(logits && row && masks && params && inputs && history && only && want && got && rows &&
-              entries);
+              entries && biases);
     SamplerScratch s;
     Error err = {0};
     cr_assert(sampler_scratch_init(&s, vocab, &err) == 0, "%s", err.msg);
@@ -268,6 +296,16 @@ static void expect_masked_tokens(int vocab) {
                     int32_t *h = history + (size_t)r * (PROMPT_LEN + OUTPUT_LEN);
                     case_history(h, PROMPT_LEN, h + PROMPT_LEN, OUTPUT_LEN, vocab, (uint64_t)r);
                     params[r] = sets[j];
+                    if (r % 2 == 1) {
+                        case_logit_bias(&params[r], logits + (size_t)r * vocab, vocab, (uint64_t)r);
+                        int32_t banned = -1; /* a masked token, forced */
+                        for (int t = 0; t < vocab && banned < 0; t++)
+                            if (!(m[t / 32] >> (t % 32) & 1u)) banned = t;
+                        bool dup = false;
+                        for (int b = 0; b < params[r].num_logit_bias; b++) dup |= params[r].logit_bias[b].token == banned;
+                        if (mk != MASK_NONE && banned >= 0 && !dup)
+                            params[r].logit_bias[params[r].num_logit_bias++] = (LogitBias){banned, 100.0f};
+                    }
                     inputs[r] = (SampleInput){.params = &params[r],
                                               .seed = 0x5EEDull * (uint64_t)(r + 1),
                                               .sample_index = (uint32_t)pos,
@@ -279,21 +317,24 @@ static void expect_masked_tokens(int vocab) {
                                               .allowed = mk == MASK_NONE ? NULL : m};
                     memcpy(row, logits + (size_t)r * vocab, row_bytes);
                     want[r] = sampler_sample(row, &inputs[r], &s, NULL);
-                    int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, &inputs[r], &s);
+                    int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, biases,
+                                                    bias_capacity, biases_used, &inputs[r], &s);
                     cr_assert(n >= 0);
                     cr_assert_eq(rows[r].mask_offset, -1, "prepare leaves the mask to the caller");
                     if (inputs[r].allowed) rows[r].mask_offset = r * words;
                     used += n;
+                    biases_used += rows[r].bias_count;
                 }
 
     float *d_logits = dev_copy(logits, row_bytes * (size_t)R);
     CudaSampleRow *d_rows = dev_copy(rows, sizeof(CudaSampleRow) * (size_t)R);
     CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
     uint32_t *d_masks = dev_copy(masks, sizeof(uint32_t) * (size_t)words * (size_t)R);
+    LogitBias *d_biases = dev_copy(biases, sizeof(LogitBias) * (size_t)(biases_used > 0 ? biases_used : 1));
     void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, vocab) + 1);
     int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
-    cr_assert(cuda_sample(d_tokens, d_logits, R, vocab, d_rows, d_entries, d_masks, d_work, NULL,
-                          &err) == 0,
+    cr_assert(cuda_sample(d_tokens, d_logits, R, vocab, d_rows, d_entries, d_biases, d_masks, d_work,
+                          NULL, &err) == 0,
               "%s", err.msg);
     dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
 
@@ -318,6 +359,7 @@ static void expect_masked_tokens(int vocab) {
     cuda_free(d_rows);
     cuda_free(d_entries);
     cuda_free(d_masks);
+    cuda_free(d_biases);
     cuda_free(d_work);
     cuda_free(d_tokens);
     free(logits);
@@ -331,6 +373,7 @@ static void expect_masked_tokens(int vocab) {
     free(got);
     free(rows);
     free(entries);
+    free(biases);
     sampler_scratch_free(&s);
 }
 
@@ -352,19 +395,20 @@ Test(cuda_sampler, row_prepare_packs_distinct_penalty_tokens) {
                       .prompt = prompt, .prompt_len = 4, .output = output, .output_len = 5};
     CudaSampleRow row;
     CudaPenalty e[16];
-    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 3, &in, &s), 0, "no penalties, no entries");
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 3, NULL, 0, 0, &in, &s), 0, "no penalties, no entries");
     cr_expect(row.seed_lo == 0x55667788u && row.seed_hi == 0x11223344u && row.sample_index == 2 &&
               row.position == 17 && row.penalty_offset == 3 && row.penalty_count == 0);
     cr_expect_eq(row.mask_offset, -1, "the caller places the mask");
+    cr_expect_eq(row.bias_count, 0, "no logit_bias, no bias entries");
 
     p.frequency_penalty = 0.5f; /* output tokens only */
-    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 0, &in, &s), 3);
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 0, NULL, 0, 0, &in, &s), 3);
     int count[V] = {0};
     for (int i = 0; i < 3; i++) count[e[i].token] = e[i].output_count;
     cr_expect(count[7] == 1 && count[11] == 3 && count[2] == 1);
 
     p.repetition_penalty = 1.2f; /* prompt and output */
-    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 5, &in, &s), 5);
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 5, NULL, 0, 0, &in, &s), 5);
     cr_expect_eq(row.penalty_offset, 5);
     cr_expect_eq(row.penalty_count, 5);
     memset(count, 0, sizeof count);
@@ -378,7 +422,40 @@ Test(cuda_sampler, row_prepare_packs_distinct_penalty_tokens) {
     cr_expect(present[3] && present[7] && present[9] && present[11] && present[2]);
     cr_expect(count[3] == 0 && count[9] == 0 && count[7] == 1 && count[11] == 3);
 
-    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 12, &in, &s), -1, "5 entries do not fit in 4");
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 16, 12, NULL, 0, 0, &in, &s), -1, "5 entries do not fit in 4");
+    for (int t = 0; t < V; t++) cr_assert(s.counts[t] == 0 && s.seen[t] == 0, "scratch left dirty");
+    sampler_scratch_free(&s);
+}
+
+Test(cuda_sampler, row_prepare_packs_logit_bias) {
+    enum { V = 50 };
+    SamplerScratch s;
+    Error err;
+    cr_assert(sampler_scratch_init(&s, V, &err) == 0);
+    SamplingParams p = sampling_params_default();
+    p.num_logit_bias = 3;
+    p.logit_bias[0] = (LogitBias){4, 100.0f};
+    p.logit_bias[1] = (LogitBias){49, -2.5f};
+    p.logit_bias[2] = (LogitBias){0, 0.125f};
+    p.repetition_penalty = 1.3f;
+    int32_t prompt[2] = {3, 3};
+    SampleInput in = {.params = &p, .prompt = prompt, .prompt_len = 2};
+    CudaSampleRow row;
+    CudaPenalty e[4];
+    LogitBias b[8];
+    memset(b, 0xAB, sizeof b);
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 4, 1, b, 8, 2, &in, &s), 1, "one distinct penalty token");
+    cr_expect(row.bias_offset == 2 && row.bias_count == 3, "offset %d, count %d", row.bias_offset, row.bias_count);
+    cr_expect(memcmp(&b[2], p.logit_bias, sizeof(LogitBias) * 3) == 0, "entries copied in order");
+    LogitBias untouched;
+    memset(&untouched, 0xAB, sizeof untouched);
+    cr_expect(memcmp(&b[1], &untouched, sizeof untouched) == 0 && memcmp(&b[5], &untouched, sizeof untouched) == 0,
+              "nothing written outside the row's entries");
+    cr_expect(row.penalty_offset == 1 && row.penalty_count == 1 && e[1].token == 3);
+
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 4, 0, b, 8, 6, &in, &s), -2, "3 biases do not fit in 2");
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 4, 0, b, 8, 5, &in, &s), 1, "3 fit in 3");
+    cr_expect_eq(cuda_sample_row_prepare(&row, e, 4, 4, b, 8, 0, &in, &s), -1, "the penalty entry does not fit");
     for (int t = 0; t < V; t++) cr_assert(s.counts[t] == 0 && s.seen[t] == 0, "scratch left dirty");
     sampler_scratch_free(&s);
 }

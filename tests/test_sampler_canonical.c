@@ -135,6 +135,10 @@ static int32_t reference_sample(const float *logits, int vocab, const SampleInpu
     memcpy(l, logits, sizeof(float) * (size_t)vocab);
     int32_t token = 0;
 
+    /* 0. logit_bias (no mask here) */
+    for (int i = 0; i < sp->num_logit_bias; i++)
+        l[sp->logit_bias[i].token] = SM_FADD(l[sp->logit_bias[i].token], sp->logit_bias[i].bias);
+
     /* 1. penalties */
     bool rep = sp->repetition_penalty != 1.0f;
     bool freq = sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f;
@@ -227,8 +231,9 @@ done:
     return token;
 }
 
-/* Every row kind x parameter set x seed on one vocabulary size. */
-static void expect_reference(int vocab, int seeds, const int *kinds, int num_kinds) {
+/* Every row kind x parameter set x seed on one vocabulary size; with_bias:
+ * every set also carries logit_bias entries (case_logit_bias). */
+static void expect_reference(int vocab, int seeds, const int *kinds, int num_kinds, bool with_bias) {
     SamplingParams params[64];
     int num_params = case_params(params, 64);
     SamplerScratch s;
@@ -242,6 +247,7 @@ static void expect_reference(int vocab, int seeds, const int *kinds, int num_kin
             case_logits(row, vocab, kinds[k], (uint64_t)(seed * 131 + vocab));
             case_history(prompt, 24, output, 12, vocab, (uint64_t)seed);
             for (int j = 0; j < num_params; j++) {
+                if (with_bias) case_logit_bias(&params[j], row, vocab, (uint64_t)(seed * 64 + j));
                 SampleInput in = {.params = &params[j], .seed = 1000u + (uint64_t)seed * 7919u,
                                   .sample_index = (uint32_t)(j % 3), .position = (uint32_t)(seed * 97 + j),
                                   .prompt = prompt, .prompt_len = 24, .output = output, .output_len = 12};
@@ -262,13 +268,22 @@ static const int all_kinds[NUM_ROW_KINDS] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
 Test(sampler_canonical, matches_reference_small_vocabularies) {
     const int sizes[] = {1, 2, 7, 64, 65, 300, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        expect_reference(sizes[i], 3, all_kinds, NUM_ROW_KINDS);
+        expect_reference(sizes[i], 3, all_kinds, NUM_ROW_KINDS, false);
 }
 
 Test(sampler_canonical, matches_reference_large_vocabularies, .timeout = 120) {
-    expect_reference(4099, 1, all_kinds, NUM_ROW_KINDS);
+    expect_reference(4099, 1, all_kinds, NUM_ROW_KINDS, false);
     const int kinds[] = {0, 1, 3, 5, 9};
-    expect_reference(151936, 1, kinds, 5);
+    expect_reference(151936, 1, kinds, 5, false);
+}
+
+/* logit_bias is step 0: the reference adds each bias to its logit first. */
+Test(sampler_canonical, matches_reference_with_logit_bias, .timeout = 120) {
+    const int sizes[] = {1, 2, 7, 65, 1000, 4099};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        expect_reference(sizes[i], 2, all_kinds, NUM_ROW_KINDS, true);
+    const int kinds[] = {0, 3};
+    expect_reference(151936, 1, kinds, 2, true);
 }
 
 /* ---- top-p ties, the draw's distribution, determinism ---------------------------- */
