@@ -13,6 +13,7 @@
 #include "gbnf.h"
 #include "json_schema.h"
 #include "regex.h"
+#include "tool_calls.h"
 
 #define MAX_CHOICES 10000
 
@@ -41,6 +42,7 @@ const char *constraint_kind_name(ConstraintKind kind) {
     case CONSTRAINT_REGEX: return "regex";
     case CONSTRAINT_CHOICE: return "choice";
     case CONSTRAINT_GRAMMAR: return "grammar";
+    case CONSTRAINT_TOOL_CALLS: return "tool_calls";
     }
     return "?";
 }
@@ -106,6 +108,14 @@ static int build_grammar(Grammar *g, ConstraintKind kind, const char *text, size
     }
     case CONSTRAINT_CHOICE: return build_choice(g, text, len, err);
     case CONSTRAINT_GRAMMAR: return gbnf_to_grammar(g, text, len);
+    case CONSTRAINT_TOOL_CALLS: {
+        json_error_t jerr;
+        json_t *spec = json_loadb(text, len, 0, &jerr);
+        if (!spec) return error_set_kind(err, ERROR_INVALID, "tool calls: not valid JSON (%s)", jerr.text);
+        int rc = tool_calls_to_grammar(g, spec);
+        json_decref(spec);
+        return rc;
+    }
     }
     return error_set(err, "unknown constraint kind %d", (int)kind);
 }

@@ -3,7 +3,7 @@
  * shared: the front door of engine/structured/.
  *
  * A constraint is one of: a JSON Schema, any JSON object, a regular
- * expression, a list of choices, a GBNF grammar. constraint_cache_get()
+ * expression, a list of choices, a GBNF grammar, tool calls. constraint_cache_get()
  * compiles it over the model's vocabulary (grammar, automata, token
  * masks) or returns the copy compiled earlier for the same text; compiled
  * constraints are reference counted, immutable and shared by every
@@ -26,6 +26,7 @@ typedef enum ConstraintKind {
     CONSTRAINT_REGEX,       /* text: the pattern; the whole output matches it */
     CONSTRAINT_CHOICE,      /* text: a JSON array of strings; the output is one of them */
     CONSTRAINT_GRAMMAR,     /* text: GBNF */
+    CONSTRAINT_TOOL_CALLS,  /* text: a tool-call spec, JSON (tool_calls.h) */
 } ConstraintKind;
 
 typedef struct Constraint Constraint;

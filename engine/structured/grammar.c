@@ -159,6 +159,8 @@ void grammar_set_root(Grammar *g, int rule) {
     if (rule >= 0 && rule < g->num_rules) g->root = rule;
 }
 
+int grammar_root(const Grammar *g) { return g->root; }
+
 /* ---- expressions ---------------------------------------------------------- */
 
 GExpr g_empty(Grammar *g) { return new_expr(g, (Expr){.kind = E_EMPTY}); }

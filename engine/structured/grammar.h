@@ -59,6 +59,7 @@ bool grammar_rule_defined(const Grammar *g, int rule);
 int grammar_define(Grammar *g, int rule, GExpr body);
 /* Which rule a match starts with (default: the first rule created). */
 void grammar_set_root(Grammar *g, int rule);
+int grammar_root(const Grammar *g); /* -1 before any rule exists */
 
 GExpr g_empty(Grammar *g);                                /* matches "" */
 GExpr g_bytes(Grammar *g, const void *bytes, size_t len); /* exactly these bytes */
