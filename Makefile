@@ -41,6 +41,8 @@ endif
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 BIN_OBJ  = $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+# The server's pieces that tests link directly (they are not in the library).
+PARSER_OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/chat_output/*.c))
 
 .PHONY: all test asan bench fuzz docker-test clean
 
@@ -62,7 +64,7 @@ $(BUILD)/libnanovllm.a: $(LIB_OBJ)
 $(BUILD)/nanovllm: $(BIN_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
+$(BUILD)/test_nanovllm: $(TEST_OBJ) $(PARSER_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcriterion $(LDLIBS) -o $@
 
 # Tests find the binary through NANOVLLM_BIN and the fixtures relative to here.
