@@ -58,7 +58,7 @@ static int allocate_choices(ApiRequest *r) {
         if (!c->final_event) return -1;
         if (r->params.sampling.logprobs >= 0 && !(c->logprobs = logprobs_new(r->kind))) return -1;
     }
-    return 0;
+    return api_chat_output_begin(r);
 }
 
 void api_submit(ApiRequest *r) {
@@ -80,7 +80,8 @@ void api_submit(ApiRequest *r) {
         EngineRequest req = {.prompt = r->prompts[i], .prompt_len = r->prompt_lens[i],
                              .params = sps[i], .stop = r->params.stop,
                              .num_stop = r->params.num_stop, .constraint = r->constraint,
-                             .constraint_after = r->constraint_after, .on_output = api_on_engine_output,
+                             .constraint_after = r->constraint_after, .priority = r->params.priority,
+                             .on_output = api_on_engine_output,
                              .user = &r->contexts[i]};
         Error e;
         if (engine_submit(s->engine, &req, &r->engine_ids[i], &e)) {

@@ -36,6 +36,7 @@
 #include "metrics.h"
 #include "model_setup.h"
 #include "openai_response.h"
+#include "chat_output/chat_output.h"
 #include "engine/base/byte_buf.h"
 #include "engine/engine.h"
 #include "engine/structured/constraint.h"
@@ -83,6 +84,12 @@ typedef struct Choice {
     int num_tokens;
     double last_token_time;
     ApiEvent *final_event; /* preallocated, so a finish is never lost to malloc */
+    /* Chat with reasoning or tools (api_chat_output.c): the parser of this
+     * answer; non-streaming, what it released (text holds the content). */
+    ChatOutputParser *parser;
+    ByteBuf reasoning;
+    json_t *tool_calls; /* [{id, type, function}] */
+    int num_tool_calls; /* released so far (streaming: the next index) */
 } Choice;
 
 typedef struct ApiServer ApiServer;
@@ -119,6 +126,7 @@ struct ApiRequest {
     char **prompt_texts; /* echo: the prompts as text */
     char *result;        /* /tokenize, /detokenize: the JSON answer */
     Constraint *constraint; /* structured outputs: a reference, or NULL */
+    json_t *tool_spec;      /* tool_choice required / named: the constraint's spec */
     int32_t constraint_after;
 
     /* submitted */
@@ -154,6 +162,8 @@ struct ApiServer {
     ChatTemplate *chat; /* compiled once at load */
     TokenVocab *vocab;  /* the tokens' bytes, for structured outputs */
     ConstraintCache *constraints;
+    bool reasoning;                /* chat answers split <think>...</think> off */
+    ChatToolCallFormat tool_format; /* how the template asks for tool calls (or --tool-call-parser) */
     int max_model_len;
     bool ready, shutting_down, stopped;
     bool cut_off; /* the grace period is over: requests were ended */
@@ -184,12 +194,29 @@ void api_request_maybe_free(ApiRequest *r);
 /* api_parse.c: completions and chat fields (loop) */
 int api_parse_request(ApiRequest *r, ApiError *err);
 
+/* api_tools.c: tools, tool_choice, parallel_tool_calls (loop, after api_parse_params) */
+int api_parse_tools(ApiRequest *r, ApiError *err);
+ChatOutputOptions api_chat_output_options(const ApiRequest *r, int prompt_index);
+void api_new_tool_call_id(char out[32]);
+
+/* api_chat_output.c: each chat choice's text through its parser (loop) */
+int api_chat_output_begin(ApiRequest *r); /* at submission: -1 out of memory */
+/* Feeds an event's text (and the finish) to the choice's parser; what it
+ * releases lands in *d, tool calls given their ids. */
+int api_chat_output_take(ApiRequest *r, Choice *c, const ApiEvent *ev, ChatOutputDelta *d);
+/* d's calls as OpenAI's tool_calls list (the message's, or a stream's
+ * deltas: a header then the arguments); starting at index first. */
+json_t *api_tool_calls_json(const ChatOutputDelta *d, int first, bool stream);
+void api_chat_output_end(Choice *c);
+
 /* api_prepare.c: prompts to ids (worker pool); failures in r->error */
 void api_prepare(ApiRequest *r);
 char *api_render_chat(ApiRequest *r, size_t *len); /* the chat template on r->body */
 
 /* api_structured.c: the request's constraint compiled (worker pool, after the prompts) */
 int api_prepare_constraint(ApiRequest *r);
+/* Whether prompt i ends inside a <think> block the template opened. */
+bool api_prompt_in_reasoning(const ApiRequest *r, int prompt_index);
 
 /* api_tokenize.c: /tokenize and /detokenize */
 void api_tokenize(ApiRequest *r);         /* worker pool: the answer into r->result */

@@ -6,6 +6,7 @@
  */
 #include "api_parse.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,14 +107,67 @@ static int get_stop_token_ids(const json_t *o, SamplingParams *sp, ApiError *err
     return 0;
 }
 
+/* logit_bias: {"token id": bias}, as OpenAI (keys are strings of ids). */
+static int get_logit_bias(const json_t *o, SamplingParams *sp, int vocab, ApiError *err) {
+    json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return api_error(err, 400, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    if (json_object_size(v) > MAX_LOGIT_BIAS)
+        return api_error(err, 400, "logit_bias", "'logit_bias' may hold at most %d tokens", MAX_LOGIT_BIAS);
+    const char *key;
+    json_t *bias;
+    json_object_foreach(v, key, bias) {
+        char *end;
+        errno = 0;
+        long id = strtol(key, &end, 10);
+        if (end == key || *end || errno == ERANGE || id < 0)
+            return api_error(err, 400, "logit_bias", "'logit_bias' keys must be token ids, got '%.40s'", key);
+        if (id >= vocab)
+            return api_error(err, 400, "logit_bias", "'logit_bias': token id %ld is outside the vocabulary [0, %d)", id, vocab);
+        double b = json_is_number(bias) ? json_number_value(bias) : NAN;
+        if (!isfinite(b) || b < -100 || b > 100)
+            return api_error(err, 400, "logit_bias", "'logit_bias' values must be numbers in [-100, 100] (token %ld)", id);
+        for (int i = 0; i < sp->num_logit_bias; i++)
+            if (sp->logit_bias[i].token == (int32_t)id)
+                return api_error(err, 400, "logit_bias", "'logit_bias' names token %ld twice", id);
+        sp->logit_bias[sp->num_logit_bias++] = (LogitBias){(int32_t)id, (float)b};
+    }
+    return 0;
+}
+
 /* Fields we do not implement are refused rather than silently ignored when
- * they would change the output. */
+ * they would change the output (OpenAI's and vLLM's); fields that change
+ * nothing we return (user, metadata, store, service_tier, prediction,
+ * cache_salt, ...) are accepted as unknown fields are. */
 static int refuse_unsupported(const json_t *o, bool chat, ApiError *err) {
-    static const char *const never_null[] = {"logit_bias", "suffix"};
-    for (size_t i = 0; i < sizeof never_null / sizeof never_null[0]; i++) {
-        json_t *v = json_object_get(o, never_null[i]);
-        if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
-            return api_error(err, 400, never_null[i], "'%s' is not supported", never_null[i]);
+    static const char *const never_given[] = {
+        "suffix", "functions", "function_call", "audio", "web_search_options", "reasoning_effort",
+        "verbosity", "bad_words", "allowed_token_ids", "prompt_logprobs", "logits_processors"};
+    for (size_t i = 0; i < sizeof never_given / sizeof never_given[0]; i++) {
+        json_t *v = json_object_get(o, never_given[i]);
+        bool empty = json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+                     (json_is_array(v) && json_array_size(v) == 0);
+        if (v && !empty) {
+            const char *hint = strncmp(never_given[i], "function", 8) == 0 ? " (use 'tools' and 'tool_choice')" : "";
+            return api_error(err, 400, never_given[i], "'%s' is not supported%s", never_given[i], hint);
+        }
+    }
+    static const char *const never_true[] = {"use_beam_search", "include_stop_str_in_output",
+                                             "return_tokens_as_token_ids"};
+    for (size_t i = 0; i < sizeof never_true / sizeof never_true[0]; i++)
+        if (json_is_true(json_object_get(o, never_true[i])))
+            return api_error(err, 400, never_true[i], "'%s' is not supported", never_true[i]);
+    if (chat && json_is_true(json_object_get(o, "echo")))
+        return api_error(err, 400, "echo", "'echo' is not supported in chat");
+    if (json_is_false(json_object_get(o, "skip_special_tokens")))
+        return api_error(err, 400, "skip_special_tokens", "'skip_special_tokens': false is not supported");
+    json_t *modalities = json_object_get(o, "modalities");
+    if (modalities && !json_is_null(modalities)) {
+        size_t i;
+        json_t *m;
+        bool text_only = json_is_array(modalities);
+        json_array_foreach(modalities, i, m) text_only &= json_is_string(m) && strcmp(json_string_value(m), "text") == 0;
+        if (!text_only) return api_error(err, 400, "modalities", "only the \"text\" modality is supported");
     }
     json_t *best_of = json_object_get(o, "best_of");
     if (!chat && best_of && !json_is_null(best_of)) {
@@ -141,7 +195,7 @@ int api_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIPar
         if (!json_is_string(model)) return api_error(err, 400, "model", "'model' must be a string");
         p->model = json_string_value(model);
     }
-    long long n = 1, max_tokens = 0, top_k = sp->top_k, seed = -1;
+    long long n = 1, max_tokens = 0, top_k = sp->top_k, seed = -1, min_tokens = 0, truncate = 0, priority = 0;
     if (get_int(o, "max_tokens", 1, 1 << 30, &max_tokens, err)) return -1;
     if (chat && get_int(o, "max_completion_tokens", 1, 1 << 30, &max_tokens, err)) return -1;
     if (get_int(o, "n", 1, 128, &n, err) || get_int(o, "top_k", -1, 1 << 30, &top_k, err) ||
@@ -154,8 +208,18 @@ int api_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIPar
         get_float(o, "repetition_penalty", 1e-9, 100, &sp->repetition_penalty, err) ||
         get_bool(o, "ignore_eos", &sp->ignore_eos, err) || get_bool(o, "stream", &p->stream, err) ||
         get_stop(o, p, err) || get_stop_token_ids(o, sp, err) || refuse_unsupported(o, chat, err) ||
-        api_parse_constraint(o, p, err))
+        get_int(o, "min_tokens", 0, 1 << 30, &min_tokens, err) ||
+        get_int(o, "truncate_prompt_tokens", -1, 1 << 30, &truncate, err) ||
+        get_int(o, "priority", INT32_MIN, INT32_MAX, &priority, err) ||
+        get_logit_bias(o, sp, d ? d->vocab_size : INT32_MAX, err) || api_parse_constraint(o, p, err))
         return -1;
+    if (truncate == 0 && json_object_get(o, "truncate_prompt_tokens") && !json_is_null(json_object_get(o, "truncate_prompt_tokens")))
+        return api_error(err, 400, "truncate_prompt_tokens", "'truncate_prompt_tokens' must be -1 (the model's length) or at least 1");
+    if (max_tokens > 0 && min_tokens > max_tokens)
+        return api_error(err, 400, "min_tokens", "'min_tokens' (%lld) must not exceed max_tokens (%lld)", min_tokens, max_tokens);
+    sp->min_tokens = (int)min_tokens;
+    p->truncate_prompt_tokens = (int)truncate;
+    p->priority = (int)priority;
     sp->max_tokens = (int)max_tokens;
     sp->n = (int)n;
     sp->top_k = (int)top_k;
@@ -169,7 +233,9 @@ int api_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIPar
         if (!json_is_object(so)) return api_error(err, 400, "stream_options", "'stream_options' must be an object");
         if (!p->stream)
             return api_error(err, 400, "stream_options", "'stream_options' is only allowed with \"stream\": true");
-        if (get_bool(so, "include_usage", &p->include_usage, err)) return -1;
+        if (get_bool(so, "include_usage", &p->include_usage, err) ||
+            get_bool(so, "continuous_usage_stats", &p->continuous_usage, err))
+            return -1;
     }
 
     if (chat) {
@@ -194,6 +260,9 @@ int api_parse_request(ApiRequest *r, ApiError *err) {
     r->kind = chat ? API_CHAT : API_COMPLETION;
     if (api_parse_params(r->body, chat, engine_model_config(r->srv->engine), &r->params, err))
         return -1;
+    if (r->params.priority != 0 && r->srv->opts.scheduling_policy != SCHEDULING_PRIORITY)
+        return api_error(err, 400, "priority", "'priority' needs a server started with --scheduling-policy priority");
+    if (chat && api_parse_tools(r, err)) return -1;
     if (r->params.model && strcmp(r->params.model, r->srv->model_name) != 0) {
         api_error(err, 404, "model", "The model '%s' does not exist (this server serves '%s')",
                   r->params.model, r->srv->model_name);

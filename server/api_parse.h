@@ -22,10 +22,16 @@
 
 #define MAX_STOP_STRINGS 16
 
+/* "tool_choice", as it applies: NONE also when no tools were given. */
+typedef enum ToolChoice { TOOL_CHOICE_NONE, TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED } ToolChoice;
+
 typedef struct OpenAIParams {
     SamplingParams sampling; /* max_tokens 0 here means "not given" */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
+    bool continuous_usage; /* stream_options.continuous_usage_stats: usage in every chunk */
+    int truncate_prompt_tokens; /* > 0: only the prompt's last N tokens are kept; 0: all */
+    int priority;               /* --scheduling-policy priority: lower first */
     bool echo;          /* completions: the prompt before the completion */
     int num_stop;
     const char *stop[MAX_STOP_STRINGS]; /* point into the request JSON */
@@ -36,6 +42,12 @@ typedef struct OpenAIParams {
     int constraint_kind;
     const json_t *constraint;
     const char *constraint_field;
+    /* Chat tools (api_tools.c): the request's list (NULL when none), the
+     * choice, the named function, parallel_tool_calls. */
+    const json_t *tools;
+    ToolChoice tool_choice;
+    const char *tool_choice_name;
+    bool parallel_tool_calls;
 } OpenAIParams;
 
 /* chat selects chat's fields (max_completion_tokens, logprobs as a boolean

@@ -13,7 +13,21 @@
 
 #define MAX_PROMPTS 256
 
+/* truncate_prompt_tokens: only the prompt's last N tokens are kept (-1:
+ * max_model_len of them), as vLLM truncates, from the left; an echoed
+ * prompt is what was kept. */
 static int add_prompt(ApiRequest *r, int32_t *ids, int len, char *text) {
+    int keep = r->params.truncate_prompt_tokens < 0 ? r->srv->max_model_len : r->params.truncate_prompt_tokens;
+    if (keep > 0 && len > keep) {
+        memmove(ids, ids + (len - keep), sizeof *ids * (size_t)keep);
+        len = keep;
+        if (text) {
+            free(text);
+            size_t text_len;
+            Error e;
+            if (tokenizer_decode(r->srv->tok, ids, (size_t)len, false, &text, &text_len, &e)) text = NULL;
+        }
+    }
     r->prompts[r->num_prompts] = ids;
     r->prompt_lens[r->num_prompts] = len;
     r->prompt_texts[r->num_prompts] = text;

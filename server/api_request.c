@@ -82,12 +82,14 @@ void api_request_maybe_free(ApiRequest *r) {
     }
     free(r->prompts);
     constraint_unref(r->constraint);
+    json_decref(r->tool_spec);
     free(r->prompt_lens);
     free(r->prompt_texts);
     for (int i = 0; r->choices && i < r->params.sampling.n * r->num_prompts; i++) {
         byte_buf_free(&r->choices[i].text);
         json_decref(r->choices[i].logprobs);
         free(r->choices[i].final_event);
+        api_chat_output_end(&r->choices[i]);
     }
     free(r->choices);
     free(r->contexts);

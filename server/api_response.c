@@ -69,8 +69,57 @@ static void stream_json(ApiRequest *r, json_t *chunk) {
     json_decref(chunk);
 }
 
+static Usage usage_of(const ApiRequest *r) {
+    return (Usage){r->prompt_tokens, r->completion_tokens, r->cached_tokens};
+}
+
+/* A chunk of one choice; with continuous_usage_stats, the usage so far too. */
 static json_t *chunk_for(ApiRequest *r, const ChoiceOut *c, const Usage *u, int count) {
+    Usage so_far = usage_of(r);
+    if (!u && r->params.continuous_usage) u = &so_far;
     return openai_response(r->kind, true, r->id, r->created, r->srv->model_name, c, count, u);
+}
+
+/* An error as an SSE event: "data: {"error": ...}". */
+static void stream_error(ApiRequest *r, const ApiError *e) {
+    size_t len;
+    char *body = openai_error_body(e, &len);
+    if (body) {
+        http_stream_write(r->ex, "data: ", 6);
+        http_stream_write(r->ex, body, len);
+        http_stream_write(r->ex, "\n\n", 2);
+    }
+    free(body);
+}
+
+/* A parsed chat stream: reasoning and content deltas (with the event's
+ * logprobs), then each released tool call as OpenAI streams one: a chunk
+ * with its header, a chunk with its arguments. */
+static void stream_parsed(ApiRequest *r, int index, Choice *c, const ApiEvent *ev, json_t *lp) {
+    ChatOutputDelta d = {0};
+    if (api_chat_output_take(r, c, ev, &d)) {
+        log_info("%s: out of memory parsing the answer; the rest is lost", r->id);
+        json_decref(lp);
+        chat_output_delta_free(&d);
+        return;
+    }
+    if (d.reasoning.len > 0 || d.content.len > 0 || lp) {
+        ChoiceOut out = {.index = index, .text = d.content.data, .text_len = d.content.len, .logprobs = lp,
+                         .parsed = true, .reasoning = d.reasoning.data, .reasoning_len = d.reasoning.len};
+        stream_json(r, chunk_for(r, &out, NULL, 1));
+    } else {
+        json_decref(lp);
+    }
+    json_t *calls = d.num_calls > 0 ? api_tool_calls_json(&d, c->num_tool_calls, true) : NULL;
+    size_t i;
+    json_t *call;
+    json_array_foreach(calls, i, call) {
+        ChoiceOut out = {.index = index, .parsed = true, .tool_calls = json_pack("[O]", call)};
+        stream_json(r, chunk_for(r, &out, NULL, 1));
+    }
+    json_decref(calls);
+    c->num_tool_calls += d.num_calls;
+    chat_output_delta_free(&d);
 }
 
 /* The chunks one event of a streaming request turns into. */
@@ -86,41 +135,35 @@ static void stream_event(ApiRequest *r, int index, Choice *c, const ApiEvent *ev
     if (ev->finish == FINISH_ERROR) {
         ApiError e;
         api_error_from(&e, ev->error_kind, NULL, ev->error ? ev->error : "the request failed");
-        size_t len;
-        char *body = openai_error_body(&e, &len);
-        if (body) {
-            http_stream_write(r->ex, "data: ", 6);
-            http_stream_write(r->ex, body, len);
-            http_stream_write(r->ex, "\n\n", 2);
-        }
-        free(body);
+        stream_error(r, &e);
         json_decref(lp);
         return;
     }
-    ByteBuf text = {0};
-    if (prefix) byte_buf_append(&text, prefix, strlen(prefix));
-    byte_buf_append(&text, ev->text, ev->text_len);
     bool finishing = ev->finish != FINISH_NONE;
-    if (text.len > 0 || lp || (finishing && r->kind == API_COMPLETION)) {
-        ChoiceOut out = {.index = index, .text = text.data, .text_len = text.len, .logprobs = lp,
-                         .finish = r->kind == API_COMPLETION ? ev->finish : FINISH_NONE,
-                         .stop_str = c->stop_string};
-        stream_json(r, chunk_for(r, &out, NULL, 1));
+    if (c->parser) {
+        stream_parsed(r, index, c, ev, lp);
     } else {
-        json_decref(lp);
+        ByteBuf text = {0};
+        if (prefix) byte_buf_append(&text, prefix, strlen(prefix));
+        byte_buf_append(&text, ev->text, ev->text_len);
+        if (text.len > 0 || lp || (finishing && r->kind == API_COMPLETION)) {
+            ChoiceOut out = {.index = index, .text = text.data, .text_len = text.len, .logprobs = lp,
+                             .finish = r->kind == API_COMPLETION ? ev->finish : FINISH_NONE,
+                             .stop_str = c->stop_string};
+            stream_json(r, chunk_for(r, &out, NULL, 1));
+        } else {
+            json_decref(lp);
+        }
+        byte_buf_free(&text);
     }
     if (finishing && r->kind == API_CHAT) {
-        ChoiceOut fin = {.index = index, .finish = ev->finish, .stop_str = c->stop_string};
+        ChoiceOut fin = {.index = index, .finish = ev->finish, .stop_str = c->stop_string, .parsed = c->parser != NULL,
+                         .finish_tool_calls = c->num_tool_calls > 0};
         stream_json(r, chunk_for(r, &fin, NULL, 1));
     }
-    byte_buf_free(&text);
 }
 
 /* ---- whole bodies ------------------------------------------------------------------------------- */
-
-static Usage usage_of(const ApiRequest *r) {
-    return (Usage){r->prompt_tokens, r->completion_tokens, r->cached_tokens};
-}
 
 static void respond_whole(ApiRequest *r) {
     if (r->error_message) {
@@ -141,8 +184,11 @@ static void respond_whole(ApiRequest *r) {
             byte_buf_append(&texts[i], c->text.data, c->text.len);
             outs[i] = (ChoiceOut){.index = i, .text = texts[i].data, .text_len = texts[i].len,
                                   .finish = c->finish, .stop_str = c->stop_string,
-                                  .logprobs = c->logprobs};
+                                  .logprobs = c->logprobs, .parsed = c->parser != NULL,
+                                  .reasoning = c->reasoning.data, .reasoning_len = c->reasoning.len,
+                                  .tool_calls = c->tool_calls, .finish_tool_calls = c->num_tool_calls > 0};
             c->logprobs = NULL; /* stolen by the response */
+            c->tool_calls = NULL;
         }
         body = openai_response(r->kind, false, r->id, r->created, r->srv->model_name, outs,
                                r->num_choices, &u);
@@ -190,14 +236,7 @@ void api_respond_shutdown(ApiRequest *r) {
     ApiError e;
     api_error(&e, 503, NULL, "the server is shutting down and could not finish this request");
     if (r->params.stream && r->status == 200) {
-        size_t len;
-        char *body = openai_error_body(&e, &len);
-        if (body) {
-            http_stream_write(r->ex, "data: ", 6);
-            http_stream_write(r->ex, body, len);
-            http_stream_write(r->ex, "\n\n", 2);
-        }
-        free(body);
+        stream_error(r, &e);
         http_stream_write(r->ex, "data: [DONE]\n\n", 14);
         http_stream_end(r->ex);
         r->done = true;
@@ -208,6 +247,20 @@ void api_respond_shutdown(ApiRequest *r) {
 }
 
 /* ---- one event (its accounting done by api_engine.c) -------------------------------------------- */
+
+/* Non-streaming: what the parser releases is kept for the whole body. */
+static void take_parsed(ApiRequest *r, Choice *c, const ApiEvent *ev) {
+    ChatOutputDelta d = {0};
+    int rc = api_chat_output_take(r, c, ev, &d);
+    json_t *calls = rc == 0 && d.num_calls > 0 ? api_tool_calls_json(&d, c->num_tool_calls, false) : NULL;
+    if (rc || byte_buf_append(&c->reasoning, d.reasoning.data, d.reasoning.len) ||
+        byte_buf_append(&c->text, d.content.data, d.content.len) || (d.num_calls > 0 && !calls) ||
+        (calls && json_array_extend(c->tool_calls, calls)))
+        log_info("%s: out of memory parsing the answer; part of it is lost", r->id);
+    c->num_tool_calls += d.num_calls;
+    json_decref(calls);
+    chat_output_delta_free(&d);
+}
 
 void api_response_event(ApiRequest *r, const ApiEvent *ev) {
     Choice *c = &r->choices[ev->choice];
@@ -223,7 +276,8 @@ void api_response_event(ApiRequest *r, const ApiEvent *ev) {
         stream_event(r, ev->choice, c, ev, lp);
     } else {
         json_decref(lp);
-        byte_buf_append(&c->text, ev->text, ev->text_len);
+        if (c->parser) take_parsed(r, c, ev);
+        else byte_buf_append(&c->text, ev->text, ev->text_len);
     }
     if (r->num_finished == r->num_choices && !r->done && r->status == 200) complete(r);
 }

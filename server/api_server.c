@@ -241,6 +241,15 @@ static void load_run(uv_work_t *w) {
         return;
     }
     if (warning) log_info("%s", warning);
+    bool has_think = tokenizer_token_to_id(s->tok, "<think>", 7) >= 0 && tokenizer_token_to_id(s->tok, "</think>", 8) >= 0;
+    s->reasoning = s->opts.reasoning_parser == REASONING_PARSER_QWEN3 ||
+                   (s->opts.reasoning_parser == REASONING_PARSER_AUTO && has_think);
+    s->tool_format = s->opts.tool_call_parser == CHAT_TOOL_CALLS_OTHER ? chat_template_tool_call_format(s->chat)
+                                                                       : s->opts.tool_call_parser;
+    static const char *const format_names[] = {"none", "hermes", "qwen3_xml", "not parsed (unknown format)"};
+    log_info("chat answers: reasoning %s; tool calls %s", s->reasoning ? "split off (<think>...</think>)" : "not split",
+             format_names[s->tool_format]);
+    engine_set_scheduling_policy(s->engine, s->opts.scheduling_policy);
     if (!(s->vocab = token_vocab_new(s->tok, c->vocab_size, &s->load_err)) ||
         !(s->constraints = constraint_cache_new(s->vocab, STRUCTURED_CACHE_BYTES, &s->load_err)))
         s->load_rc = -1;

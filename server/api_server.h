@@ -15,7 +15,12 @@
 #include <stddef.h>
 
 #include "engine/runner.h"
+#include "engine/scheduler.h"
 #include "engine/tokenizer/chat_template.h"
+
+/* --reasoning-parser: AUTO splits <think>...</think> off chat answers when
+ * the tokenizer has both tags (Qwen3), QWEN3 insists, NONE never. */
+typedef enum ReasoningParserChoice { REASONING_PARSER_AUTO, REASONING_PARSER_QWEN3, REASONING_PARSER_NONE } ReasoningParserChoice;
 
 typedef struct ApiServerOptions {
     const char *model_dir;
@@ -31,6 +36,12 @@ typedef struct ApiServerOptions {
     const char *chat_template;           /* NULL: the model folder's */
     ChatContentFormat chat_content_format;
     bool trust_request_chat_template; /* else a request's own "chat_template" is refused */
+    ReasoningParserChoice reasoning_parser;
+    /* --tool-call-parser: how answers' tool calls are read (and forced);
+     * CHAT_TOOL_CALLS_OTHER here means "as the chat template writes them"
+     * (auto), NONE turns tool-call parsing off. */
+    ChatToolCallFormat tool_call_parser;
+    SchedulingPolicy scheduling_policy; /* --scheduling-policy */
     RunnerOptions runner;
 } ApiServerOptions;
 

@@ -166,20 +166,24 @@ static char *constraint_text(const OpenAIParams *p, size_t *len) {
     return s;
 }
 
+static int last_think_tag(const ApiRequest *r, int prompt_index, int32_t *close_id) {
+    return chat_prompt_last_think_tag(r->srv->tok, r->prompts[prompt_index], r->prompt_lens[prompt_index], close_id);
+}
+
+bool api_prompt_in_reasoning(const ApiRequest *r, int prompt_index) {
+    int32_t close;
+    return r->kind == API_CHAT && last_think_tag(r, prompt_index, &close) == 1;
+}
+
 /* Where the constraint starts in a chat: a reasoning model that has not
  * closed its thinking in the prompt thinks first (the template may have
- * opened it, or the model will), so the constraint waits for </think>. */
+ * opened it, or the model will), so the constraint waits for </think> -
+ * unless the server does not treat the answer as reasoning. */
 static int32_t start_after(const ApiRequest *r) {
-    if (r->kind != API_CHAT || r->num_prompts != 1) return -1;
-    const Tokenizer *tok = r->srv->tok;
-    int32_t open = tokenizer_token_to_id(tok, "<think>", 7), close = tokenizer_token_to_id(tok, "</think>", 8);
-    if (open < 0 || close < 0) return -1;
-    const int32_t *ids = r->prompts[0];
-    for (int i = r->prompt_lens[0] - 1; i >= 0; i--) {
-        if (ids[i] == close) return -1;
-        if (ids[i] == open) return close;
-    }
-    return close;
+    if (r->kind != API_CHAT || r->num_prompts != 1 || !r->srv->reasoning) return -1;
+    int32_t close;
+    int last = last_think_tag(r, 0, &close);
+    return close >= 0 && last != 0 ? close : -1;
 }
 
 int api_prepare_constraint(ApiRequest *r) {

@@ -21,24 +21,43 @@ static json_t *finish_json(FinishReason f) {
     return name ? json_string(name) : json_null();
 }
 
+/* A chat message or delta. A plain stream delta always carries content (""
+ * on a logprobs-only chunk, as before parsing existed); a parsed one only
+ * the parts it has. */
+static json_t *message_json(bool chunk, const ChoiceOut *c) {
+    json_t *m = json_object();
+    if (!m) return NULL;
+    bool has_text = c->text_len > 0, has_reasoning = c->reasoning_len > 0;
+    json_t *text = json_stringn(c->text ? c->text : "", c->text ? c->text_len : 0);
+    if (c->role || !chunk) json_object_set_new(m, "role", json_string("assistant"));
+    if (!chunk) {
+        bool null_content = c->parsed && !has_text && c->tool_calls && json_array_size(c->tool_calls) > 0;
+        json_object_set_new(m, "content", null_content ? json_null() : json_incref(text));
+        if (c->parsed)
+            json_object_set_new(m, "reasoning_content",
+                                has_reasoning ? json_stringn(c->reasoning, c->reasoning_len) : json_null());
+    } else {
+        bool plain_empty = !c->parsed && c->finish == FINISH_NONE;
+        if (c->role || has_text || plain_empty) json_object_set_new(m, "content", json_incref(text));
+        if (has_reasoning) json_object_set_new(m, "reasoning_content", json_stringn(c->reasoning, c->reasoning_len));
+    }
+    json_decref(text);
+    if (c->tool_calls && json_array_size(c->tool_calls) > 0) json_object_set(m, "tool_calls", c->tool_calls);
+    return m;
+}
+
 static json_t *choice_json(ApiKind kind, bool chunk, const ChoiceOut *c) {
     json_t *o = json_object();
     if (!o) return NULL;
     json_object_set_new(o, "index", json_integer(c->index));
-    json_t *text = json_stringn(c->text ? c->text : "", c->text ? c->text_len : 0);
-    if (kind == API_COMPLETION) {
-        json_object_set_new(o, "text", text);
-    } else if (chunk) {
-        json_t *delta = json_object();
-        if (c->role) json_object_set_new(delta, "role", json_string("assistant"));
-        if (c->role || c->text_len > 0 || c->finish == FINISH_NONE) json_object_set_new(delta, "content", text);
-        else json_decref(text);
-        json_object_set_new(o, "delta", delta);
-    } else {
-        json_object_set_new(o, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text));
-    }
+    if (kind == API_COMPLETION)
+        json_object_set_new(o, "text", json_stringn(c->text ? c->text : "", c->text ? c->text_len : 0));
+    else
+        json_object_set_new(o, chunk ? "delta" : "message", message_json(chunk, c));
+    json_decref(c->tool_calls);
     json_object_set_new(o, "logprobs", c->logprobs ? c->logprobs : json_null());
-    json_object_set_new(o, "finish_reason", finish_json(c->finish));
+    json_object_set_new(o, "finish_reason", c->finish_tool_calls && c->finish != FINISH_NONE ? json_string("tool_calls")
+                                                                                            : finish_json(c->finish));
     if (c->finish != FINISH_NONE || !chunk)
         json_object_set_new(o, "stop_reason", c->stop_str ? json_string(c->stop_str) : json_null());
     return o;

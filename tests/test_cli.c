@@ -108,7 +108,7 @@ Test(cli, usage_errors) {
     expect_failure("", 2, "usage: nanovllm <command>");
     expect_failure("frobnicate", 2, "unknown command 'frobnicate'");
     expect_failure("generate --prompt-ids 1", 2, "--model is required");
-    expect_failure("generate --model " TINY_MODEL, 2, "exactly one of --prompt and --prompt-ids");
+    expect_failure("generate --model " TINY_MODEL, 2, "exactly one of --prompt, --prompt-ids and --chat");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --bogus", 2, "invalid option");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --max-tokens abc", 2,
                    "--max-tokens: 'abc' is not an integer");

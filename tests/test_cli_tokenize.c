@@ -131,7 +131,7 @@ Test(cli_tokenize, generate_prompt_errors) {
     char *out, *err;
     cr_expect_eq(run_nanovllm("generate --model " TINY_MODEL " --prompt x --prompt-ids 1", &out,
                               &err), 2);
-    cr_expect(strstr(err, "exactly one of --prompt and --prompt-ids"), "%s", err);
+    cr_expect(strstr(err, "exactly one of --prompt, --prompt-ids and --chat"), "%s", err);
     free(out);
     free(err);
     cr_expect_eq(run_nanovllm("generate --model " TINY_MODEL " --prompt ''", &out, &err), 1);

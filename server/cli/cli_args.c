@@ -125,6 +125,17 @@ int read_chat_template_arg(const char *value, char **text, Error *err) {
     return error_set(err, "--chat-template: '%s' contains a NUL byte", value);
 }
 
+int read_stdin(ByteBuf *b, Error *err) {
+    for (;;) {
+        if (byte_buf_reserve(b, 65536)) return error_set(err, "out of memory");
+        size_t got = fread(b->data + b->len, 1, 65536, stdin);
+        b->len += got;
+        if (got < 65536) break;
+    }
+    if (ferror(stdin)) return error_set(err, "cannot read stdin");
+    return 0;
+}
+
 int parse_runner_option(const char *name, const char *value, RunnerOptions *o, Error *err) {
     char flag[64];
     snprintf(flag, sizeof flag, "--%s", name);

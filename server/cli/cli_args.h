@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "config/defaults.h"
+#include "engine/base/byte_buf.h"
 #include "engine/base/error.h"
 #include "engine/runner.h"
 
@@ -33,6 +34,9 @@ int parse_id_list_arg(const char *flag, const char *text, int max_id, int32_t **
  * (has '{', '}' or a newline), else an error (a mistyped path). *text is
  * malloc'ed. */
 int read_chat_template_arg(const char *value, char **text, Error *err);
+
+/* All of stdin appended to *b. */
+int read_stdin(ByteBuf *b, Error *err);
 
 /* --chat-template and --chat-template-content-format, for the tables and
  * the help of the commands that render chats. */

@@ -4,7 +4,11 @@
  * Submits one request (n samples) to the engine and steps it in this thread
  * until it finishes: the same scheduler, block manager and sampler as the
  * server, without the HTTP part. A text prompt is encoded with the model's
- * tokenizer, which also decodes the completions for --json's "text".
+ * tokenizer, which also decodes the completions for --json's "text". A
+ * chat (--chat: a chat request's JSON) is rendered with the model's chat
+ * template first, and --json then also shows each answer as the server's
+ * message would: content, reasoning_content and tool_calls
+ * (server/chat_output/).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,10 +25,13 @@
 #include "config/defaults.h"
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/base/read_file.h"
+#include "engine/tokenizer/chat_template.h"
+#include "server/chat_output/chat_output.h"
 #include "server/model_setup.h"
 
 static const char USAGE[] =
-    "usage: nanovllm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n";
+    "usage: nanovllm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --chat FILE) [options]\n";
 
 static const char HELP[] =
     "Generates a completion of a prompt (text or token ids) and prints the new ids.\n"
@@ -32,6 +39,9 @@ static const char HELP[] =
     "  --model DIR                   Hugging Face model folder (config.json, model.safetensors)\n"
     "  --prompt TEXT                 prompt as text, encoded with the model's tokenizer\n"
     "  --prompt-ids IDS              prompt as comma-separated token ids\n"
+    "  --chat FILE                   a chat request's JSON ({\"messages\", \"tools\",\n"
+    "                                \"chat_template_kwargs\"}; - reads stdin), rendered with the\n"
+    "                                model's chat template; --json adds each answer's \"message\"\n"
     "  --max-tokens N                tokens to generate (default " DEFAULT_TEXT(DEFAULT_MAX_TOKENS) ")\n"
     "  --temperature T               0 = greedy (default), else sampling\n"
     "  --top-p P  --top-k K  --min-p P\n"
@@ -47,6 +57,7 @@ typedef struct GenerateArgs {
     const char *model_dir;
     const char *prompt_ids;
     const char *prompt_text;
+    const char *chat_file;
     const char *dump_logits;
     SamplingParams sampling;
     bool json;
@@ -105,6 +116,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         {"frequency-penalty", required_argument, 0, 'F'}, {"seed", required_argument, 0, 'S'},
         {"n", required_argument, 0, 'N'}, {"ignore-eos", no_argument, 0, 'e'},
         {"json", no_argument, 0, 'j'}, {"dump-logits", required_argument, 0, 'D'},
+        {"chat", required_argument, 0, 'c'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (GenerateArgs){.sampling = sampling_params_default(), .runner = runner_default_options()};
     optind = 0;
@@ -114,6 +126,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
         case 'm': a->model_dir = optarg; break;
         case 'p': a->prompt_ids = optarg; break;
         case 'T': a->prompt_text = optarg; break;
+        case 'c': a->chat_file = optarg; break;
         case 'e': a->sampling.ignore_eos = true; break;
         case 'j': a->json = true; break;
         case 'D': a->dump_logits = optarg; break;
@@ -131,8 +144,8 @@ static int parse_args(int argc, char **argv, GenerateArgs *a, Error *err) {
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
     if (!a->model_dir) return error_set(err, "--model is required");
-    if (!a->prompt_ids == !a->prompt_text)
-        return error_set(err, "give exactly one of --prompt and --prompt-ids");
+    if ((a->prompt_ids != NULL) + (a->prompt_text != NULL) + (a->chat_file != NULL) != 1)
+        return error_set(err, "give exactly one of --prompt, --prompt-ids and --chat");
     return 0;
 }
 
@@ -164,7 +177,7 @@ static Tokenizer *open_tokenizer(const GenerateArgs *a, int vocab, Error *err) {
     char path[4096];
     struct stat st;
     snprintf(path, sizeof path, "%s/tokenizer.json", a->model_dir);
-    if (!a->prompt_text && stat(path, &st) != 0) return NULL;
+    if (!a->prompt_text && !a->chat_file && stat(path, &st) != 0) return NULL;
     return tokenizer_load(a->model_dir, vocab, err);
 }
 
@@ -178,13 +191,70 @@ static int encode_prompt(const Tokenizer *tok, const char *text, int32_t **promp
     return 0;
 }
 
+/* --chat: the request read and rendered into prompt text (malloc'ed). */
+static char *render_chat(const char *file, const Tokenizer *tok, json_t **request, ChatTemplate **ct, Error *err) {
+    ByteBuf in = {0};
+    size_t len;
+    if (strcmp(file, "-") == 0 ? read_stdin(&in, err) : read_file(file, &in.data, &in.len, err))
+        return error_prefix(err, "--chat"), byte_buf_free(&in), NULL;
+    json_error_t jerr;
+    *request = json_loadb(in.data, in.len, 0, &jerr);
+    byte_buf_free(&in);
+    if (!json_is_object(*request))
+        return error_set(err, "--chat: not a JSON object (%s)", *request ? "another value" : jerr.text), NULL;
+    const char *warning;
+    if (!(*ct = chat_template_new(tok, NULL, CHAT_CONTENT_AUTO, &warning, err))) return NULL;
+    char *prompt = chat_template_render(*ct, *request, chat_template_clock(), &len, err);
+    if (!prompt) error_prefix(err, "--chat");
+    return prompt;
+}
+
+/* A chat answer as the server's message shows it: its text through the
+ * reasoning and tool-call parser. */
+static json_t *chat_message(const Tokenizer *tok, const ChatTemplate *ct, const json_t *request,
+                            const int32_t *prompt, int prompt_len, const char *text, size_t len) {
+    const json_t *tools = json_object_get(request, "tools");
+    bool has_tools = json_is_array(tools) && json_array_size(tools) > 0;
+    int last = chat_prompt_last_think_tag(tok, prompt, prompt_len, NULL);
+    ChatOutputOptions o = {.parse_reasoning = tokenizer_token_to_id(tok, "</think>", 8) >= 0,
+                           .starts_in_reasoning = last == 1,
+                           .tool_format = has_tools ? chat_template_tool_call_format(ct) : CHAT_TOOL_CALLS_NONE,
+                           .tools = has_tools ? tools : NULL};
+    ChatOutputParser *p = chat_output_parser_new(&o);
+    ChatOutputDelta d = {0};
+    json_t *m = NULL;
+    if (p && chat_output_feed(p, text, len, &d) == 0 && chat_output_finish(p, &d) == 0) {
+        json_t *calls = json_array();
+        for (int i = 0; calls && i < d.num_calls; i++)
+            json_array_append_new(calls, json_pack("{s:s, s:{s:s, s:s}}", "type", "function", "function", "name",
+                                                   d.calls[i].name, "arguments", d.calls[i].arguments));
+        m = json_pack("{s:s%, s:o, s:o}", "content", d.content.data ? d.content.data : "", d.content.len,
+                      "reasoning_content", d.reasoning.len ? json_stringn(d.reasoning.data, d.reasoning.len) : json_null(),
+                      "tool_calls", calls ? calls : json_array());
+    }
+    chat_output_delta_free(&d);
+    chat_output_parser_free(p);
+    return m;
+}
+
 /* A sample's completion as text, special tokens (<|im_end|>) left out. */
-static void add_text(json_t *o, const Tokenizer *tok, const Sample *s) {
+typedef struct ChatContext {
+    const ChatTemplate *ct; /* NULL: not a chat */
+    const json_t *request;
+    const int32_t *prompt;
+    int prompt_len;
+} ChatContext;
+
+static void add_text(json_t *o, const Tokenizer *tok, const Sample *s, const ChatContext *chat) {
     char *text = NULL;
     size_t len;
     Error err;
-    if (tok && tokenizer_decode(tok, s->ids, (size_t)s->num_ids, true, &text, &len, &err) == 0)
+    if (tok && tokenizer_decode(tok, s->ids, (size_t)s->num_ids, true, &text, &len, &err) == 0) {
         json_object_set_new(o, "text", json_stringn(text, len));
+        if (chat->ct)
+            json_object_set_new(o, "message", chat_message(tok, chat->ct, chat->request, chat->prompt,
+                                                           chat->prompt_len, text, len));
+    }
     free(text);
 }
 
@@ -206,9 +276,10 @@ static json_t *ids_to_json(const int32_t *ids, int n) {
 
 /* n = 1: {"prompt_ids", "ids", "text", "finish_reason"}; n > 1: {"prompt_ids",
  * "choices": [{"ids", "text", "finish_reason"}, ...]} ("text" when the model
- * folder has a tokenizer). */
+ * folder has a tokenizer; with --chat, "message": {"content",
+ * "reasoning_content", "tool_calls"} beside it). */
 static int print_result(const GenerateArgs *a, const Tokenizer *tok, const int32_t *prompt,
-                        int prompt_len, const Result *r) {
+                        int prompt_len, const Result *r, const ChatContext *chat) {
     int n = a->sampling.n;
     if (a->json) {
         json_t *o;
@@ -216,14 +287,14 @@ static int print_result(const GenerateArgs *a, const Tokenizer *tok, const int32
             o = json_pack("{s:o, s:o, s:s}", "prompt_ids", ids_to_json(prompt, prompt_len), "ids",
                           ids_to_json(r->samples[0].ids, r->samples[0].num_ids), "finish_reason",
                           finish_name(r->samples[0].finish));
-            if (o) add_text(o, tok, &r->samples[0]);
+            if (o) add_text(o, tok, &r->samples[0], chat);
         } else {
             json_t *choices = json_array();
             for (int i = 0; choices && i < n; i++) {
                 json_t *c = json_pack("{s:o, s:s}", "ids",
                                       ids_to_json(r->samples[i].ids, r->samples[i].num_ids),
                                       "finish_reason", finish_name(r->samples[i].finish));
-                if (c) add_text(c, tok, &r->samples[i]);
+                if (c) add_text(c, tok, &r->samples[i], chat);
                 json_array_append_new(choices, c);
             }
             o = json_pack("{s:o, s:o}", "prompt_ids", ids_to_json(prompt, prompt_len), "choices", choices);
@@ -312,9 +383,18 @@ int command_generate(int argc, char **argv) {
     int status = 1, vocab = m.weights.config.vocab_size;
     Error tok_err = {0};
     Tokenizer *tok = open_tokenizer(&a, vocab, &tok_err);
-    if ((!tok && tok_err.msg[0]) ||
-        (a.prompt_text && encode_prompt(tok, a.prompt_text, &prompt, &prompt_len, &tok_err))) {
+    json_t *chat_request = NULL;
+    ChatTemplate *ct = NULL;
+    char *chat_text = NULL;
+    if (tok && a.chat_file && !(chat_text = render_chat(a.chat_file, tok, &chat_request, &ct, &tok_err)))
+        tok_err.msg[0] = tok_err.msg[0] ? tok_err.msg[0] : '?';
+    const char *text = a.prompt_text ? a.prompt_text : chat_text;
+    if ((!tok && tok_err.msg[0]) || (a.chat_file && !chat_text) ||
+        (text && encode_prompt(tok, text, &prompt, &prompt_len, &tok_err))) {
         fprintf(stderr, "nanovllm generate: %s\n", tok_err.msg);
+        free(chat_text);
+        json_decref(chat_request);
+        chat_template_free(ct);
         tokenizer_free(tok);
         loaded_model_close(&m);
         free(prompt);
@@ -341,7 +421,7 @@ int command_generate(int argc, char **argv) {
                                                             a.dump_logits, &err)) ||
                  run(e, &a, prompt, prompt_len, &r, &err))
             fprintf(stderr, "nanovllm generate: %s\n", err.msg);
-        else if (print_result(&a, tok, prompt, prompt_len, &r))
+        else if (print_result(&a, tok, prompt, prompt_len, &r, &(ChatContext){ct, chat_request, prompt, prompt_len}))
             fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
         else
             status = 0;
@@ -350,6 +430,9 @@ int command_generate(int argc, char **argv) {
     for (int i = 0; r.samples && i < a.sampling.n; i++) free(r.samples[i].ids);
     free(r.samples);
     free(prompt);
+    free(chat_text);
+    json_decref(chat_request);
+    chat_template_free(ct);
     tokenizer_free(tok);
     loaded_model_close(&m);
     return status;

@@ -39,6 +39,13 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_MAX_CONNECTIONS) ")\n"
     CHAT_TEMPLATE_USAGE
     "  --trust-request-chat-template a request may bring its own \"chat_template\" (else 400)\n"
+    "  --reasoning-parser NAME       qwen3 or none: <think>...</think> of chat answers into\n"
+    "                                reasoning_content (default: qwen3 when the tokenizer has the tags)\n"
+    "  --tool-call-parser NAME       auto (the chat template's format), hermes, qwen3_xml (or\n"
+    "                                qwen3_coder) or none (default auto)\n"
+    "  --enable-auto-tool-choice     accepted for vLLM compatibility: tool calls are always parsed\n"
+    "  --scheduling-policy NAME      fcfs (default) or priority: requests' \"priority\", lower first,\n"
+    "                                preempting lower priority under KV pressure\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 int command_serve(int argc, char **argv) {
@@ -51,6 +58,8 @@ int command_serve(int argc, char **argv) {
         {"max-connections", required_argument, 0, 'C'}, {"chat-template", required_argument, 0, 't'},
         {"chat-template-content-format", required_argument, 0, 'F'},
         {"trust-request-chat-template", no_argument, 0, 'U'},
+        {"reasoning-parser", required_argument, 0, 'R'}, {"tool-call-parser", required_argument, 0, 'P'},
+        {"enable-auto-tool-choice", no_argument, 0, 'A'}, {"scheduling-policy", required_argument, 0, 'S'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     ApiServerOptions o = {.host = DEFAULT_HOST,
                           .port = DEFAULT_PORT,
@@ -60,6 +69,7 @@ int command_serve(int argc, char **argv) {
                           .header_timeout = DEFAULT_HEADER_TIMEOUT_SECONDS,
                           .body_timeout = DEFAULT_BODY_TIMEOUT_SECONDS,
                           .max_connections = DEFAULT_MAX_CONNECTIONS,
+                          .tool_call_parser = CHAT_TOOL_CALLS_OTHER,
                           .runner = runner_default_options()};
     Error err = {0};
     int rc = 0;
@@ -94,6 +104,25 @@ int command_serve(int argc, char **argv) {
                                      "openai or verbatim", optarg);
             break;
         case 'U': o.trust_request_chat_template = true; break;
+        case 'A': break;
+        case 'R':
+            if (strcmp(optarg, "qwen3") == 0 || strcmp(optarg, "deepseek_r1") == 0) o.reasoning_parser = REASONING_PARSER_QWEN3;
+            else if (strcmp(optarg, "none") == 0) o.reasoning_parser = REASONING_PARSER_NONE;
+            else rc = error_set(&err, "--reasoning-parser: '%s' is not qwen3 or none", optarg);
+            break;
+        case 'P':
+            if (strcmp(optarg, "auto") == 0) o.tool_call_parser = CHAT_TOOL_CALLS_OTHER;
+            else if (strcmp(optarg, "hermes") == 0) o.tool_call_parser = CHAT_TOOL_CALLS_HERMES;
+            else if (strcmp(optarg, "qwen3_xml") == 0 || strcmp(optarg, "qwen3_coder") == 0)
+                o.tool_call_parser = CHAT_TOOL_CALLS_QWEN3_XML;
+            else if (strcmp(optarg, "none") == 0) o.tool_call_parser = CHAT_TOOL_CALLS_NONE;
+            else rc = error_set(&err, "--tool-call-parser: '%s' is not auto, hermes, qwen3_xml, qwen3_coder or none", optarg);
+            break;
+        case 'S':
+            if (strcmp(optarg, "fcfs") == 0) o.scheduling_policy = SCHEDULING_FCFS;
+            else if (strcmp(optarg, "priority") == 0) o.scheduling_policy = SCHEDULING_PRIORITY;
+            else rc = error_set(&err, "--scheduling-policy: '%s' is not fcfs or priority", optarg);
+            break;
         default: {
             int common = parse_common_option(c, c == 0 ? options[index].name : NULL, optarg,
                                              &o.runner, USAGE, HELP, &err);

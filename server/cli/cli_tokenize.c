@@ -125,17 +125,6 @@ static int model_vocab_size(const char *dir) {
     return n;
 }
 
-static int read_stdin(ByteBuf *b, Error *err) {
-    for (;;) {
-        if (byte_buf_reserve(b, 65536)) return error_set(err, "out of memory");
-        size_t got = fread(b->data + b->len, 1, 65536, stdin);
-        b->len += got;
-        if (got < 65536) break;
-    }
-    if (ferror(stdin)) return error_set(err, "cannot read stdin");
-    return 0;
-}
-
 /* A chat request read from stdin, and the model's template (or
  * --chat-template's) to render it with. */
 static json_t *load_chat(const Tokenizer *t, const TokenizeArgs *a, const ByteBuf *in,

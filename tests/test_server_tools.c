@@ -1,0 +1,103 @@
+/*
+ * test_server_tools.c - tool calls, reasoning content and the sampling
+ * fields of the chat API through the real `nanovllm serve` on the tiny
+ * random-weight model.
+ *
+ * tools_e2e runs tests/e2e/tools.mjs with the official OpenAI SDK (forced
+ * calls valid against their schemas, a two-turn tool conversation,
+ * answers forced by guided_regex split into reasoning, content and calls,
+ * streams assembling to the non-streamed message, logit_bias, min_tokens,
+ * truncate_prompt_tokens, continuous usage). The others need no node:
+ * --scheduling-policy priority accepting "priority", --reasoning-parser
+ * none leaving <think> in the content, and `generate --chat --json`.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "server_helpers.h"
+
+Test(server_tools, tools_e2e, .timeout = 600) {
+    if (access("tests/e2e/node_modules/openai/package.json", R_OK) != 0 ||
+        access("tests/e2e/node_modules/ajv/package.json", R_OK) != 0)
+        cr_assert_fail("the e2e packages are not installed: run scripts/setup.sh (npm ci --prefix tests/e2e)");
+    TestServer s;
+    server_start(&s, "--api-key sekrit --served-model-name tiny-qwen3 --block-size 16 --kv-cache-memory 512MiB");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "node tests/e2e/tools.mjs %d tiny-qwen3 sekrit > %s/tools.txt 2>&1", s.port, s.dir);
+    int rc = system(cmd);
+    char path[300];
+    snprintf(path, sizeof path, "%s/tools.txt", s.dir);
+    char *out = read_text(path);
+    cr_expect_eq(rc, 0, "the tool-call checks failed:\n%s", out);
+    cr_expect(strstr(out, "\nok "), "%s", out);
+    free(out);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+static const char FORCED_THINK[] =
+    "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 40, \"temperature\": 0, "
+    "\"chat_template_kwargs\": {\"enable_thinking\": false}, "
+    "\"guided_regex\": \"<think>\\\\nhmm\\\\n</think>\\\\n\\\\nyes\"}";
+
+Test(server_tools, reasoning_parser_none_keeps_the_tags, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "--reasoning-parser none");
+    int status;
+    json_t *r = http_json(&s, "/v1/chat/completions", FORCED_THINK, &status);
+    cr_assert_eq(status, 200);
+    json_t *m = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "content")), "<think>\nhmm\n</think>\n\nyes");
+    cr_expect_null(json_object_get(m, "reasoning_content"));
+    json_decref(r);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+Test(server_tools, priority_needs_the_priority_policy, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "--scheduling-policy priority");
+    static const char *const bodies[] = {
+        "{\"prompt\": \"a\", \"max_tokens\": 4, \"priority\": -5}",
+        "{\"prompt\": \"b\", \"max_tokens\": 4, \"priority\": 7}",
+        "{\"prompt\": \"c\", \"max_tokens\": 4}",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        int status;
+        json_t *r = http_json(&s, "/v1/completions", bodies[i], &status);
+        cr_expect_eq(status, 200, "%s", bodies[i]);
+        json_decref(r);
+    }
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+Test(server_tools, generate_chat_json_parses_the_answer, .timeout = 120) {
+    static const char chat[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                               "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"add\"}}]}";
+    /* The tiny model's answer is random text: its "message" is there, with
+     * whatever split it has, and "text" is the raw answer. */
+    char *out, *err;
+    int rc = run_nanovllm_stdin("generate --model " TINY_MODEL " --chat - --max-tokens 8 --json --quiet", chat,
+                                sizeof chat - 1, &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    json_error_t jerr;
+    json_t *o = json_loads(out, 0, &jerr);
+    cr_assert_not_null(o, "%s: %s", jerr.text, out);
+    json_t *m = json_object_get(o, "message");
+    cr_assert(json_is_object(m), "%s", out);
+    cr_expect(json_is_string(json_object_get(m, "content")));
+    cr_expect(json_is_array(json_object_get(m, "tool_calls")));
+    cr_expect(json_is_string(json_object_get(o, "text")));
+    json_decref(o);
+    free(out);
+    free(err);
+    rc = run_nanovllm_stdin("generate --model " TINY_MODEL " --chat - --prompt x --json --quiet", chat,
+                            sizeof chat - 1, &out, &err);
+    cr_expect_eq(rc, 2, "--chat with --prompt is a usage error");
+    free(out);
+    free(err);
+}
