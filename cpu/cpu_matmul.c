@@ -9,6 +9,9 @@
  * task's rows stay in L2 for the next four. Partial sums are reduced once
  * per output, after the K loop.
  *
+ * Small-batch GEMM (a decode batch): cpu_matmul_small.c; here it is only
+ * another pair of kernels with the row kernels' signature and task split.
+ *
  * BLAS (large M): each task widens PANEL_ROWS weight rows into its own f32
  * panel (cache-sized) and calls cblas_sgemm on it. OpenBLAS is told to use
  * one thread, because the parallelism is ours.
@@ -22,6 +25,7 @@
 #include <string.h>
 
 #include "cpu_matmul_amx.h"
+#include "cpu_matmul_small.h"
 #include "engine/base/half.h"
 
 #if defined(__x86_64__)
@@ -33,6 +37,24 @@
  * `nanovllm bench --matmul`; see cpu/PERFORMANCE.md. */
 #define AMX_MIN_ROWS 3
 #define SMALL_M_MAX 8
+
+/* Activation rows [GEMM_MIN_ROWS, GEMM_MAX_ROWS_*] go to the small-batch
+ * GEMM where this SIMD level has one (AVX2 and up). Below, the row kernels
+ * read weights from memory faster (one sequential stream per weight row, and
+ * up to 4 rows need only one pass): 2 rows of the lm_head took 14 ms with
+ * them against 20-22 ms, 3 and 4 rows tied (and up to 4 rows are one pass for
+ * the row kernels). Above, OpenBLAS wins: with AVX-512 the GEMM still won at
+ * 512 rows (94 vs 84 GFLOP/s per thread at 512 x 1024 x 1024) but not at
+ * 2048 (the activations no longer fit the caches it re-reads them from);
+ * with AVX2 it won at 128 rows (88 vs 75) and lost at 512 (81 vs 87).
+ * SMALL_M_MAX is then the row kernels' limit at the scalar level only.
+ * Measured on Zen 4 with `nanovllm bench --matmul`; see cpu/PERFORMANCE.md. */
+#define GEMM_MIN_ROWS 5
+#define GEMM_MAX_ROWS_AVX512 512
+#define GEMM_MAX_ROWS_AVX2 128
+
+/* Weight rows per task of the small-batch GEMM. */
+#define GEMM_ROWS_PER_TASK 256
 
 /* Weight rows per AMX task (a multiple of 32, the kernel's block). */
 #define AMX_TASK_ROWS 128
@@ -290,7 +312,7 @@ static void widen(CpuIsa isa, float *dst, const uint16_t *src, size_t n) {
  * i covers rows [n0, n1) of weight ws[wi]. */
 struct MatmulTask {
     int wi, n0, n1; /* weight ws[wi], its rows [n0, n1) */
-    int m0, m1;     /* AMX: activation rows [m0, m1) (others: all) */
+    int m0, m1;     /* AMX: activation rows [m0, m1) (others: all; grouped: m0 = gemm?) */
 };
 
 typedef struct MatmulJob {
@@ -304,6 +326,13 @@ typedef struct MatmulJob {
     RowsKernel kernels[2]; /* by weight type */
     const MatmulTask *tasks;
 } MatmulJob;
+
+/* The kernel of a row-split strategy (rows or gemm) for this weight type:
+ * gemm falls back to the row kernels where it has no kernel (scalar). */
+static RowsKernel split_kernel(MatmulStrategy s, CpuIsa isa, WeightType type) {
+    RowsKernel k = s == MATMUL_GEMM ? small_gemm_kernel(isa, type) : NULL;
+    return k ? k : rows_kernel(isa, type);
+}
 
 static void rows_task(const MatmulJob *j, const MatmulTask *t) {
     const Weight *w = j->ws[t->wi];
@@ -346,7 +375,10 @@ static void pack_task(void *ctx, int group, int thread) {
 
 /* Weight rows per task of each strategy. */
 static int rows_per_task(MatmulStrategy s) {
-    return s == MATMUL_AMX ? AMX_TASK_ROWS : s == MATMUL_BLAS ? PANEL_ROWS : GEMV_ROWS_PER_TASK;
+    return s == MATMUL_AMX    ? AMX_TASK_ROWS
+           : s == MATMUL_BLAS ? PANEL_ROWS
+           : s == MATMUL_GEMM ? GEMM_ROWS_PER_TASK
+                              : GEMV_ROWS_PER_TASK;
 }
 
 /* AMX tasks also split the tokens, so that the packed activations a task
@@ -359,6 +391,11 @@ static int amx_tokens_per_task(int K) {
 
 MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
     if (M > AMX_MIN_ROWS && isa >= CPU_ISA_AMX && amx_supports(w)) return MATMUL_AMX;
+    if (small_gemm_kernel(isa, w->type)) {
+        if (M < GEMM_MIN_ROWS) return MATMUL_ROWS;
+        int max = isa >= CPU_ISA_AVX512 ? GEMM_MAX_ROWS_AVX512 : GEMM_MAX_ROWS_AVX2;
+        return M <= max ? MATMUL_GEMM : MATMUL_BLAS;
+    }
     if (M > SMALL_M_MAX) return MATMUL_BLAS;
     return MATMUL_ROWS;
 }
@@ -373,7 +410,8 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
         if (strategy == MATMUL_AMX && !amx_ok) strategy = MATMUL_ROWS;
     }
     MatmulJob job = {mm, x, M, ws, ys, strategy, isa,
-                     {rows_kernel(isa, WEIGHT_BF16), rows_kernel(isa, WEIGHT_F32)}, mm->tasks};
+                     {split_kernel(strategy, isa, WEIGHT_BF16), split_kernel(strategy, isa, WEIGHT_F32)},
+                     mm->tasks};
     if (strategy == MATMUL_AMX)
         thread_pool_run(mm->pool, (M + AMX_GROUP - 1) / AMX_GROUP, pack_task, &job);
     int per = rows_per_task(strategy), n = 0;
@@ -397,9 +435,13 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
 
 typedef struct GroupedJob {
     const MatmulGroup *groups;
-    RowsKernel kernels[2]; /* by weight type */
+    RowsKernel kernels[2][2]; /* [gemm?][weight type] */
     const MatmulTask *tasks;
 } GroupedJob;
+
+/* The strategies whose tasks are row ranges of one product with no scratch,
+ * so that products of different inputs can share one parallel loop. */
+static bool row_split(MatmulStrategy s) { return s == MATMUL_ROWS || s == MATMUL_GEMM; }
 
 static void grouped_task(void *ctx, int task, int thread) {
     (void)thread;
@@ -407,7 +449,8 @@ static void grouped_task(void *ctx, int task, int thread) {
     const MatmulTask *t = &j->tasks[task];
     const MatmulGroup *g = &j->groups[t->wi];
     const Weight *w = g->w;
-    j->kernels[w->type](g->y, w->rows, g->x, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
+    /* m0 carries the group's kernel: 1 for gemm (set in cpu_matmul_grouped). */
+    j->kernels[t->m0][w->type](g->y, w->rows, g->x, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
 }
 
 void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
@@ -416,7 +459,7 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
     for (int i = 0; i < count;) {
         const MatmulGroup *g = &groups[i];
         int same = 1;
-        if (g->M <= 0 || cpu_matmul_choose(g->M, g->w, isa) == MATMUL_ROWS) {
+        if (g->M <= 0 || row_split(cpu_matmul_choose(g->M, g->w, isa))) {
             i++;
             continue;
         }
@@ -431,18 +474,24 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
         run(mm, g->x, g->M, ws, ys, same, MATMUL_AUTO, isa);
         i += same;
     }
-    GroupedJob job = {groups, {rows_kernel(isa, WEIGHT_BF16), rows_kernel(isa, WEIGHT_F32)}, mm->tasks};
+    GroupedJob job = {groups,
+                      {{rows_kernel(isa, WEIGHT_BF16), rows_kernel(isa, WEIGHT_F32)},
+                       {split_kernel(MATMUL_GEMM, isa, WEIGHT_BF16),
+                        split_kernel(MATMUL_GEMM, isa, WEIGHT_F32)}},
+                      mm->tasks};
     int n = 0;
     for (int i = 0; i < count; i++) {
         const MatmulGroup *g = &groups[i];
-        if (g->M <= 0 || cpu_matmul_choose(g->M, g->w, isa) != MATMUL_ROWS) continue;
-        for (int n0 = 0; n0 < g->w->rows; n0 += GEMV_ROWS_PER_TASK) {
+        MatmulStrategy s = g->M > 0 ? cpu_matmul_choose(g->M, g->w, isa) : MATMUL_AUTO;
+        if (!row_split(s)) continue;
+        int per = rows_per_task(s);
+        for (int n0 = 0; n0 < g->w->rows; n0 += per) {
             if (n == mm->max_tasks) {
                 thread_pool_run(mm->pool, n, grouped_task, &job);
                 n = 0;
             }
-            int n1 = n0 + GEMV_ROWS_PER_TASK < g->w->rows ? n0 + GEMV_ROWS_PER_TASK : g->w->rows;
-            mm->tasks[n++] = (MatmulTask){i, n0, n1, 0, g->M};
+            int n1 = n0 + per < g->w->rows ? n0 + per : g->w->rows;
+            mm->tasks[n++] = (MatmulTask){i, n0, n1, s == MATMUL_GEMM, g->M};
         }
     }
     if (n > 0) thread_pool_run(mm->pool, n, grouped_task, &job);
@@ -467,6 +516,7 @@ const char *matmul_strategy_name(MatmulStrategy s) {
     case MATMUL_ROWS: return "rows";
     case MATMUL_BLAS: return "blas";
     case MATMUL_AMX: return "amx";
+    case MATMUL_GEMM: return "gemm";
     default: return "auto";
     }
 }

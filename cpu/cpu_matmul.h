@@ -1,18 +1,20 @@
 /*
  * cpu_matmul.h - y = x . W^T for float32 activations and bf16 or f32 weights.
  *
- * Every projection of the CPU forward pass goes through here. Three
+ * Every projection of the CPU forward pass goes through here. Four
  * strategies, chosen by the number of activation rows M and the CPU:
- *  - rows (small M, decode): our own SIMD kernels stream each weight row
- *    once, widening bf16 to f32 in registers, for up to four activation
- *    rows per pass. Memory-bound, so reading bf16 (half of f32) is what sets
- *    the speed; no BLAS has a f32 x bf16 kernel.
+ *  - rows (M = 1, single-stream decode): our own SIMD kernels stream each
+ *    weight row once, widening bf16 to f32 in registers, for up to four
+ *    activation rows per pass. Memory-bound, so reading bf16 (half of f32)
+ *    is what sets the speed; no BLAS has a f32 x bf16 kernel.
+ *  - gemm (a decode batch, ~2..64 rows): a register-tiled kernel that reads
+ *    each weight once per step for all rows (cpu_matmul_small.h).
  *  - amx (larger M, where the CPU has AMX): tile multiplies on bf16 terms
  *    that add up exactly to the float32 activations (cpu_matmul_amx.h).
  *  - blas (larger M elsewhere): weight rows widened to f32 in per-thread
  *    panels and multiplied by OpenBLAS sgemm, single-threaded inside each of
  *    our tasks so that only one thread pool runs.
- * All three compute in float32; they differ only in summation order.
+ * All four compute in float32; they differ only in summation order.
  */
 #ifndef NANOVLLM_CPU_MATMUL_H
 #define NANOVLLM_CPU_MATMUL_H
@@ -23,7 +25,13 @@
 
 typedef struct CpuMatmul CpuMatmul;
 
-typedef enum MatmulStrategy { MATMUL_AUTO, MATMUL_ROWS, MATMUL_BLAS, MATMUL_AMX } MatmulStrategy;
+typedef enum MatmulStrategy {
+    MATMUL_AUTO,
+    MATMUL_ROWS,
+    MATMUL_BLAS,
+    MATMUL_AMX,
+    MATMUL_GEMM
+} MatmulStrategy;
 
 /* max_rows: the largest M; max_cols: the largest K (W.cols) that will be passed. */
 CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error *err);
@@ -52,7 +60,8 @@ typedef struct MatmulGroup {
 void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count);
 
 /* The same with a forced strategy and SIMD level (tests, benchmarks). A
- * strategy the CPU or the weight cannot use falls back to MATMUL_ROWS. */
+ * strategy the CPU or the weight cannot use falls back to MATMUL_ROWS (gemm
+ * at the scalar level runs the row kernels). */
 void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w,
                      MatmulStrategy strategy, CpuIsa isa);
 

@@ -1,7 +1,8 @@
 /*
  * bench_matmul.h - `nanovllm bench --matmul`: the CPU matmul strategies
- * (row kernels, BLAS, AMX) side by side at 1..512 rows of a Qwen3-0.6B-sized
- * bf16 weight: how SMALL_M_MAX in cpu/cpu_matmul.c was chosen.
+ * (row kernels, small-batch GEMM, BLAS, AMX) side by side at 1..512 rows of
+ * Qwen3-0.6B's bf16 projection shapes and lm_head, against the machine's FMA
+ * peak: how the thresholds in cpu/cpu_matmul.c were chosen.
  */
 #ifndef NANOVLLM_BENCH_MATMUL_H
 #define NANOVLLM_BENCH_MATMUL_H

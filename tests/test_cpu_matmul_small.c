@@ -1,0 +1,186 @@
+/*
+ * test_cpu_matmul_small.c - the small-batch GEMM (cpu_matmul_small.h, the
+ * "gemm" strategy of cpu_matmul.h) against a float64 reference: every row
+ * count 1..70 (all tile remainders of 6- and 4-row tiles), K and N that are
+ * not multiples of the 16/8-lane vectors or the 4/2-row strips, bf16 and f32
+ * weights, at every SIMD level this machine can run; plus the automatic
+ * choice, cpu_matmul_multi and cpu_matmul_grouped going through it.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_matmul.h"
+#include "cpu/cpu_matmul_small.h"
+#include "engine/base/half.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float uniform(void) { /* xorshift64, uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+/* One weight in both forms: bf16 and its exact f32 value (or plain f32). */
+typedef struct TestWeight {
+    Weight w;
+    float *wf;    /* the values the kernel multiplies by */
+    uint16_t *wb; /* bf16 storage (bf16 weights) */
+} TestWeight;
+
+static TestWeight make_weight(int N, int K, WeightType type) {
+    TestWeight t = {0};
+    t.wf = malloc(sizeof(float) * (size_t)N * K + 4);
+    t.wb = malloc(sizeof(uint16_t) * (size_t)N * K + 2);
+    cr_assert(t.wf && t.wb);
+    for (size_t i = 0; i < (size_t)N * K; i++) {
+        t.wf[i] = uniform();
+        t.wb[i] = f32_to_bf16(t.wf[i]);
+        if (type == WEIGHT_BF16) t.wf[i] = bf16_to_f32(t.wb[i]);
+    }
+    t.w = (Weight){.data = type == WEIGHT_BF16 ? (const void *)t.wb : t.wf, .type = type, .rows = N,
+                   .cols = K};
+    return t;
+}
+
+static void free_weight(TestWeight *t) {
+    free(t->wf);
+    free(t->wb);
+}
+
+/* Relative error of every output against float64, scaled by sum |x w| so that
+ * cancellation does not inflate it; the same 5e-7 bound as test_cpu_kernels. */
+static void check_against_reference(const float *y, const float *x, int M, const TestWeight *t,
+                                    const char *what, CpuIsa isa) {
+    int N = t->w.rows, K = t->w.cols;
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)x[(size_t)m * K + k] * t->wf[(size_t)n * K + k];
+                ref += p;
+                mag += fabs(p);
+            }
+            double got = y[(size_t)m * N + n];
+            double err = fabs(got - ref) / (mag + 1e-30);
+            cr_assert(err < 5e-7, "%s M=%d N=%d K=%d %s %s: y[%d,%d] = %.9g, want %.9g", what, M, N,
+                      K, t->w.type == WEIGHT_BF16 ? "bf16" : "f32", cpu_isa_name(isa), m, n, got,
+                      ref);
+        }
+    }
+}
+
+static void check_gemm(CpuMatmul *mm, int M, int N, int K, WeightType type, CpuIsa isa) {
+    TestWeight t = make_weight(N, K, type);
+    float *x = malloc(sizeof(float) * (size_t)M * K);
+    float *y = malloc(sizeof(float) * (size_t)M * N);
+    cr_assert(x && y);
+    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = uniform();
+    for (size_t i = 0; i < (size_t)M * N; i++) y[i] = NAN; /* every output must be written */
+    cpu_matmul_with(mm, y, x, M, &t.w, MATMUL_GEMM, isa);
+    check_against_reference(y, x, M, &t, "gemm", isa);
+    free(x);
+    free(y);
+    free_weight(&t);
+}
+
+static const int KS[] = {1, 15, 17, 64, 100, 1000};
+static const int NS[] = {1, 3, 31, 33, 257};
+#define NK (int)(sizeof KS / sizeof KS[0])
+#define NN (int)(sizeof NS / sizeof NS[0])
+
+/* Every row count 1..70, walking through the (K, N) pairs so that each pair
+ * meets several row counts; three threads so that tasks split unevenly. */
+Test(cpu_matmul_small, every_row_count_odd_sizes_every_isa, .timeout = 300) {
+    Error err = {0};
+    ThreadPool *pool = thread_pool_create(3, &err);
+    cr_assert(pool, "%s", err.msg);
+    CpuMatmul *mm = cpu_matmul_create(pool, 70, 1000, &err);
+    cr_assert(mm, "%s", err.msg);
+    for (int isa = CPU_ISA_SCALAR; isa <= (int)cpu_isa_detect(); isa++)
+        for (int M = 1; M <= 70; M++)
+            for (int t = 0; t < 2; t++)
+                check_gemm(mm, M, NS[(M / NK + t) % NN], KS[(M + t) % NK], (WeightType)t,
+                           (CpuIsa)isa);
+    cr_log_info("gemm checked at SIMD levels scalar..%s", cpu_isa_name(cpu_isa_detect()));
+    cpu_matmul_destroy(mm);
+    thread_pool_destroy(pool);
+}
+
+/* The full (K, N) cross product at row counts around the tile sizes. */
+Test(cpu_matmul_small, all_shapes_at_tile_edges, .timeout = 300) {
+    Error err = {0};
+    ThreadPool *pool = thread_pool_create(2, &err);
+    cr_assert(pool, "%s", err.msg);
+    CpuMatmul *mm = cpu_matmul_create(pool, 70, 1000, &err);
+    cr_assert(mm, "%s", err.msg);
+    int rows[] = {1, 2, 3, 5, 7, 13, 24, 70};
+    for (int isa = CPU_ISA_AVX2; isa <= (int)cpu_isa_detect(); isa++)
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+            for (int k = 0; k < NK; k++)
+                for (int n = 0; n < NN; n++)
+                    for (int t = 0; t < 2; t++)
+                        check_gemm(mm, rows[r], NS[n], KS[k], (WeightType)t, (CpuIsa)isa);
+    /* More weight rows than one task holds: the task boundaries. */
+    for (int t = 0; t < 2; t++) check_gemm(mm, 9, 1000, 100, (WeightType)t, cpu_isa_detect());
+    cpu_matmul_destroy(mm);
+    thread_pool_destroy(pool);
+}
+
+/* Where the CPU has a kernel, a decode batch is routed to it by default. */
+Test(cpu_matmul_small, auto_choice) {
+    Weight w = {.data = NULL, .type = WEIGHT_BF16, .rows = 3072, .cols = 1024};
+    for (int isa = CPU_ISA_SCALAR; isa <= (int)cpu_isa_detect(); isa++) {
+        bool has = small_gemm_kernel((CpuIsa)isa, WEIGHT_BF16) != NULL;
+        cr_expect_eq(has, isa >= CPU_ISA_AVX2);
+        cr_expect_eq(cpu_matmul_choose(1, &w, (CpuIsa)isa), MATMUL_ROWS);
+        if (has && isa < CPU_ISA_AMX)
+            cr_expect_eq(cpu_matmul_choose(16, &w, (CpuIsa)isa), MATMUL_GEMM, "%s",
+                         cpu_isa_name((CpuIsa)isa));
+        /* Prefill-sized inputs stay with OpenBLAS or AMX. */
+        cr_expect_eq(cpu_matmul_choose(4096, &w, (CpuIsa)isa) == MATMUL_GEMM, false);
+    }
+}
+
+/* cpu_matmul_multi and cpu_matmul_grouped reach the same kernel: q/k/v-like
+ * products sharing one input, and MoE-like products with their own inputs
+ * and row counts (1 row: row kernels; the others: gemm) in one loop. */
+Test(cpu_matmul_small, multi_and_grouped) {
+    Error err = {0};
+    ThreadPool *pool = thread_pool_create(2, &err);
+    cr_assert(pool, "%s", err.msg);
+    CpuMatmul *mm = cpu_matmul_create(pool, 40, 200, &err);
+    cr_assert(mm, "%s", err.msg);
+    enum { K = 200, G = 4 };
+    int rows[G] = {300, 33, 33, 7}, ms[G] = {12, 1, 5, 40};
+    TestWeight t[G];
+    float *x[G], *y[G];
+    for (int i = 0; i < G; i++) {
+        t[i] = make_weight(rows[i], K, i == 3 ? WEIGHT_F32 : WEIGHT_BF16);
+        x[i] = malloc(sizeof(float) * 40 * K);
+        y[i] = malloc(sizeof(float) * 40 * rows[i]);
+        cr_assert(x[i] && y[i]);
+        for (size_t j = 0; j < (size_t)40 * K; j++) x[i][j] = uniform();
+        for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
+    }
+    const Weight *ws[3] = {&t[0].w, &t[1].w, &t[2].w};
+    cpu_matmul_multi(mm, x[0], 12, ws, y, 3);
+    for (int i = 0; i < 3; i++) check_against_reference(y[i], x[0], 12, &t[i], "multi", cpu_isa_active());
+    MatmulGroup groups[G];
+    for (int i = 0; i < G; i++) {
+        for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
+        groups[i] = (MatmulGroup){x[i], ms[i], &t[i].w, y[i]};
+    }
+    cpu_matmul_grouped(mm, groups, G);
+    for (int i = 0; i < G; i++)
+        check_against_reference(y[i], x[i], ms[i], &t[i], "grouped", cpu_isa_active());
+    for (int i = 0; i < G; i++) {
+        free_weight(&t[i]);
+        free(x[i]);
+        free(y[i]);
+    }
+    cpu_matmul_destroy(mm);
+    thread_pool_destroy(pool);
+}
