@@ -8,11 +8,19 @@
  * whose rows are num_kv_heads * head_dim apart), causal mask, running
  * max/sum rescaling (flash-attention's online softmax), O += P V. The score
  * matrix never exceeds one block, whatever the context length, and each K/V
- * block is read once per tile rather than once per query.
+ * block is read once per tile rather than once per query. A bf16 cache is
+ * widened block by block into per-thread float32 scratch for sgemm.
+ *
+ * A tile of one token (decode) goes to cpu_attention_decode.c instead: at
+ * G = 2 rows sgemm's per-call overhead dominates, and its kernels read the
+ * bf16 cache directly.
  */
 #include "cpu_attention.h"
 
+#include "cpu_attention_decode.h"
 #include "cpu_ops.h"
+#include "engine/base/cpu_isa.h"
+#include "engine/base/half.h"
 #include "engine/base/row_max.h"
 
 #include <cblas.h>
@@ -36,11 +44,13 @@ typedef struct ThreadScratch {
     float *scores; /* [rows, block_size] */
     float *acc;    /* [rows, head_dim] */
     float *row_max, *row_sum;
+    float *k_wide, *v_wide; /* [block_size, head_dim]: a bf16 block widened for sgemm */
 } ThreadScratch;
 
 struct CpuAttention {
     ThreadPool *pool;
     AttentionShape shape;
+    bool kv_bf16;      /* the cache holds bf16 */
     int group;         /* query heads per KV head */
     int tile_tokens;   /* query tokens per task */
     int max_rows;      /* tile_tokens * group */
@@ -49,9 +59,31 @@ struct CpuAttention {
     ThreadScratch *scratch;
     /* per call */
     float *out;
-    const float *q, *k_cache, *v_cache;
+    const float *q;
+    const void *k_cache, *v_cache;
     const RunnerBatch *batch;
+    CpuIsa isa;
 };
+
+/* Rows [0, n) of one KV head in a bf16 cache block, as float32 [n, D]. */
+static void widen_rows(float *dst, const uint16_t *src, int n, int D, size_t stride) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < D; d++) dst[(size_t)j * D + d] = bf16_to_f32(src[(size_t)j * stride + d]);
+}
+
+/* A one-token tile: the decode kernels over the whole context. */
+static void attend_decode(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
+    const AttentionShape *sh = &a->shape;
+    const RunnerSeq *seq = &a->batch->seqs[t->seq];
+    int D = sh->head_dim, G = a->group;
+    size_t q_off = (size_t)(t->token0 + t->tile0) * sh->num_heads * D + (size_t)t->kv_head * G * D;
+    DecodeKv kv = {a->k_cache, a->v_cache, a->kv_bf16, seq->block_table, sh->block_size,
+                   sh->num_kv_heads * D, t->kv_head, D};
+    DecodePart part = {s->row_max, s->row_sum, s->acc};
+    decode_attend_range(a->isa, &kv, a->q + q_off, G, 0, seq->start_pos + t->tile0 + 1, s->scores,
+                        part);
+    decode_finish(a->out + q_off, D, &part, 1, G, D);
+}
 
 static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
     const AttentionShape *sh = &a->shape;
@@ -79,8 +111,21 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
         int key0 = kb * bs;
         int n = last_pos + 1 - key0 < bs ? last_pos + 1 - key0 : bs;
         size_t base = ((size_t)seq->block_table[kb] * bs * sh->num_kv_heads + t->kv_head) * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, D, scale, s->q, D,
-                    a->k_cache + base, kv_stride, 0.0f, s->scores, n);
+        const float *kb_rows, *vb_rows;
+        int ld;
+        if (a->kv_bf16) {
+            widen_rows(s->k_wide, (const uint16_t *)a->k_cache + base, n, D, (size_t)kv_stride);
+            widen_rows(s->v_wide, (const uint16_t *)a->v_cache + base, n, D, (size_t)kv_stride);
+            kb_rows = s->k_wide;
+            vb_rows = s->v_wide;
+            ld = D;
+        } else {
+            kb_rows = (const float *)a->k_cache + base;
+            vb_rows = (const float *)a->v_cache + base;
+            ld = kv_stride;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, D, scale, s->q, D, kb_rows,
+                    ld, 0.0f, s->scores, n);
         for (int r = 0; r < rows; r++) {
             float *sc = s->scores + (size_t)r * n;
             int visible = first_pos + r / G - key0 + 1; /* keys this query may see */
@@ -102,7 +147,7 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
             }
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, n, 1.0f, s->scores, n,
-                    a->v_cache + base, kv_stride, 1.0f, s->acc, D);
+                    vb_rows, ld, 1.0f, s->acc, D);
     }
 
     for (int i = 0; i < t->tile_len; i++) {
@@ -118,11 +163,14 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
 
 static void attention_task(void *ctx, int task, int thread) {
     CpuAttention *a = ctx;
-    attend_tile(a, &a->tasks[task], &a->scratch[thread]);
+    const AttnTask *t = &a->tasks[task];
+    if (t->tile_len == 1) attend_decode(a, t, &a->scratch[thread]);
+    else attend_tile(a, t, &a->scratch[thread]);
 }
 
-void cpu_attention(CpuAttention *a, float *out, const float *q, const float *k_cache,
-                   const float *v_cache, const RunnerBatch *batch) {
+void cpu_attention(CpuAttention *a, float *out, const float *q, const void *k_cache,
+                   const void *v_cache, const RunnerBatch *batch) {
+    a->isa = cpu_isa_active();
     a->out = out;
     a->q = q;
     a->k_cache = k_cache;
@@ -143,6 +191,11 @@ void cpu_attention(CpuAttention *a, float *out, const float *q, const float *k_c
 
 CpuAttention *cpu_attention_create(ThreadPool *pool, AttentionShape shape, int max_num_seqs,
                                    int max_num_tokens, Error *err) {
+    return cpu_attention_create_kv(pool, shape, false, max_num_seqs, max_num_tokens, err);
+}
+
+CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bool kv_bf16,
+                                      int max_num_seqs, int max_num_tokens, Error *err) {
     CpuAttention *a = calloc(1, sizeof *a);
     if (!a) {
         error_set(err, "out of memory");
@@ -150,6 +203,7 @@ CpuAttention *cpu_attention_create(ThreadPool *pool, AttentionShape shape, int m
     }
     a->pool = pool;
     a->shape = shape;
+    a->kv_bf16 = kv_bf16;
     a->group = shape.num_heads / shape.num_kv_heads;
     a->tile_tokens = TILE_ROWS / a->group > 0 ? TILE_ROWS / a->group : 1;
     a->max_rows = a->tile_tokens * a->group;
@@ -168,6 +222,11 @@ CpuAttention *cpu_attention_create(ThreadPool *pool, AttentionShape shape, int m
         s->row_max = malloc(sizeof(float) * rows);
         s->row_sum = malloc(sizeof(float) * rows);
         ok = s->q && s->scores && s->acc && s->row_max && s->row_sum;
+        if (ok && kv_bf16) {
+            s->k_wide = malloc(sizeof(float) * (size_t)shape.block_size * D);
+            s->v_wide = malloc(sizeof(float) * (size_t)shape.block_size * D);
+            ok = s->k_wide && s->v_wide;
+        }
     }
     if (!ok) {
         cpu_attention_destroy(a);
@@ -187,6 +246,8 @@ void cpu_attention_destroy(CpuAttention *a) {
             free(s->acc);
             free(s->row_max);
             free(s->row_sum);
+            free(s->k_wide);
+            free(s->v_wide);
         }
     }
     free(a->scratch);

@@ -4,10 +4,14 @@
  * One call per layer attends every new token of every sequence in a batch to
  * its own context (cached prefix + new tokens up to itself) through the
  * sequence's block table. Prefill, prefill after a cached prefix and decode
- * are the same code: only the number of query tokens differs.
+ * are the same code: only the number of query tokens differs, except that a
+ * sequence with one new token (decode) takes the dedicated kernels of
+ * cpu_attention_decode.h instead of sgemm. The cache holds float32 or bf16.
  */
 #ifndef NANOVLLM_CPU_ATTENTION_H
 #define NANOVLLM_CPU_ATTENTION_H
+
+#include <stdbool.h>
 
 #include "thread_pool.h"
 #include "engine/runner.h"
@@ -18,15 +22,20 @@ typedef struct AttentionShape {
     int num_heads, num_kv_heads, head_dim, block_size;
 } AttentionShape;
 
+/* For a float32 cache; cpu_attention_create_kv with kv_bf16 for a bf16 one
+ * (uint16_t elements). */
 CpuAttention *cpu_attention_create(ThreadPool *pool, AttentionShape shape, int max_num_seqs,
                                    int max_num_tokens, Error *err);
+CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bool kv_bf16,
+                                      int max_num_seqs, int max_num_tokens, Error *err);
 void cpu_attention_destroy(CpuAttention *a);
 
 /* out[T, num_heads * head_dim] for the batch's T new tokens (in batch order),
  * from q[T, num_heads * head_dim] (normed and rotated) and the layer's caches
- * k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim], which
- * already hold the new tokens' K and V. */
-void cpu_attention(CpuAttention *a, float *out, const float *q, const float *k_cache,
-                   const float *v_cache, const RunnerBatch *batch);
+ * k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim] (float,
+ * or uint16_t bf16 when created so), which already hold the new tokens'
+ * K and V. */
+void cpu_attention(CpuAttention *a, float *out, const float *q, const void *k_cache,
+                   const void *v_cache, const RunnerBatch *batch);
 
 #endif

@@ -26,6 +26,7 @@
 #include "cpu_weights.h"
 #include "thread_pool.h"
 #include "engine/base/cpu_isa.h"
+#include "engine/base/half.h"
 #include "engine/base/log.h"
 
 /* Where a step's time goes, kept when NANOVLLM_PROFILE is set and printed
@@ -57,8 +58,9 @@ typedef struct CpuRunner {
     CpuMoe *moe; /* NULL for a dense model */
     double *inv_freq; /* [head_dim / 2] */
 
-    float *kv;           /* one mapping: K of every layer, then V of every layer */
-    size_t layer_floats; /* floats of K (or V) per layer */
+    void *kv;            /* one mapping: K of every layer, then V of every layer */
+    bool kv_bf16;        /* the cache holds bf16 (uint16_t), else float32 */
+    size_t layer_elems;  /* elements of K (or V) per layer */
 
     /* activations, [max_num_batched_tokens, width] each */
     float *x, *h, *q, *k, *v, *attn, *gate, *up, *tmp;
@@ -82,14 +84,28 @@ typedef struct CpuRunner {
     int layer;
 } CpuRunner;
 
-size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size) {
-    return 2 * sizeof(float) * (size_t)cfg->num_layers * (size_t)block_size *
-           (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
+size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype) {
+    size_t elem = dtype == KV_CACHE_BF16 ? sizeof(uint16_t) : sizeof(float);
+    return 2 * elem * (size_t)cfg->num_layers * (size_t)block_size * (size_t)cfg->num_kv_heads *
+           (size_t)cfg->head_dim;
 }
 
-static float *k_layer(CpuRunner *r, int l) { return r->kv + (size_t)l * r->layer_floats; }
-static float *v_layer(CpuRunner *r, int l) {
-    return r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_floats;
+static size_t kv_elem_size(const CpuRunner *r) { return r->kv_bf16 ? sizeof(uint16_t) : sizeof(float); }
+static void *k_layer(CpuRunner *r, int l) {
+    return (char *)r->kv + (size_t)l * r->layer_elems * kv_elem_size(r);
+}
+static void *v_layer(CpuRunner *r, int l) {
+    return (char *)r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_elems * kv_elem_size(r);
+}
+
+/* n values into the cache at dst: copied, or rounded to bf16 (nearest even). */
+static void store_kv(const CpuRunner *r, void *dst, size_t slot, const float *src, size_t n) {
+    if (!r->kv_bf16) {
+        memcpy((float *)dst + slot, src, sizeof(float) * n);
+        return;
+    }
+    uint16_t *d = (uint16_t *)dst + slot;
+    for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
 /* Charges the time since the previous mark to `phase`. */
@@ -152,8 +168,8 @@ static void qk_norm_rope_store(CpuRunner *r, int t) {
         rope_apply(k + h * D, D, cs);
     }
     size_t slot = (size_t)r->slots[t] * kv_width;
-    memcpy(k_layer(r, r->layer) + slot, k, sizeof(float) * kv_width);
-    memcpy(v_layer(r, r->layer) + slot, r->v + (size_t)t * kv_width, sizeof(float) * kv_width);
+    store_kv(r, k_layer(r, r->layer), slot, k, kv_width);
+    store_kv(r, v_layer(r, r->layer), slot, r->v + (size_t)t * kv_width, kv_width);
 }
 
 /* residual += attention output; h = post-attention norm. */
@@ -318,7 +334,7 @@ static void cpu_destroy(Runner *base) {
     cpu_matmul_destroy(r->matmul);
     cpu_weights_free(&r->weights);
     thread_pool_destroy(r->pool);
-    if (r->kv) munmap(r->kv, 2 * (size_t)r->cfg.num_layers * r->layer_floats * sizeof(float));
+    if (r->kv) munmap(r->kv, 2 * (size_t)r->cfg.num_layers * r->layer_elems * kv_elem_size(r));
     free(r->inv_freq);
     float *bufs[] = {r->x, r->h, r->q, r->k, r->v, r->attn, r->gate, r->up, r->tmp,
                      r->cos_sin, r->normed, r->logits};
@@ -347,7 +363,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     o.device = "cpu";
     if (runner_resolve_options(&o, c, err)) return NULL;
 
-    size_t block_bytes = cpu_runner_block_bytes(c, o.block_size);
+    o.kv_cache_dtype = kv_cache_dtype_resolve(o.kv_cache_dtype, model);
+    size_t block_bytes = cpu_runner_block_bytes(c, o.block_size, o.kv_cache_dtype);
     size_t num_blocks = o.kv_cache_bytes / block_bytes;
     if (num_blocks < 1) {
         error_set(err, "KV cache budget of %zu bytes is smaller than one block (%zu bytes for %d "
@@ -368,7 +385,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->profile = getenv("NANOVLLM_PROFILE") != NULL;
     r->base.num_kv_blocks = (int)num_blocks;
     r->base.kv_cache_bytes = num_blocks * block_bytes;
-    r->layer_floats = num_blocks * (size_t)o.block_size * c->num_kv_heads * c->head_dim;
+    r->kv_bf16 = o.kv_cache_dtype == KV_CACHE_BF16;
+    r->layer_elems = num_blocks * (size_t)o.block_size * c->num_kv_heads * c->head_dim;
 
     /* Anonymous mapping: pages cost memory only once a block is written. */
     void *kv = mmap(NULL, r->base.kv_cache_bytes, PROT_READ | PROT_WRITE,
@@ -443,7 +461,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->matmul = cpu_matmul_create(r->pool, (int)(T > max_logit_rows ? T : max_logit_rows), max_cols, err);
     AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
     if (r->matmul)
-        r->attention = cpu_attention_create(r->pool, shape, o.max_num_seqs, (int)T, err);
+        r->attention = cpu_attention_create_kv(r->pool, shape, r->kv_bf16, o.max_num_seqs, (int)T, err);
     if (r->matmul && r->attention && c->num_experts > 0)
         r->moe = cpu_moe_create(r->pool, r->matmul, c, (int)T, err);
     if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) {
@@ -452,8 +470,10 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     }
     r->base.options = o;
     snprintf(r->base.description, sizeof r->base.description,
-             "cpu (%d threads, %s kernels), float32 activations, %s weights %s", o.num_threads,
-             cpu_isa_name(cpu_isa_active()), model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32",
-             r->weights.memory ? "in huge pages" : "mapped in place");
+             "cpu (%d threads, %s kernels), float32 activations, %s weights %s, %s KV cache",
+             o.num_threads, cpu_isa_name(cpu_isa_active()),
+             model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32",
+             r->weights.memory ? "in huge pages" : "mapped in place",
+             r->kv_bf16 ? "bf16" : "float32");
     return &r->base;
 }

@@ -27,7 +27,8 @@ static const RunnerOps NULL_OPS = {null_step, null_destroy};
 
 Runner *null_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err) {
     const ModelConfig *c = &model->config;
-    size_t block_bytes = cpu_runner_block_bytes(c, opts->block_size);
+    size_t block_bytes =
+        cpu_runner_block_bytes(c, opts->block_size, kv_cache_dtype_resolve(opts->kv_cache_dtype, model));
     size_t blocks = opts->kv_cache_bytes / block_bytes;
     if (blocks < 1) {
         error_set(err, "KV cache budget of %zu bytes is smaller than one block", opts->kv_cache_bytes);

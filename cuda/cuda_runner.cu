@@ -766,6 +766,14 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     if (runner_resolve_options(&o, c, err) ||
         cuda_kernels_check_shape(c->num_heads, c->num_kv_heads, c->head_dim, err))
         return NULL;
+    /* The kernels read and write a bf16 cache only; auto means bf16 here
+     * whatever the weights (they are uploaded as bf16 too). */
+    if (o.kv_cache_dtype == KV_CACHE_F32) {
+        error_set(err, "--kv-cache-dtype float32 is not supported on CUDA (its KV cache is "
+                       "bfloat16; use auto or bfloat16, or --device cpu)");
+        return NULL;
+    }
+    o.kv_cache_dtype = KV_CACHE_BF16;
     CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);
     if (!r) {
         error_set(err, "out of memory");

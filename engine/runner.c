@@ -6,6 +6,8 @@
  */
 #include "runner.h"
 
+#include <string.h>
+
 #include "config/defaults.h"
 
 RunnerOptions runner_default_options(void) {
@@ -19,7 +21,22 @@ RunnerOptions runner_default_options(void) {
         .max_model_len = 0, /* 0: the model's max_position_embeddings */
         .num_threads = 0,
         .load_format = "auto",
+        .kv_cache_dtype = KV_CACHE_AUTO,
     };
+}
+
+KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model) {
+    if (d != KV_CACHE_AUTO) return d;
+    /* The config's torch_dtype is what the model was trained and saved in; a
+     * bf16 matrix can still load as f32 (misaligned in the file), so the
+     * loaded type only decides when the config does not say. */
+    const char *td = model->config.torch_dtype;
+    if (td[0]) return strcmp(td, "bfloat16") == 0 ? KV_CACHE_BF16 : KV_CACHE_F32;
+    return model->embed_tokens.type == WEIGHT_BF16 ? KV_CACHE_BF16 : KV_CACHE_F32;
+}
+
+const char *kv_cache_dtype_name(KvCacheDtype d) {
+    return d == KV_CACHE_BF16 ? "bfloat16" : d == KV_CACHE_F32 ? "float32" : "auto";
 }
 
 int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err) {

@@ -50,6 +50,12 @@ typedef struct RunnerBatch {
     SampleLogprobs *logprobs;
 } RunnerBatch;
 
+/* What the KV cache stores, as vLLM's --kv-cache-dtype: auto is bf16 when
+ * the model's weights are bf16 (its activations were trained at that
+ * precision, and the cache is then half the bytes to read per decode token),
+ * else float32. A backend resolves auto with kv_cache_dtype_resolve(). */
+typedef enum KvCacheDtype { KV_CACHE_AUTO, KV_CACHE_BF16, KV_CACHE_F32 } KvCacheDtype;
+
 typedef struct RunnerOptions {
     const char *device;            /* "auto", "cpu", "cuda" or "null" (chosen by the caller) */
     int block_size;                /* tokens per KV block (power of two, 16..256) */
@@ -61,6 +67,7 @@ typedef struct RunnerOptions {
     int max_num_batched_tokens;    /* new tokens per step */
     int max_model_len;             /* longest context */
     int num_threads;               /* CPU threads, 0 = one per core */
+    KvCacheDtype kv_cache_dtype;   /* auto (default), bf16 or f32 (CUDA: bf16 only) */
     /* Where the weights come from, for whoever loads them (server/model_setup.c),
      * not the backends: "auto" (the checkpoint) or "dummy" (random, from
      * config.json alone: model_weights_load_dummy), as vLLM's --load-format. */
@@ -85,6 +92,14 @@ struct Runner {
     size_t kv_cache_bytes;     /* actually allocated */
     char description[256];     /* one line for the start-up log */
 };
+
+/* auto -> bf16 if the config's torch_dtype is "bfloat16", f32 if it names
+ * another dtype, and without one the loaded weights' type (embed_tokens;
+ * dummy weights are bf16); bf16 and f32 stay as they are. */
+KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model);
+
+/* "auto", "bfloat16", "float32" (the flag's spelling). */
+const char *kv_cache_dtype_name(KvCacheDtype d);
 
 /* Options with nanovllm's defaults (see config/defaults.h). */
 RunnerOptions runner_default_options(void);

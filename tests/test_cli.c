@@ -27,7 +27,9 @@ static void expect_failure(const char *args, int status, const char *needle) {
 Test(cli, generate_json_matches_golden) {
     json_t *g = golden_load();
     json_t *p = golden_prompt(g, "len007");
-    char args[1024] = "generate --model " TINY_MODEL " --device cpu --json --ignore-eos --prompt-ids ";
+    /* float32 cache: the golden tolerance is float32's (auto is bf16 for this model). */
+    char args[1024] = "generate --model " TINY_MODEL " --device cpu --kv-cache-dtype float32 --json "
+                      "--ignore-eos --prompt-ids ";
     size_t i;
     json_t *id;
     json_array_foreach(json_object_get(p, "prompt_ids"), i, id)
@@ -122,6 +124,8 @@ Test(cli, usage_errors) {
                    "not a power of two");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-memory 3XB", 2,
                    "unknown unit");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-dtype fp8", 2,
+                   "'fp8' is not one of auto, bfloat16, float32");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,x", 2,
                    "expected comma-separated token ids, got 'x'");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,151936", 2,

@@ -145,7 +145,9 @@ static Runner *open_moe(ModelWeights *w, bool cuda, bool eager, bool dummy) {
     o.max_num_seqs = 16;
     o.max_model_len = 2048;
     o.num_gpu_blocks_override = 256;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, 16) * 256;
+    /* The CPU runner is the reference: float32 cache (CUDA's is bf16). */
+    o.kv_cache_dtype = cuda ? KV_CACHE_BF16 : KV_CACHE_F32;
+    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, 16, o.kv_cache_dtype) * 256;
     o.enforce_eager = eager;
     Runner *r = cuda ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
     cr_assert(r, "%s", err.msg);

@@ -37,7 +37,9 @@ static Runner *open_model(const char *model, ModelWeights *w, const char *device
     o.max_num_seqs = 16;
     o.max_model_len = 2048;
     o.num_gpu_blocks_override = blocks;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, block_size) * (size_t)blocks;
+    /* The CPU runner is the reference: float32 cache (CUDA's is bf16). */
+    o.kv_cache_dtype = strcmp(device, "cuda") == 0 ? KV_CACHE_BF16 : KV_CACHE_F32;
+    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, block_size, o.kv_cache_dtype) * (size_t)blocks;
     o.enforce_eager = eager;
     Runner *r = strcmp(device, "cuda") == 0 ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
     cr_assert(r, "%s runner: %s", device, err.msg);

@@ -1,7 +1,9 @@
 /*
  * test_engine.c - the engine (scheduler + block manager + sampler) on the CPU
  * runner with the tiny model: batching, preemption and chunking never change
- * what a request gets; bad requests fail alone and clearly.
+ * what a request gets; bad requests fail alone and clearly. The cache is
+ * float32 unless a test says otherwise; those about batches, preemption,
+ * chunking and the prefix cache also run with a bf16 cache (_bf16).
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -48,13 +50,18 @@ typedef struct TinyEngine {
     Engine *e;
 } TinyEngine;
 
+/* The KV cache dtype of every engine a test opens (each test runs in its own
+ * process, so a test sets it once at its start). */
+static KvCacheDtype kv_dtype = KV_CACHE_F32;
+
 static void open_engine(TinyEngine *t, int block_size, int num_blocks, int max_batched) {
     Error err = {0};
     cr_assert(model_weights_load(&t->w, TINY_MODEL, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
     o.block_size = block_size;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&t->w.config, block_size) * (size_t)num_blocks;
+    o.kv_cache_dtype = kv_dtype;
+    o.kv_cache_bytes = cpu_runner_block_bytes(&t->w.config, block_size, kv_dtype) * (size_t)num_blocks;
     o.max_num_batched_tokens = max_batched;
     o.max_num_seqs = 32;
     o.max_model_len = 1024;
@@ -128,7 +135,8 @@ static void expect_same(const Collected *a, const Collected *b, int samples, con
 #define N 8
 static const int LENS[N] = {1, 7, 16, 31, 40, 64, 90, 130};
 
-Test(engine, batch_equals_sequential_and_golden) {
+static void batch_equals_sequential_and_golden(KvCacheDtype dtype) {
+    kv_dtype = dtype;
     int32_t *prompts[N];
     for (int i = 0; i < N; i++) prompts[i] = random_prompt(LENS[i], 100 + i);
     SamplingParams p = greedy(12);
@@ -152,7 +160,18 @@ Test(engine, batch_equals_sequential_and_golden) {
     SamplingParams p16 = greedy(16);
     submit(t.e, prompt, n, &p16, &c);
     run_to_completion(t.e);
-    cr_expect(c.num[0] == 16 && memcmp(c.ids[0], want, sizeof(int32_t) * 16) == 0);
+    /* float32: all 16 (every golden margin is >= 0.0075). bf16 cache: the
+     * golden README's bf16 rule, up to the first step whose margin is < 0.1. */
+    int check = 16;
+    json_t *margins = json_object_get(gp, "greedy_margins");
+    if (dtype == KV_CACHE_BF16)
+        for (int s = 0; s < 16; s++)
+            if (json_real_value(json_array_get(margins, (size_t)s)) < 0.1) {
+                check = s;
+                break;
+            }
+    cr_expect(c.num[0] == 16 && memcmp(c.ids[0], want, sizeof(int32_t) * (size_t)check) == 0,
+              "golden greedy tokens differ within the first %d steps", check);
     free(prompt);
     free(want);
     json_decref(g);
@@ -160,12 +179,18 @@ Test(engine, batch_equals_sequential_and_golden) {
     for (int i = 0; i < N; i++) free(prompts[i]);
 }
 
+Test(engine, batch_equals_sequential_and_golden) { batch_equals_sequential_and_golden(KV_CACHE_F32); }
+Test(engine, batch_equals_sequential_and_golden_bf16) {
+    batch_equals_sequential_and_golden(KV_CACHE_BF16);
+}
+
 /* Short prompts, long outputs: 16 requests are admitted at once (a block
  * each), then outgrow the 12 blocks (up to 5 each would be needed):
  * preemption after preemption, and every request still gets exactly its
  * tokens. */
 #define P 16
-Test(engine, preemption_under_a_tiny_cache) {
+static void preemption_under_a_tiny_cache(KvCacheDtype dtype) {
+    kv_dtype = dtype;
     int lens[P];
     int32_t *prompts[P];
     for (int i = 0; i < P; i++) {
@@ -193,7 +218,11 @@ Test(engine, preemption_under_a_tiny_cache) {
     free(squeezed);
 }
 
-Test(engine, chunked_prefill_equals_unchunked) {
+Test(engine, preemption_under_a_tiny_cache) { preemption_under_a_tiny_cache(KV_CACHE_F32); }
+Test(engine, preemption_under_a_tiny_cache_bf16) { preemption_under_a_tiny_cache(KV_CACHE_BF16); }
+
+static void chunked_prefill_equals_unchunked(KvCacheDtype dtype) {
+    kv_dtype = dtype;
     int32_t *prompt = random_prompt(300, 7);
     SamplingParams p = greedy(10);
     Collected one = {0}, chunked = {0};
@@ -213,6 +242,11 @@ Test(engine, chunked_prefill_equals_unchunked) {
     close_engine(&t);
     free(prompt);
     free(other);
+}
+
+Test(engine, chunked_prefill_equals_unchunked) { chunked_prefill_equals_unchunked(KV_CACHE_F32); }
+Test(engine, chunked_prefill_equals_unchunked_bf16) {
+    chunked_prefill_equals_unchunked(KV_CACHE_BF16);
 }
 
 Test(engine, seeded_sampling_ignores_the_batch) {
@@ -252,7 +286,8 @@ Test(engine, seeded_sampling_ignores_the_batch) {
 
 /* The same prompt twice: the second is served from the prefix cache, except
  * the block holding its last token, and gets the same tokens. */
-static void cached_prompt(int len) {
+static void cached_prompt(int len, KvCacheDtype dtype) {
+    kv_dtype = dtype;
     int32_t *prompt = random_prompt(len, 11);
     SamplingParams p = greedy(8);
     Collected first = {0}, second = {0};
@@ -271,8 +306,10 @@ static void cached_prompt(int len) {
     free(prompt);
 }
 
-Test(engine, fully_cached_prompt) { cached_prompt(45); }
-Test(engine, prompt_a_multiple_of_the_block_size) { cached_prompt(64); }
+Test(engine, fully_cached_prompt) { cached_prompt(45, KV_CACHE_F32); }
+Test(engine, prompt_a_multiple_of_the_block_size) { cached_prompt(64, KV_CACHE_F32); }
+Test(engine, fully_cached_prompt_bf16) { cached_prompt(45, KV_CACHE_BF16); }
+Test(engine, prompt_a_multiple_of_the_block_size_bf16) { cached_prompt(64, KV_CACHE_BF16); }
 
 Test(engine, too_large_for_the_cache_fails_alone) {
     TinyEngine t;

@@ -68,7 +68,9 @@ static void open_engine(TinyEngine *t, int num_blocks, int max_num_seqs) {
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
     o.block_size = 16;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&t->w.config, 16) * (size_t)num_blocks;
+    o.kv_cache_bytes =
+        cpu_runner_block_bytes(&t->w.config, 16, kv_cache_dtype_resolve(o.kv_cache_dtype, &t->w)) *
+        (size_t)num_blocks;
     o.max_num_batched_tokens = 64;
     o.max_num_seqs = max_num_seqs;
     o.max_model_len = 1024;

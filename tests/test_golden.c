@@ -9,7 +9,10 @@
  * 16 greedy tokens of all 10 prompts exactly, through the KV cache. Then the
  * cache paths: small scattered blocks, a prompt on top of another's cached
  * prefix, chunked prefill, and prefill and decode mixed in one batch (so the
- * experts see uneven numbers of tokens).
+ * experts see uneven numbers of tokens). All of that with a float32 KV cache
+ * (fixture_open); the _bf16 tests repeat the golden comparisons with a bf16
+ * cache under the README's bf16 rule: logits within 0.5, greedy tokens equal
+ * up to the first step whose golden margin is below 0.1.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -19,6 +22,8 @@
 #include "helpers.h"
 
 #define VOCAB 151936
+#define BF16_TOL 0.5      /* the golden README's bound for bf16 activations */
+#define BF16_MIN_MARGIN 0.1 /* greedy tokens compared while margins stay above this */
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
@@ -44,7 +49,8 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 }
 
 /* The golden checks on one prompt's logits at every position. */
-static double check_positions(const GoldenFixture *f, json_t *p, const float *all, int n) {
+static double check_positions(const GoldenFixture *f, json_t *p, const float *all, int n,
+                              double tol) {
     json_t *topk = json_object_get(p, "topk_per_position");
     double worst = 0;
     for (int t = 0; t < n; t++) {
@@ -61,9 +67,9 @@ static double check_positions(const GoldenFixture *f, json_t *p, const float *al
             double want = json_real_value(json_array_get(vals, k));
             double diff = fabs(row[id] - want);
             worst = fmax(worst, diff);
-            cr_expect(diff <= GOLDEN_TOL, "%s pos %d id %d: %f vs golden %f",
+            cr_expect(diff <= tol, "%s pos %d id %d: %f vs golden %f",
                       json_string_value(json_object_get(p, "name")), t, id, row[id], want);
-            if (id == best && want >= top1 - 2 * GOLDEN_TOL) best_in_top5 = true;
+            if (id == best && want >= top1 - 2 * tol) best_in_top5 = true;
         }
         cr_expect(best_in_top5, "%s pos %d: argmax %d is not a golden top-5 id near the top",
                   json_string_value(json_object_get(p, "name")), t, best);
@@ -73,12 +79,12 @@ static double check_positions(const GoldenFixture *f, json_t *p, const float *al
     for (size_t k = 0; k < 20; k++) {
         int id = (int)json_integer_value(json_array_get(json_object_get(top20, "ids"), k));
         double want = json_real_value(json_array_get(json_object_get(top20, "values"), k));
-        cr_expect(fabs(last[id] - want) <= GOLDEN_TOL, "top20 id %d: %f vs %f", id, last[id], want);
+        cr_expect(fabs(last[id] - want) <= tol, "top20 id %d: %f vs %f", id, last[id], want);
     }
     float *golden = golden_logits_from(f, json_string_value(json_object_get(p, "name")));
     if (!golden) return worst; /* this copy keeps a few prompts' full logits only */
     double full = max_abs_diff(last, golden, VOCAB);
-    cr_expect(full <= GOLDEN_TOL, "%s: last-position logits differ by up to %g",
+    cr_expect(full <= tol, "%s: last-position logits differ by up to %g",
               json_string_value(json_object_get(p, "name")), full);
     free(golden);
     return fmax(worst, full);
@@ -90,10 +96,11 @@ static float *must_logits(const GoldenFixture *f, const char *name) {
     return v;
 }
 
-static void all_prompts_every_position(const GoldenFixture *f, int block_size) {
+static void all_prompts_every_position(const GoldenFixture *f, int block_size, KvCacheDtype dtype) {
     ModelWeights w;
     Runner *r;
-    fixture_open(f->model, &w, &r, block_size, 512);
+    fixture_open_dtype(f->model, &w, &r, block_size, 512, dtype);
+    double tol = dtype == KV_CACHE_BF16 ? BF16_TOL : GOLDEN_TOL;
     json_t *g = golden_load_from(f);
     size_t i;
     json_t *p;
@@ -109,27 +116,39 @@ static void all_prompts_every_position(const GoldenFixture *f, int block_size) {
         int32_t next;
         Error err = {0};
         cr_assert(runner_step(r, &batch, &next, &err) == 0, "%s", err.msg);
-        worst = fmax(worst, check_positions(f, p, all, n));
+        worst = fmax(worst, check_positions(f, p, all, n, tol));
         free(all);
         free(table);
         free(ids);
     }
-    cr_log_info("%s, block size %d: largest logit difference from golden %.3g", f->model,
-                block_size, worst);
+    cr_log_info("%s, block size %d, %s cache: largest logit difference from golden %.3g",
+                f->model, block_size, kv_cache_dtype_name(dtype), worst);
     json_decref(g);
     tiny_close(&w, r);
 }
 
-Test(golden, every_position_block_256) { all_prompts_every_position(&TINY_DENSE, 256); }
-Test(golden, every_position_block_16_scattered) { all_prompts_every_position(&TINY_DENSE, 16); }
-Test(golden_moe, every_position_block_256) { all_prompts_every_position(&TINY_MOE, 256); }
-Test(golden_moe, every_position_block_16_scattered) { all_prompts_every_position(&TINY_MOE, 16); }
+Test(golden, every_position_block_256) { all_prompts_every_position(&TINY_DENSE, 256, KV_CACHE_F32); }
+Test(golden, every_position_block_16_scattered) {
+    all_prompts_every_position(&TINY_DENSE, 16, KV_CACHE_F32);
+}
+Test(golden_moe, every_position_block_256) { all_prompts_every_position(&TINY_MOE, 256, KV_CACHE_F32); }
+Test(golden_moe, every_position_block_16_scattered) {
+    all_prompts_every_position(&TINY_MOE, 16, KV_CACHE_F32);
+}
+Test(golden, every_position_block_16_bf16) { all_prompts_every_position(&TINY_DENSE, 16, KV_CACHE_BF16); }
+Test(golden, every_position_block_256_bf16) {
+    all_prompts_every_position(&TINY_DENSE, 256, KV_CACHE_BF16);
+}
+/* No MoE variant of that: a bf16 cache nudges the router's top-4 choice at a
+ * few positions (measured: 3 of 1189, moving logits by up to 15), a discrete
+ * jump no logit tolerance describes; the MoE greedy test below covers it. */
 
 /* Greedy decoding through the KV cache: one prefill, then one token per step. */
-static void greedy_through_cache(const GoldenFixture *f, int block_size) {
+static void greedy_through_cache(const GoldenFixture *f, int block_size, KvCacheDtype dtype) {
     ModelWeights w;
     Runner *r;
-    fixture_open(f->model, &w, &r, block_size, 512);
+    fixture_open_dtype(f->model, &w, &r, block_size, 512, dtype);
+    int compared = 0, total = 0;
     json_t *g = golden_load_from(f);
     size_t i;
     json_t *p;
@@ -148,21 +167,37 @@ static void greedy_through_cache(const GoldenFixture *f, int block_size) {
             seq = (RunnerSeq){.tokens = &got[s - 1], .num_tokens = 1, .start_pos = n + s - 1, .block_table = table, .num_blocks = nb, .compute_logits = true};
             cr_assert(runner_step(r, &batch, &got[s], &err) == 0, "%s", err.msg);
         }
-        for (int s = 0; s < steps; s++)
+        /* float32: every step; bf16: up to the first margin below 0.1. */
+        int check = steps;
+        json_t *margins = json_object_get(p, "greedy_margins");
+        if (dtype == KV_CACHE_BF16)
+            for (int s = 0; s < steps; s++)
+                if (json_real_value(json_array_get(margins, (size_t)s)) < BF16_MIN_MARGIN) {
+                    check = s;
+                    break;
+                }
+        compared += check;
+        total += steps;
+        for (int s = 0; s < check; s++)
             cr_expect_eq(got[s], want[s], "%s step %d: %d, golden %d",
                          json_string_value(json_object_get(p, "name")), s, got[s], want[s]);
         free(table);
         free(want);
         free(prompt);
     }
+    cr_log_info("%s, block size %d, %s cache: %d of %d greedy steps compared", f->model,
+                block_size, kv_cache_dtype_name(dtype), compared, total);
     json_decref(g);
     tiny_close(&w, r);
 }
 
-Test(golden, greedy_block_256) { greedy_through_cache(&TINY_DENSE, 256); }
-Test(golden, greedy_block_16) { greedy_through_cache(&TINY_DENSE, 16); }
-Test(golden_moe, greedy_block_256) { greedy_through_cache(&TINY_MOE, 256); }
-Test(golden_moe, greedy_block_16) { greedy_through_cache(&TINY_MOE, 16); }
+Test(golden, greedy_block_256) { greedy_through_cache(&TINY_DENSE, 256, KV_CACHE_F32); }
+Test(golden, greedy_block_16) { greedy_through_cache(&TINY_DENSE, 16, KV_CACHE_F32); }
+Test(golden_moe, greedy_block_256) { greedy_through_cache(&TINY_MOE, 256, KV_CACHE_F32); }
+Test(golden_moe, greedy_block_16) { greedy_through_cache(&TINY_MOE, 16, KV_CACHE_F32); }
+Test(golden, greedy_block_16_bf16) { greedy_through_cache(&TINY_DENSE, 16, KV_CACHE_BF16); }
+Test(golden, greedy_block_256_bf16) { greedy_through_cache(&TINY_DENSE, 256, KV_CACHE_BF16); }
+Test(golden_moe, greedy_block_16_bf16) { greedy_through_cache(&TINY_MOE, 16, KV_CACHE_BF16); }
 
 /* len257 and len300 share exactly their first 256 tokens: computing len300's
  * tail on top of len257's cached blocks must equal computing it from scratch. */

@@ -260,7 +260,8 @@ Test(moe, golden_greedy_through_the_engine, .timeout = 120) {
     cr_assert(model_weights_load(&w, TINY_MOE_MODEL, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.block_size = 16;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&w.config, 16) * 40;
+    o.kv_cache_dtype = KV_CACHE_F32; /* golden greedy tokens: float32 precision throughout */
+    o.kv_cache_bytes = cpu_runner_block_bytes(&w.config, 16, o.kv_cache_dtype) * 40;
     o.max_num_batched_tokens = 64;
     o.max_num_seqs = 16;
     o.max_model_len = 1024;

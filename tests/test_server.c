@@ -588,7 +588,8 @@ Test(server, limits, .timeout = 60) {
  * status comes from the error's kind, not from its message. */
 Test(server, kv_cache_too_small_is_a_bad_request, .timeout = 60) {
     TestServer s;
-    server_start(&s, "--block-size 16 --kv-cache-memory 960KiB"); /* 10 blocks of 96 KiB */
+    /* 10 float32 blocks of 96 KiB */
+    server_start(&s, "--block-size 16 --kv-cache-memory 960KiB --kv-cache-dtype float32");
     char ids[2048] = "{\"prompt\": [1";
     for (int i = 1; i < 200; i++) strcat(ids, ", 1");
     strcat(ids, "], \"max_tokens\": 4}");

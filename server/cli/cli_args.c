@@ -176,6 +176,18 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *o, E
         o->load_format = strcmp(value, "dummy") == 0 ? "dummy" : "auto";
         return 1;
     }
+    if (strcmp(name, "kv-cache-dtype") == 0) {
+        /* vLLM's spellings; "bf16"/"fp32" too, as people type them. */
+        if (strcmp(value, "auto") == 0) o->kv_cache_dtype = KV_CACHE_AUTO;
+        else if (strcmp(value, "bfloat16") == 0 || strcmp(value, "bf16") == 0)
+            o->kv_cache_dtype = KV_CACHE_BF16;
+        else if (strcmp(value, "float32") == 0 || strcmp(value, "fp32") == 0)
+            o->kv_cache_dtype = KV_CACHE_F32;
+        else
+            return error_set(err, "--kv-cache-dtype: '%s' is not one of auto, bfloat16, float32",
+                             value);
+        return 1;
+    }
     if (strcmp(name, "num-gpu-blocks-override") == 0)
         return parse_int_arg(flag, value, 1, 1 << 30, &o->num_gpu_blocks_override, err) ? -1 : 1;
     return 0;

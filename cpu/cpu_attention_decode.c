@@ -1,0 +1,375 @@
+/*
+ * cpu_attention_decode.c - one query token's attention over the paged cache
+ * (see cpu_attention_decode.h): the scalar reference and the AVX2 / AVX-512
+ * kernels for its two inner loops, scores = scale * Q k_j and acc += p_j v_j.
+ *
+ * Each K/V row (head_dim values of one token) is read once and used for all
+ * G heads of the group. Rows are row_stride elements apart (4 KiB for an f32
+ * Qwen3-0.6B cache), too far for the hardware prefetcher to follow, so the
+ * kernels prefetch a few rows ahead themselves.
+ */
+#include "cpu_attention_decode.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "engine/base/half.h"
+#include "engine/base/row_max.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* Rows prefetched ahead of the one being read. */
+#define PREFETCH_ROWS 4
+/* Heads handled per pass of a SIMD kernel: their accumulators stay in registers. */
+#define MAX_G 8
+
+typedef void (*QkFn)(float *s, int lds, const float *q, int G, int D, const void *k, size_t stride,
+                     int n, float scale);
+typedef void (*PvFn)(float *acc, const float *p, int lds, int G, int D, const void *v, size_t stride,
+                     int n);
+
+static inline float elem(const void *base, bool bf16, size_t i) {
+    return bf16 ? bf16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* ---- scalar reference ------------------------------------------------------ */
+
+static inline void qk_scalar(float *s, int lds, const float *q, int G, int D, const void *k,
+                             size_t stride, int n, float scale, bool bf16) {
+    for (int j = 0; j < n; j++) {
+        for (int g = 0; g < G; g++) {
+            float d = 0.0f;
+            for (int e = 0; e < D; e++) d += q[(size_t)g * D + e] * elem(k, bf16, (size_t)j * stride + e);
+            s[(size_t)g * lds + j] = d * scale;
+        }
+    }
+}
+
+static inline void pv_scalar(float *acc, const float *p, int lds, int G, int D, const void *v,
+                             size_t stride, int n, bool bf16) {
+    for (int j = 0; j < n; j++) {
+        for (int g = 0; g < G; g++) {
+            float pj = p[(size_t)g * lds + j];
+            for (int e = 0; e < D; e++) acc[(size_t)g * D + e] += pj * elem(v, bf16, (size_t)j * stride + e);
+        }
+    }
+}
+
+static void qk_scalar_f32(float *s, int lds, const float *q, int G, int D, const void *k,
+                          size_t stride, int n, float scale) {
+    qk_scalar(s, lds, q, G, D, k, stride, n, scale, false);
+}
+static void qk_scalar_bf16(float *s, int lds, const float *q, int G, int D, const void *k,
+                           size_t stride, int n, float scale) {
+    qk_scalar(s, lds, q, G, D, k, stride, n, scale, true);
+}
+static void pv_scalar_f32(float *acc, const float *p, int lds, int G, int D, const void *v,
+                          size_t stride, int n) {
+    pv_scalar(acc, p, lds, G, D, v, stride, n, false);
+}
+static void pv_scalar_bf16(float *acc, const float *p, int lds, int G, int D, const void *v,
+                           size_t stride, int n) {
+    pv_scalar(acc, p, lds, G, D, v, stride, n, true);
+}
+
+#if defined(__x86_64__)
+#define INLINE static inline __attribute__((always_inline))
+
+/* Brings a row into L1 ahead of use (SSE, so baseline x86-64). */
+INLINE void prefetch_row(const void *row, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)row + off, _MM_HINT_T0);
+}
+
+/* ---- AVX-512 ---------------------------------------------------------------- */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+AVX512 INLINE __m512 load16_avx512(const void *base, bool bf16, size_t i) {
+    if (bf16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return _mm512_loadu_ps((const float *)base + i);
+}
+
+/* G (a constant after inlining, <= MAX_G) dot products per K row. */
+AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, const void *k,
+                               size_t stride, int n, float scale, bool bf16) {
+    size_t esz = bf16 ? 2 : 4;
+    int D16 = D & ~15;
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)k + (size_t)j * stride * esz;
+        if (j + PREFETCH_ROWS < n) prefetch_row(row + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+        __m512 acc[MAX_G];
+        for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+        for (int e = 0; e < D16; e += 16) {
+            __m512 kv = load16_avx512(row, bf16, (size_t)e);
+            for (int g = 0; g < G; g++)
+                acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * D + e), kv, acc[g]);
+        }
+        for (int g = 0; g < G; g++) {
+            float d = _mm512_reduce_add_ps(acc[g]);
+            for (int e = D16; e < D; e++) d += q[(size_t)g * D + e] * elem(row, bf16, (size_t)e);
+            s[(size_t)g * lds + j] = d * scale;
+        }
+    }
+}
+
+/* acc_g += p_gj v_j, two rows per pass so each accumulator load/store
+ * serves two FMAs. */
+AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D, const void *v,
+                               size_t stride, int n, bool bf16) {
+    size_t esz = bf16 ? 2 : 4;
+    int D16 = D & ~15, j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const char *r0 = (const char *)v + (size_t)j * stride * esz, *r1 = r0 + stride * esz;
+        if (j + 2 + PREFETCH_ROWS < n) {
+            prefetch_row(r0 + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+            prefetch_row(r1 + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+        }
+        __m512 p0[MAX_G], p1[MAX_G];
+        for (int g = 0; g < G; g++) {
+            p0[g] = _mm512_set1_ps(p[(size_t)g * lds + j]);
+            p1[g] = _mm512_set1_ps(p[(size_t)g * lds + j + 1]);
+        }
+        for (int e = 0; e < D16; e += 16) {
+            __m512 v0 = load16_avx512(r0, bf16, (size_t)e), v1 = load16_avx512(r1, bf16, (size_t)e);
+            for (int g = 0; g < G; g++) {
+                float *a = acc + (size_t)g * D + e;
+                _mm512_storeu_ps(a, _mm512_fmadd_ps(p1[g], v1, _mm512_fmadd_ps(p0[g], v0, _mm512_loadu_ps(a))));
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int e = D16; e < D; e++)
+                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e) +
+                                          p[(size_t)g * lds + j + 1] * elem(r1, bf16, (size_t)e);
+    }
+    for (; j < n; j++) {
+        const char *r0 = (const char *)v + (size_t)j * stride * esz;
+        for (int g = 0; g < G; g++) {
+            __m512 p0 = _mm512_set1_ps(p[(size_t)g * lds + j]);
+            for (int e = 0; e < D16; e += 16) {
+                float *a = acc + (size_t)g * D + e;
+                _mm512_storeu_ps(a, _mm512_fmadd_ps(p0, load16_avx512(r0, bf16, (size_t)e), _mm512_loadu_ps(a)));
+            }
+            for (int e = D16; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e);
+        }
+    }
+}
+
+/* Heads in passes of at most MAX_G, with the common group sizes as constants
+ * so that the per-head loops unroll and the accumulators stay in registers. */
+#define GROUP_DISPATCH(KERNEL, G, ...)                                                             \
+    switch (G) {                                                                                   \
+    case 1: KERNEL(__VA_ARGS__, 1); break;                                                         \
+    case 2: KERNEL(__VA_ARGS__, 2); break;                                                         \
+    case 4: KERNEL(__VA_ARGS__, 4); break;                                                         \
+    case 8: KERNEL(__VA_ARGS__, 8); break;                                                         \
+    default: KERNEL(__VA_ARGS__, G); break;                                                        \
+    }
+
+#define QK512(BF16, s, lds, q, D, k, stride, n, scale, G) qk_avx512_g(s, lds, q, G, D, k, stride, n, scale, BF16)
+#define PV512(BF16, acc, p, lds, D, v, stride, n, G) pv_avx512_g(acc, p, lds, G, D, v, stride, n, BF16)
+
+#define DEFINE_AVX512(SUFFIX, BF16)                                                                \
+    AVX512 static void qk_avx512_##SUFFIX(float *s, int lds, const float *q, int G, int D,        \
+                                          const void *k, size_t stride, int n, float scale) {      \
+        for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
+            int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
+            GROUP_DISPATCH(QK512, g, BF16, s + (size_t)g0 * lds, lds, q + (size_t)g0 * D, D, k,    \
+                           stride, n, scale)                                                       \
+        }                                                                                          \
+    }                                                                                              \
+    AVX512 static void pv_avx512_##SUFFIX(float *acc, const float *p, int lds, int G, int D,      \
+                                          const void *v, size_t stride, int n) {                   \
+        for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
+            int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
+            GROUP_DISPATCH(PV512, g, BF16, acc + (size_t)g0 * D, p + (size_t)g0 * lds, lds, D, v,  \
+                           stride, n)                                                              \
+        }                                                                                          \
+    }
+DEFINE_AVX512(f32, false)
+DEFINE_AVX512(bf16, true)
+
+/* ---- AVX2 + FMA ------------------------------------------------------------- */
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 INLINE __m256 load8_avx2(const void *base, bool bf16, size_t i) {
+    if (bf16) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_loadu_ps((const float *)base + i);
+}
+
+AVX2 INLINE float hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, const void *k,
+                           size_t stride, int n, float scale, bool bf16) {
+    size_t esz = bf16 ? 2 : 4;
+    int D8 = D & ~7;
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)k + (size_t)j * stride * esz;
+        if (j + PREFETCH_ROWS < n) prefetch_row(row + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+        __m256 acc[MAX_G];
+        for (int g = 0; g < G; g++) acc[g] = _mm256_setzero_ps();
+        for (int e = 0; e < D8; e += 8) {
+            __m256 kv = load8_avx2(row, bf16, (size_t)e);
+            for (int g = 0; g < G; g++)
+                acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * D + e), kv, acc[g]);
+        }
+        for (int g = 0; g < G; g++) {
+            float d = hsum_avx2(acc[g]);
+            for (int e = D8; e < D; e++) d += q[(size_t)g * D + e] * elem(row, bf16, (size_t)e);
+            s[(size_t)g * lds + j] = d * scale;
+        }
+    }
+}
+
+AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, const void *v,
+                           size_t stride, int n, bool bf16) {
+    size_t esz = bf16 ? 2 : 4;
+    int D8 = D & ~7, j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const char *r0 = (const char *)v + (size_t)j * stride * esz, *r1 = r0 + stride * esz;
+        if (j + 2 + PREFETCH_ROWS < n) {
+            prefetch_row(r0 + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+            prefetch_row(r1 + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+        }
+        __m256 p0[MAX_G], p1[MAX_G];
+        for (int g = 0; g < G; g++) {
+            p0[g] = _mm256_set1_ps(p[(size_t)g * lds + j]);
+            p1[g] = _mm256_set1_ps(p[(size_t)g * lds + j + 1]);
+        }
+        for (int e = 0; e < D8; e += 8) {
+            __m256 v0 = load8_avx2(r0, bf16, (size_t)e), v1 = load8_avx2(r1, bf16, (size_t)e);
+            for (int g = 0; g < G; g++) {
+                float *a = acc + (size_t)g * D + e;
+                _mm256_storeu_ps(a, _mm256_fmadd_ps(p1[g], v1, _mm256_fmadd_ps(p0[g], v0, _mm256_loadu_ps(a))));
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int e = D8; e < D; e++)
+                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e) +
+                                          p[(size_t)g * lds + j + 1] * elem(r1, bf16, (size_t)e);
+    }
+    for (; j < n; j++) {
+        const char *r0 = (const char *)v + (size_t)j * stride * esz;
+        for (int g = 0; g < G; g++) {
+            __m256 p0 = _mm256_set1_ps(p[(size_t)g * lds + j]);
+            for (int e = 0; e < D8; e += 8) {
+                float *a = acc + (size_t)g * D + e;
+                _mm256_storeu_ps(a, _mm256_fmadd_ps(p0, load8_avx2(r0, bf16, (size_t)e), _mm256_loadu_ps(a)));
+            }
+            for (int e = D8; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e);
+        }
+    }
+}
+
+#define QK256(BF16, s, lds, q, D, k, stride, n, scale, G) qk_avx2_g(s, lds, q, G, D, k, stride, n, scale, BF16)
+#define PV256(BF16, acc, p, lds, D, v, stride, n, G) pv_avx2_g(acc, p, lds, G, D, v, stride, n, BF16)
+
+#define DEFINE_AVX2(SUFFIX, BF16)                                                                  \
+    AVX2 static void qk_avx2_##SUFFIX(float *s, int lds, const float *q, int G, int D,            \
+                                      const void *k, size_t stride, int n, float scale) {          \
+        for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
+            int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
+            GROUP_DISPATCH(QK256, g, BF16, s + (size_t)g0 * lds, lds, q + (size_t)g0 * D, D, k,    \
+                           stride, n, scale)                                                       \
+        }                                                                                          \
+    }                                                                                              \
+    AVX2 static void pv_avx2_##SUFFIX(float *acc, const float *p, int lds, int G, int D,          \
+                                      const void *v, size_t stride, int n) {                       \
+        for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
+            int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
+            GROUP_DISPATCH(PV256, g, BF16, acc + (size_t)g0 * D, p + (size_t)g0 * lds, lds, D, v,  \
+                           stride, n)                                                              \
+        }                                                                                          \
+    }
+DEFINE_AVX2(f32, false)
+DEFINE_AVX2(bf16, true)
+#endif
+
+static void kernels(CpuIsa isa, bool bf16, QkFn *qk, PvFn *pv) {
+#if defined(__x86_64__)
+    if (isa >= CPU_ISA_AVX512) {
+        *qk = bf16 ? qk_avx512_bf16 : qk_avx512_f32;
+        *pv = bf16 ? pv_avx512_bf16 : pv_avx512_f32;
+        return;
+    }
+    if (isa == CPU_ISA_AVX2) {
+        *qk = bf16 ? qk_avx2_bf16 : qk_avx2_f32;
+        *pv = bf16 ? pv_avx2_bf16 : pv_avx2_f32;
+        return;
+    }
+#endif
+    (void)isa;
+    *qk = bf16 ? qk_scalar_bf16 : qk_scalar_f32;
+    *pv = bf16 ? pv_scalar_bf16 : pv_scalar_f32;
+}
+
+void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, int k0, int k1,
+                         float *scores, DecodePart part) {
+    int D = kv->head_dim, bs = kv->block_size;
+    size_t esz = kv->bf16 ? sizeof(uint16_t) : sizeof(float), stride = (size_t)kv->row_stride;
+    float scale = 1.0f / sqrtf((float)D);
+    QkFn qk;
+    PvFn pv;
+    kernels(isa, kv->bf16, &qk, &pv);
+    for (int g = 0; g < G; g++) {
+        part.max[g] = -INFINITY;
+        part.sum[g] = 0.0f;
+    }
+    memset(part.acc, 0, sizeof(float) * (size_t)G * D);
+    for (int kb = k0 / bs; kb * bs < k1; kb++) {
+        int key0 = kb * bs;
+        int j0 = k0 > key0 ? k0 - key0 : 0;
+        int j1 = k1 - key0 < bs ? k1 - key0 : bs;
+        int n = j1 - j0;
+        size_t first = ((size_t)kv->block_table[kb] * bs + j0) * stride + (size_t)kv->kv_head * D;
+        const char *krows = (const char *)kv->k + first * esz;
+        const char *vrows = (const char *)kv->v + first * esz;
+        qk(scores, bs, q, G, D, krows, stride, n, scale);
+        /* Online softmax, per head: rescale what came before to the new max. */
+        for (int g = 0; g < G; g++) {
+            float *sc = scores + (size_t)g * bs;
+            float mx = row_max(sc, n);
+            float new_max = mx > part.max[g] ? mx : part.max[g];
+            float correction = expf(part.max[g] - new_max); /* 0 on the first block */
+            float sum = exp_shifted_sum(sc, n, new_max);
+            part.sum[g] = part.sum[g] * correction + sum;
+            part.max[g] = new_max;
+            if (correction != 1.0f) {
+                float *acc = part.acc + (size_t)g * D;
+                for (int d = 0; d < D; d++) acc[d] *= correction;
+            }
+        }
+        pv(part.acc, scores, bs, G, D, vrows, stride, n);
+    }
+}
+
+void decode_finish(float *out, int out_stride, const DecodePart *parts, int n, int G,
+                   int head_dim) {
+    for (int g = 0; g < G; g++) {
+        float m = -INFINITY, l = 0.0f;
+        for (int c = 0; c < n; c++) m = parts[c].max[g] > m ? parts[c].max[g] : m;
+        for (int c = 0; c < n; c++) l += parts[c].sum[g] * expf(parts[c].max[g] - m);
+        float *o = out + (size_t)g * out_stride;
+        for (int c = 0; c < n; c++) {
+            float w = expf(parts[c].max[g] - m) / l;
+            const float *acc = parts[c].acc + (size_t)g * head_dim;
+            if (c == 0)
+                for (int d = 0; d < head_dim; d++) o[d] = acc[d] * w;
+            else
+                for (int d = 0; d < head_dim; d++) o[d] += acc[d] * w;
+        }
+    }
+}
