@@ -78,7 +78,7 @@ static void attend_decode(CpuAttention *a, const AttnTask *t, ThreadScratch *s) 
     int D = sh->head_dim, G = a->group;
     size_t q_off = (size_t)(t->token0 + t->tile0) * sh->num_heads * D + (size_t)t->kv_head * G * D;
     DecodeKv kv = {a->k_cache, a->v_cache, a->kv_bf16, seq->block_table, sh->block_size,
-                   sh->num_kv_heads * D, t->kv_head, D};
+                   sh->num_kv_heads, t->kv_head, D};
     DecodePart part = {s->row_max, s->row_sum, s->acc};
     decode_attend_range(a->isa, &kv, a->q + q_off, G, 0, seq->start_pos + t->tile0 + 1, s->scores,
                         part);
@@ -89,7 +89,7 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
     const AttentionShape *sh = &a->shape;
     const RunnerSeq *seq = &a->batch->seqs[t->seq];
     int D = sh->head_dim, G = a->group, bs = sh->block_size;
-    int q_stride = sh->num_heads * D, kv_stride = sh->num_kv_heads * D;
+    int q_stride = sh->num_heads * D, kv_stride = D; /* head-major blocks: a head's rows are adjacent */
     int rows = t->tile_len * G;
     float scale = 1.0f / sqrtf((float)D);
 
@@ -110,7 +110,7 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
     for (int kb = 0; kb <= last_pos / bs; kb++) {
         int key0 = kb * bs;
         int n = last_pos + 1 - key0 < bs ? last_pos + 1 - key0 : bs;
-        size_t base = ((size_t)seq->block_table[kb] * bs * sh->num_kv_heads + t->kv_head) * D;
+        size_t base = ((size_t)seq->block_table[kb] * sh->num_kv_heads + t->kv_head) * bs * D;
         const float *kb_rows, *vb_rows;
         int ld;
         if (a->kv_bf16) {

@@ -32,7 +32,8 @@ void cpu_attention_destroy(CpuAttention *a);
 
 /* out[T, num_heads * head_dim] for the batch's T new tokens (in batch order),
  * from q[T, num_heads * head_dim] (normed and rotated) and the layer's caches
- * k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim] (float,
+ * k_cache, v_cache [num_blocks, num_kv_heads, block_size, head_dim] (head-major
+ * blocks: a head's rows of a block are adjacent, one sequential read; float,
  * or uint16_t bf16 when created so), which already hold the new tokens'
  * K and V. */
 void cpu_attention(CpuAttention *a, float *out, const float *q, const void *k_cache,

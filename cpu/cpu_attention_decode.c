@@ -4,9 +4,9 @@
  * kernels for its two inner loops, scores = scale * Q k_j and acc += p_j v_j.
  *
  * Each K/V row (head_dim values of one token) is read once and used for all
- * G heads of the group. Rows are row_stride elements apart (4 KiB for an f32
- * Qwen3-0.6B cache), too far for the hardware prefetcher to follow, so the
- * kernels prefetch a few rows ahead themselves.
+ * G heads of the group. A block's rows of one head are adjacent (the CPU
+ * cache is head-major), so each block is one sequential stream; the kernels
+ * still prefetch a few rows ahead.
  */
 #include "cpu_attention_decode.h"
 
@@ -319,7 +319,7 @@ static void kernels(CpuIsa isa, bool bf16, QkFn *qk, PvFn *pv) {
 void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, int k0, int k1,
                          float *scores, DecodePart part) {
     int D = kv->head_dim, bs = kv->block_size;
-    size_t esz = kv->bf16 ? sizeof(uint16_t) : sizeof(float), stride = (size_t)kv->row_stride;
+    size_t esz = kv->bf16 ? sizeof(uint16_t) : sizeof(float), stride = (size_t)D;
     float scale = 1.0f / sqrtf((float)D);
     QkFn qk;
     PvFn pv;
@@ -334,7 +334,7 @@ void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, 
         int j0 = k0 > key0 ? k0 - key0 : 0;
         int j1 = k1 - key0 < bs ? k1 - key0 : bs;
         int n = j1 - j0;
-        size_t first = ((size_t)kv->block_table[kb] * bs + j0) * stride + (size_t)kv->kv_head * D;
+        size_t first = (((size_t)kv->block_table[kb] * kv->num_kv_heads + kv->kv_head) * bs + j0) * stride;
         const char *krows = (const char *)kv->k + first * esz;
         const char *vrows = (const char *)kv->v + first * esz;
         qk(scores, bs, q, G, D, krows, stride, n, scale);

@@ -26,15 +26,17 @@
 
 #include "engine/base/cpu_isa.h"
 
-/* Where one KV head's keys and values are: row of position p is at element
- * (block_table[p / block_size] * block_size + p % block_size) * row_stride
- * + kv_head * head_dim of k and v (uint16_t bf16 when bf16, else float). */
+/* Where one KV head's keys and values are, in the CPU cache's head-major
+ * blocks ([num_blocks, num_kv_heads, block_size, head_dim]): the row of
+ * position p is at element ((block_table[p / block_size] * num_kv_heads +
+ * kv_head) * block_size + p % block_size) * head_dim of k and v (uint16_t
+ * bf16 when bf16, else float), so a block's rows of one head are adjacent. */
 typedef struct DecodeKv {
     const void *k, *v;
     bool bf16;
     const int32_t *block_table;
     int block_size;
-    int row_stride; /* elements between consecutive tokens: num_kv_heads * head_dim */
+    int num_kv_heads;
     int kv_head, head_dim;
 } DecodeKv;
 

@@ -167,9 +167,14 @@ static void qk_norm_rope_store(CpuRunner *r, int t) {
         rmsnorm(k + h * D, k + h * D, L->k_norm, D, eps);
         rope_apply(k + h * D, D, cs);
     }
-    size_t slot = (size_t)r->slots[t] * kv_width;
-    store_kv(r, k_layer(r, r->layer), slot, k, kv_width);
-    store_kv(r, v_layer(r, r->layer), slot, r->v + (size_t)t * kv_width, kv_width);
+    /* Head-major blocks (cpu_attention.h): each head's rows of a block are
+     * contiguous, so attention streams them. */
+    size_t bs = (size_t)r->base.options.block_size, block = (size_t)r->slots[t] / bs, off = (size_t)r->slots[t] % bs;
+    for (int h = 0; h < c->num_kv_heads; h++) {
+        size_t at = ((block * (size_t)c->num_kv_heads + (size_t)h) * bs + off) * (size_t)D;
+        store_kv(r, k_layer(r, r->layer), at, k + (size_t)h * D, (size_t)D);
+        store_kv(r, v_layer(r, r->layer), at, r->v + (size_t)t * kv_width + (size_t)h * D, (size_t)D);
+    }
 }
 
 /* residual += attention output; h = post-attention norm. */

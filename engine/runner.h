@@ -12,10 +12,12 @@
  * fill the same vtable, so nothing above this file knows which one runs; the
  * program that assembles them chooses (server/model_setup.c).
  *
- * KV layout (both backends): per layer, K and V are
- * [num_blocks, block_size, num_kv_heads, head_dim]; the token at position p
- * of a sequence lives in slot block_table[p / block_size] * block_size +
- * p % block_size.
+ * KV blocks (both backends): the token at position p of a sequence lives
+ * at offset p % block_size of block block_table[p / block_size]. Inside a
+ * block each backend lays out what suits its attention: CUDA per layer
+ * [num_blocks, block_size, num_kv_heads, head_dim]; the CPU head-major,
+ * [num_blocks, num_kv_heads, block_size, head_dim], so one head's rows of a
+ * block are one sequential read.
  */
 #ifndef NANOVLLM_RUNNER_H
 #define NANOVLLM_RUNNER_H

@@ -24,7 +24,7 @@ static float uniform(void) { /* xorshift64, uniform in [-1, 1) */
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
 
-/* A cache of `blocks` blocks of bs tokens x kv_heads x D: random values, kept
+/* A cache of `blocks` blocks of kv_heads x bs tokens x D: random values, kept
  * both as bf16 and as their exact float32 widening (so one reference serves
  * both dtypes). */
 typedef struct Cache {
@@ -60,7 +60,7 @@ static void reference(double *out, const float *q, const Cache *c, const int32_t
     for (int g = 0; g < G; g++) {
         double mx = -INFINITY, sum = 0;
         for (int j = 0; j < ctx; j++) {
-            size_t row = (((size_t)table[j / bs] * bs + j % bs) * kv_heads + kv_head) * D;
+            size_t row = (((size_t)table[j / bs] * kv_heads + kv_head) * bs + j % bs) * D;
             double d = 0;
             for (int e = 0; e < D; e++) d += (double)q[g * D + e] * c->kf[row + e];
             score[j] = d / sqrt((double)D);
@@ -70,7 +70,7 @@ static void reference(double *out, const float *q, const Cache *c, const int32_t
         for (int e = 0; e < D; e++) {
             double o = 0;
             for (int j = 0; j < ctx; j++) {
-                size_t row = (((size_t)table[j / bs] * bs + j % bs) * kv_heads + kv_head) * D;
+                size_t row = (((size_t)table[j / bs] * kv_heads + kv_head) * bs + j % bs) * D;
                 o += score[j] / sum * c->vf[row + e];
             }
             out[g * D + e] = o;
@@ -127,7 +127,7 @@ static double check_level(CpuIsa isa, double *worst_vs_scalar) {
                     reference(want, q, &c, table, ctx, bs, KV_HEADS, kv_head, G, D);
                     for (int bf = 0; bf < 2; bf++) {
                         DecodeKv kv = {bf ? (const void *)c.kb : c.kf, bf ? (const void *)c.vb : c.vf,
-                                       bf, table, bs, KV_HEADS * D, kv_head, D};
+                                       bf, table, bs, KV_HEADS, kv_head, D};
                         int parts = ctx >= 3 ? 1 + ci % MAX_PARTS : 1;
                         decode(ref_out, CPU_ISA_SCALAR, &kv, q, G, ctx, 1, &s);
                         decode(out, isa, &kv, q, G, ctx, parts, &s);

@@ -179,10 +179,10 @@ Test(cpu_kernels, paged_attention) {
                 int g = h / (HEADS / KV_HEADS);
                 double *score = malloc(sizeof(double) * (size_t)(pos + 1)), mx = -INFINITY, sum = 0;
                 for (int j = 0; j <= pos; j++) {
-                    size_t slot = (size_t)tables[s][j / BS] * BS + j % BS;
+                    size_t row = ((size_t)tables[s][j / BS] * KV_HEADS + g) * BS + j % BS; /* head-major blocks */
                     double d = 0;
                     for (int e = 0; e < D; e++)
-                        d += (double)q[((size_t)t * HEADS + h) * D + e] * kc[(slot * KV_HEADS + g) * D + e];
+                        d += (double)q[((size_t)t * HEADS + h) * D + e] * kc[row * D + e];
                     score[j] = d / sqrt((double)D);
                     mx = fmax(mx, score[j]);
                 }
@@ -190,8 +190,8 @@ Test(cpu_kernels, paged_attention) {
                 for (int e = 0; e < D; e++) {
                     double o = 0;
                     for (int j = 0; j <= pos; j++) {
-                        size_t slot = (size_t)tables[s][j / BS] * BS + j % BS;
-                        o += score[j] / sum * vc[(slot * KV_HEADS + g) * D + e];
+                        size_t row = ((size_t)tables[s][j / BS] * KV_HEADS + g) * BS + j % BS;
+                        o += score[j] / sum * vc[row * D + e];
                     }
                     worst = fmax(worst, fabs(o - out[((size_t)t * HEADS + h) * D + e]));
                 }
