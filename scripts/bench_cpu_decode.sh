@@ -38,9 +38,13 @@ latency() { # name input_len output_len
     --json --quiet "${THREAD_FLAGS[@]}" "${EXTRA[@]}" >>"$out"
 }
 batch() { # name num_seqs input output
+  # Every prompt prefilled in one step, so all sequences then decode together
+  # (the bench times the steps where all of them decode).
+  local budget=$(( $2 * $3 > 2048 ? $2 * $3 : 2048 ))
   printf '%s batch %s ' "$1" "$ROUNDS" >>"$out"
   "$BIN" bench --model "$MODEL" --num-seqs "$2" --min-input "$3" --max-input "$3" --min-output "$4" \
-    --max-output "$4" --kv-cache-memory 2GiB --json --quiet "${THREAD_FLAGS[@]}" "${EXTRA[@]}" >>"$out"
+    --max-output "$4" --max-num-batched-tokens "$budget" --kv-cache-memory 2GiB --json --quiet \
+    "${THREAD_FLAGS[@]}" "${EXTRA[@]}" >>"$out"
 }
 EXTRA=("$@")
 for round in $(seq "$ROUNDS"); do
