@@ -5,7 +5,8 @@
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
 #   make docker-test  build the CPU container image with podman, run it, check it serves
-#   make fuzz         libFuzzer targets: build-fuzz/fuzz_tokenizer, fuzz_jinja, fuzz_structured (clang-14)
+#   make fuzz         libFuzzer targets: build-fuzz/fuzz_tokenizer, fuzz_jinja, fuzz_structured,
+#                     fuzz_chat_output (clang-14)
 #   CUDA=0            build without the CUDA sources even when nvcc is present
 #
 # CUDA sources build when nvcc is found (PATH or /usr/local/cuda). The CUDA
@@ -103,7 +104,9 @@ FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -pthread -I. $(WARN) -fsanitize=fuzze
 STRUCTURED_FUZZ_SRC = $(wildcard engine/structured/*.c) \
                       $(filter-out engine/tokenizer/chat_template.c,$(wildcard engine/tokenizer/*.c)) \
                       engine/base/error.c engine/base/byte_buf.c engine/base/read_file.c
-fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured
+CHAT_OUTPUT_FUZZ_SRC = $(wildcard server/chat_output/*.c) $(filter-out engine/tokenizer/chat_template.c,$(wildcard engine/tokenizer/*.c)) \
+                       engine/base/error.c engine/base/byte_buf.c engine/base/read_file.c
+fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured build-fuzz/fuzz_chat_output
 
 build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR)
 	@mkdir -p $(dir $@)
@@ -116,6 +119,10 @@ build-fuzz/fuzz_jinja: tests/fuzz/fuzz_jinja.c $(wildcard engine/jinja/*.c) $(FU
 build-fuzz/fuzz_structured: tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) $(FUZZ_HDR) $(wildcard engine/structured/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
+
+build-fuzz/fuzz_chat_output: tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) $(FUZZ_HDR) $(wildcard server/chat_output/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
 clean:
 	rm -rf build build-asan build-fuzz
