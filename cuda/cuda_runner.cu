@@ -25,6 +25,7 @@
  * (cuda_prefill_attention.cu).
  */
 #include "cuda_runner.h"
+#include "cuda_runner_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -44,67 +45,8 @@ extern "C" {
 }
 
 #define CUBLAS_WORKSPACE_BYTES (32u << 20)
-#define MAX_GRAPHS 64
 /* Graph memory is allocated after the KV cache is sized: keep this much back. */
 #define GRAPH_RESERVE_BYTES(n) ((size_t)(64u << 20) + (size_t)(n) * (4u << 20))
-
-typedef struct CudaRunner {
-    Runner base;
-    ModelConfig cfg;
-    cudaDeviceProp prop;
-    CublasApi blas;
-    cublasHandle_t blas_handle;
-    cudaStream_t stream;
-    void *blas_workspace;
-    CudaWeights weights;
-    float *rope;       /* [max_model_len, head_dim / 2, 2]: cos, sin */
-    uint16_t *kv;      /* K of every layer, then V of every layer */
-    size_t layer_elems; /* bf16 values of K (or V) per layer */
-
-    /* activations, [max_num_batched_tokens, width] each; logits [max_num_seqs, vocab] */
-    float *x, *delta, *qkv, *gate_up, *logits;
-    uint16_t *h, *q, *attn, *act, *normed;
-    int32_t *tokens_dev;
-    CudaMoe moe; /* a MoE model's expert activations (memory NULL when dense) */
-
-    /* The step's metadata: built in pinned host memory, copied in one go to
-     * the device buffer of the same layout. */
-    int32_t *meta_host, *meta_dev;
-    size_t meta_capacity; /* int32 values */
-    int32_t *tokens_host; /* pinned [max_num_seqs] */
-    float *logits_host;   /* pinned [max_num_seqs, vocab]: rows the CPU sampler takes */
-    SamplerScratch sampler;
-    /* the GPU sampler's inputs, pinned and on the device, and its workspace */
-    CudaSampleRow *sample_rows_host, *sample_rows_dev; /* [max_num_seqs] */
-    CudaPenalty *penalties_host, *penalties_dev;       /* [penalty_capacity] */
-    int penalty_capacity;
-    /* logit_bias entries: at most MAX_LOGIT_BIAS a row (sampling_params_validate),
-     * so [max_num_seqs * MAX_LOGIT_BIAS] always holds a step's; never grown */
-    LogitBias *biases_host, *biases_dev;
-    int bias_capacity;
-    /* structured outputs: row i's allowed-token bitmask at word i * mask_words
-     * ([max_num_seqs, mask_words]); allocated once, so the addresses never move */
-    uint32_t *masks_host, *masks_dev;
-    int mask_words; /* (vocab + 31) / 32 */
-    void *sampler_workspace;
-    int tile_tokens;
-    int max_blocks_per_seq;
-    int max_items;
-
-    float *split_workspace; /* partial attention results of split decode */
-    int32_t pad_block;      /* the KV block padding sequences write to */
-    RunnerSeq *padded;      /* [max graph batch]: a decode batch padded to its bucket */
-    int num_graphs;
-    int graph_batch[MAX_GRAPHS]; /* bucket sizes, ascending */
-    int graph_splits[MAX_GRAPHS];
-    cudaGraphExec_t graphs[MAX_GRAPHS];
-} CudaRunner;
-
-/* Where each part of the metadata sits in meta_host / meta_dev (int32 offsets). */
-typedef struct StepLayout {
-    int num_tokens, num_items, num_logit_rows;
-    size_t tokens, positions, slots, logit_rows, seqs, items, tables, total;
-} StepLayout;
 
 static uint16_t *k_layer(CudaRunner *r, int l) { return r->kv + (size_t)l * r->layer_elems; }
 static uint16_t *v_layer(CudaRunner *r, int l) {
@@ -125,87 +67,6 @@ static int gemm(CudaRunner *r, float *y, const uint16_t *x, const uint16_t *w, i
 }
 
 /* ---- one step -------------------------------------------------------------------------- */
-
-/* Logprobs are the CPU sampler's alone; every other row samples on the GPU. */
-static bool sampled_on_host(const SampleInput *in) { return in->params && in->params->logprobs >= 0; }
-
-/* Room for `entries` penalty tokens, pinned and on the device, keeping the
- * first `keep` already written this step (grown as long histories need; the
- * previous step has finished with the old buffers). */
-static int reserve_penalties(CudaRunner *r, int entries, int keep, Error *err) {
-    if (entries <= r->penalty_capacity) return 0;
-    int cap = r->penalty_capacity > 0 ? r->penalty_capacity : 4096;
-    while (cap < entries) cap *= 2;
-    CudaPenalty *host = NULL;
-    CUDA_TRY(cudaMallocHost((void **)&host, sizeof(CudaPenalty) * (size_t)cap),
-             "allocating pinned host memory", err);
-    CudaPenalty *dev = (CudaPenalty *)cuda_alloc(sizeof(CudaPenalty) * (size_t)cap, err);
-    if (!dev) {
-        cudaFreeHost(host);
-        return error_prefix(err, "penalty tokens");
-    }
-    if (keep > 0) memcpy(host, r->penalties_host, sizeof(CudaPenalty) * (size_t)keep);
-    if (r->penalties_host) cudaFreeHost(r->penalties_host);
-    cuda_free(r->penalties_dev);
-    r->penalties_host = host;
-    r->penalties_dev = dev;
-    r->penalty_capacity = cap;
-    return 0;
-}
-
-/* Each logits row's sampling parameters, distinct penalty tokens, logit_bias
- * entries and allowed-token mask, to the device. Rows the host samples get a
- * row too (their token is unused; sampler_sample applies their mask and
- * biases itself). */
-static int upload_sampling(CudaRunner *r, const RunnerBatch *b, Error *err) {
-    const SamplingParams greedy = sampling_params_default();
-    const size_t words = (size_t)r->mask_words;
-    int rows = 0, used = 0, masked_rows = 0; /* masked_rows: up to the last row with a mask */
-    int biases = 0;
-    for (int s = 0; s < b->num_seqs; s++) {
-        if (!b->seqs[s].compute_logits) continue;
-        SampleInput in = b->seqs[s].sample;
-        if (!in.params) in.params = &greedy;
-        int added;
-        while ((added = cuda_sample_row_prepare(&r->sample_rows_host[rows], r->penalties_host,
-                                                r->penalty_capacity, used, r->biases_host,
-                                                r->bias_capacity, biases, &in, &r->sampler)) < 0) {
-            if (added == -2) /* only a request that skipped sampling_params_validate */
-                return error_set(err, "row %d: %d logit_bias entries do not fit (at most %d a row)",
-                                 s, in.params->num_logit_bias, MAX_LOGIT_BIAS);
-            int need = used + in.prompt_len + in.output_len;
-            if (reserve_penalties(r, need > 2 * r->penalty_capacity ? need : 2 * r->penalty_capacity, used,
-                                  err))
-                return -1;
-        }
-        used += added;
-        biases += r->sample_rows_host[rows].bias_count;
-        if (in.allowed) {
-            memcpy(r->masks_host + (size_t)rows * words, in.allowed, sizeof(uint32_t) * words);
-            r->sample_rows_host[rows].mask_offset = (int32_t)((size_t)rows * words);
-            masked_rows = rows + 1;
-        }
-        rows++;
-    }
-    CUDA_TRY(cudaMemcpyAsync(r->sample_rows_dev, r->sample_rows_host, sizeof(CudaSampleRow) * rows,
-                             cudaMemcpyHostToDevice, r->stream),
-             "copying sampling parameters to the GPU", err);
-    if (used > 0)
-        CUDA_TRY(cudaMemcpyAsync(r->penalties_dev, r->penalties_host, sizeof(CudaPenalty) * used,
-                                 cudaMemcpyHostToDevice, r->stream),
-                 "copying penalty tokens to the GPU", err);
-    if (biases > 0)
-        CUDA_TRY(cudaMemcpyAsync(r->biases_dev, r->biases_host, sizeof(LogitBias) * biases,
-                                 cudaMemcpyHostToDevice, r->stream),
-                 "copying logit_bias entries to the GPU", err);
-    /* rows without a mask in between carry stale words; mask_offset -1 keeps them unread */
-    if (masked_rows > 0)
-        CUDA_TRY(cudaMemcpyAsync(r->masks_dev, r->masks_host,
-                                 sizeof(uint32_t) * words * (size_t)masked_rows,
-                                 cudaMemcpyHostToDevice, r->stream),
-                 "copying allowed-token masks to the GPU", err);
-    return 0;
-}
 
 static size_t align4(size_t n) { return (n + 3) & ~(size_t)3; }
 
@@ -327,13 +188,6 @@ static int copy_all_logits(CudaRunner *r, const RunnerBatch *b, int num_tokens, 
     return 0;
 }
 
-static int32_t sample_on_host(CudaRunner *r, float *row, const RunnerBatch *b, int s) {
-    SamplingParams greedy = sampling_params_default();
-    SampleInput in = b->seqs[s].sample;
-    if (!in.params) in.params = &greedy;
-    return sampler_sample(row, &in, &r->sampler, b->logprobs ? &b->logprobs[s] : NULL);
-}
-
 /* Decode: every sequence brings one token and wants its logits. */
 static bool is_decode(const RunnerBatch *b) {
     for (int s = 0; s < b->num_seqs; s++)
@@ -416,7 +270,7 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
             const float *row = b->all_logits + (size_t)(t - 1) * V;
             if (b->last_logits) memcpy(b->last_logits + (size_t)s * V, row, sizeof(float) * V);
             memcpy(r->logits_host, row, sizeof(float) * V); /* the caller's stay raw */
-            out[s] = sample_on_host(r, r->logits_host, b, s);
+            out[s] = cuda_runner_sample_on_host(r, r->logits_host, b, s);
         }
         return 0;
     }
@@ -428,7 +282,7 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
     for (int s = 0; s < b->num_seqs; s++) {
         if (!b->seqs[s].compute_logits) continue;
         const float *src = r->logits + (size_t)n * V;
-        if (sampled_on_host(&b->seqs[s].sample))
+        if (cuda_runner_sampled_on_host(&b->seqs[s].sample))
             CUDA_TRY(cudaMemcpyAsync(r->logits_host + (size_t)n * V, src, sizeof(float) * V,
                                      cudaMemcpyDeviceToHost, r->stream),
                      "copying logits from the GPU", err);
@@ -439,7 +293,7 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
         n++;
     }
     if (n > 0) {
-        if (upload_sampling(r, b, err) ||
+        if (cuda_runner_upload_sampling(r, b, err) ||
             cuda_sample(r->tokens_dev, r->logits, n, (int)V, r->sample_rows_dev, r->penalties_dev,
                         r->biases_dev, r->masks_dev, r->sampler_workspace, r->stream, err))
             return -1;
@@ -451,8 +305,8 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
     for (int s = 0, row = 0; s < b->num_seqs; s++) {
         out[s] = -1;
         if (!b->seqs[s].compute_logits) continue;
-        out[s] = sampled_on_host(&b->seqs[s].sample)
-                     ? sample_on_host(r, r->logits_host + (size_t)row * V, b, s)
+        out[s] = cuda_runner_sampled_on_host(&b->seqs[s].sample)
+                     ? cuda_runner_sample_on_host(r, r->logits_host + (size_t)row * V, b, s)
                      : r->tokens_host[row];
         row++;
     }
@@ -595,7 +449,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
              "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->masks_host, mask_bytes), "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->biases_host, bias_bytes), "allocating pinned host memory", err);
-    if (reserve_penalties(r, (int)S * 64, 0, err)) return -1;
+    if (cuda_runner_reserve_penalties(r, (int)S * 64, 0, err)) return -1;
     CUDA_TRY(cudaMallocHost((void **)&r->tokens_host, sizeof(int32_t) * S),
              "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->logits_host, sizeof(float) * S * c->vocab_size),
