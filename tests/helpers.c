@@ -240,3 +240,13 @@ json_t *jsonl_load(const char *path) {
     fclose(f);
     return rows;
 }
+
+int32_t *random_prompt(int len, uint64_t seed) {
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)len);
+    cr_assert(p);
+    for (int i = 0; i < len; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (int32_t)((seed >> 33) % 151000);
+    }
+    return p;
+}

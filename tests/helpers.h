@@ -87,6 +87,9 @@ int run_nanovllm(const char *args, char **out, char **err);
 int run_nanovllm_stdin(const char *args, const void *stdin_data, size_t stdin_len, char **out,
                        char **err);
 
+/* len pseudo-random token ids below 151000, the same for the same seed (malloc'ed). */
+int32_t *random_prompt(int len, uint64_t seed);
+
 /* The tiny model's (real Qwen3) tokenizer; the test fails if it does not load. */
 Tokenizer *tiny_tokenizer(void);
 

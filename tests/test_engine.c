@@ -95,15 +95,6 @@ static uint64_t submit(Engine *e, const int32_t *prompt, int len, const Sampling
     return id;
 }
 
-static int32_t *random_prompt(int len, uint64_t seed) {
-    int32_t *p = malloc(sizeof(int32_t) * (size_t)len);
-    for (int i = 0; i < len; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        p[i] = (int32_t)((seed >> 33) % 151000);
-    }
-    return p;
-}
-
 static SamplingParams greedy(int max_tokens) {
     SamplingParams p = sampling_params_default();
     p.max_tokens = max_tokens;
