@@ -31,11 +31,15 @@ static const char *tool_name(const json_t *tool, size_t i, ApiError *err) {
     return json_string_value(name);
 }
 
-static bool offered(const json_t *tools, const char *name) {
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t)
-        if (strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name) == 0) return true;
+/* The function name of a tool already checked by tool_name. */
+static const char *name_of(const json_t *tool) {
+    return json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
+}
+
+/* Whether tools[0..n) has a function called name. */
+static bool offered(const json_t *tools, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name_of(json_array_get(tools, i)), name) == 0) return true;
     return false;
 }
 
@@ -69,7 +73,7 @@ static json_t *forced_calls_spec(const OpenAIParams *p, ChatToolCallFormat forma
     json_t *t;
     json_array_foreach(p->tools, i, t) {
         const json_t *fn = json_object_get(t, "function");
-        const char *name = json_string_value(json_object_get(fn, "name"));
+        const char *name = name_of(t);
         if (p->tool_choice == TOOL_CHOICE_NAMED && strcmp(name, p->tool_choice_name) != 0) continue;
         json_t *params = json_object_get(fn, "parameters");
         json_array_append_new(list, json_pack("{s:s, s:O}", "name", name, "parameters", params ? params : json_null()));
@@ -99,9 +103,7 @@ int api_parse_tools(ApiRequest *r, ApiError *err) {
         json_array_foreach(tools, i, t) {
             const char *name = tool_name(t, i, err);
             if (!name) return -1;
-            for (size_t k = 0; k < i; k++)
-                if (strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, k), "function"), "name")), name) == 0)
-                    return api_error(err, 400, "tools", "two tools are named '%s'", name);
+            if (offered(tools, i, name)) return api_error(err, 400, "tools", "two tools are named '%s'", name);
         }
         if (json_array_size(tools) > 0) {
             p->tools = tools;
@@ -115,7 +117,7 @@ int api_parse_tools(ApiRequest *r, ApiError *err) {
                              p->tool_choice == TOOL_CHOICE_NAMED ? p->tool_choice_name : "required");
         if (p->tool_choice == TOOL_CHOICE_AUTO && !p->tools) p->tool_choice = TOOL_CHOICE_NONE;
     }
-    if (p->tool_choice == TOOL_CHOICE_NAMED && !offered(p->tools, p->tool_choice_name))
+    if (p->tool_choice == TOOL_CHOICE_NAMED && !offered(p->tools, json_array_size(p->tools), p->tool_choice_name))
         return api_error(err, 400, "tool_choice", "'tool_choice' names '%s', which is not in 'tools'", p->tool_choice_name);
     if (p->tool_choice != TOOL_CHOICE_REQUIRED && p->tool_choice != TOOL_CHOICE_NAMED) return 0;
     /* Forced calls: decoding is constrained to the template's call format. */

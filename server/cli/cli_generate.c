@@ -386,8 +386,7 @@ int command_generate(int argc, char **argv) {
     json_t *chat_request = NULL;
     ChatTemplate *ct = NULL;
     char *chat_text = NULL;
-    if (tok && a.chat_file && !(chat_text = render_chat(a.chat_file, tok, &chat_request, &ct, &tok_err)))
-        tok_err.msg[0] = tok_err.msg[0] ? tok_err.msg[0] : '?';
+    if (tok && a.chat_file) chat_text = render_chat(a.chat_file, tok, &chat_request, &ct, &tok_err);
     const char *text = a.prompt_text ? a.prompt_text : chat_text;
     if ((!tok && tok_err.msg[0]) || (a.chat_file && !chat_text) ||
         (text && encode_prompt(tok, text, &prompt, &prompt_len, &tok_err))) {
