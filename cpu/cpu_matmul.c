@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cpu_matmul_amx.h"
+#include "cpu_matmul_bf16.h"
 #include "cpu_matmul_small.h"
 #include "engine/base/half.h"
 
@@ -56,6 +57,16 @@
 /* Weight rows per task of the small-batch GEMM. */
 #define GEMM_ROWS_PER_TASK 256
 
+/* Activation rows converted to bf16 at a time under bf16 inputs (the
+ * scratch holds this many rows of the widest input, as float32). */
+#define BF16_CHUNK_ROWS 512
+
+/* Weights sharing one input at most per pass (q/k/v is 3). */
+#define MAX_SHARED 8
+
+/* Weight rows per task of the bf16 dot kernel: as the float32 GEMM. */
+#define BF16_ROWS_PER_TASK 256
+
 /* Weight rows per AMX task (a multiple of 32, the kernel's block). */
 #define AMX_TASK_ROWS 128
 
@@ -79,6 +90,9 @@ struct CpuMatmul {
     int max_rows, max_cols;
     float **panels;   /* BLAS: one PANEL_ROWS x max_cols buffer per thread */
     uint16_t *packed; /* AMX: the packed activations of the current input */
+    bool bf16_inputs; /* round activations to bf16 (cpu_matmul_set_bf16_inputs) */
+    float *inputs;    /* bf16 inputs: BF16_CHUNK_ROWS x max_cols, as bf16 or rounded f32 */
+    int input_rows;   /* rows of `inputs` */
     MatmulTask *tasks;
     int max_tasks;
 };
@@ -325,6 +339,8 @@ typedef struct MatmulJob {
     CpuIsa isa;
     RowsKernel kernels[2]; /* by weight type */
     const MatmulTask *tasks;
+    const uint16_t *xb; /* non-NULL: x as bf16, for `dot` (every weight bf16) */
+    Bf16DotKernel dot;
 } MatmulJob;
 
 /* The kernel of a row-split strategy (rows or gemm) for this weight type:
@@ -357,6 +373,11 @@ static void blas_task(const MatmulJob *j, const MatmulTask *t, int thread) {
 static void matmul_task(void *ctx, int task, int thread) {
     const MatmulJob *j = ctx;
     const MatmulTask *t = &j->tasks[task];
+    if (j->xb) {
+        const Weight *w = j->ws[t->wi];
+        j->dot(j->ys[t->wi], w->rows, j->xb, w->cols, j->M, w->data, w->cols, t->n0, t->n1);
+        return;
+    }
     switch (j->strategy) {
     case MATMUL_AMX:
         amx_matmul(j->ys[t->wi], j->ws[t->wi]->rows, j->mm->packed, j->M, t->m0, t->m1,
@@ -400,9 +421,29 @@ MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
     return MATMUL_ROWS;
 }
 
-static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, float *const *ys,
-                int count, MatmulStrategy strategy, CpuIsa isa) {
-    if (M <= 0 || count <= 0) return;
+/* Splits every weight of the job into tasks of `per` rows (and, for AMX,
+ * `tokens` activation rows) and runs them on the pool. */
+static void run_tasks(CpuMatmul *mm, MatmulJob *job, int count, int per, int tokens) {
+    int n = 0, M = job->M;
+    for (int i = 0; i < count; i++) {
+        const Weight *w = job->ws[i];
+        for (int n0 = 0; n0 < w->rows; n0 += per) {
+            for (int m0 = 0; m0 < M; m0 += tokens) {
+                if (n == mm->max_tasks) { /* more than planned: run what we have */
+                    thread_pool_run(mm->pool, n, matmul_task, job);
+                    n = 0;
+                }
+                mm->tasks[n++] = (MatmulTask){i, n0, n0 + per < w->rows ? n0 + per : w->rows, m0,
+                                              m0 + tokens < M ? m0 + tokens : M};
+            }
+        }
+    }
+    thread_pool_run(mm->pool, n, matmul_task, job);
+}
+
+/* float32 inputs as given. */
+static void run_f32(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
+                    float *const *ys, int count, MatmulStrategy strategy, CpuIsa isa) {
     if (strategy == MATMUL_AUTO) strategy = cpu_matmul_choose(M, ws[0], isa);
     for (int i = 0; i < count; i++) {
         bool amx_ok = isa >= CPU_ISA_AMX && amx_supports(ws[i]) && ws[i]->cols == ws[0]->cols &&
@@ -411,24 +452,49 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
     }
     MatmulJob job = {mm, x, M, ws, ys, strategy, isa,
                      {split_kernel(strategy, isa, WEIGHT_BF16), split_kernel(strategy, isa, WEIGHT_F32)},
-                     mm->tasks};
+                     mm->tasks, NULL, NULL};
     if (strategy == MATMUL_AMX)
         thread_pool_run(mm->pool, (M + AMX_GROUP - 1) / AMX_GROUP, pack_task, &job);
-    int per = rows_per_task(strategy), n = 0;
-    int tokens = strategy == MATMUL_AMX ? amx_tokens_per_task(ws[0]->cols) : M;
-    for (int i = 0; i < count; i++) {
-        for (int n0 = 0; n0 < ws[i]->rows; n0 += per) {
-            for (int m0 = 0; m0 < M; m0 += tokens) {
-                if (n == mm->max_tasks) { /* more than planned: run what we have */
-                    thread_pool_run(mm->pool, n, matmul_task, &job);
-                    n = 0;
-                }
-                mm->tasks[n++] = (MatmulTask){i, n0, n0 + per < ws[i]->rows ? n0 + per : ws[i]->rows,
-                                              m0, m0 + tokens < M ? m0 + tokens : M};
-            }
+    run_tasks(mm, &job, count, rows_per_task(strategy),
+              strategy == MATMUL_AMX ? amx_tokens_per_task(ws[0]->cols) : M);
+}
+
+/* Inputs rounded to bf16, BF16_CHUNK_ROWS rows at a time: multiplied as bf16
+ * by the dot kernel where the CPU has one (and every weight is bf16, and no
+ * other strategy was forced), else the rounded values go to the float32
+ * strategies, which then compute the same products exactly. */
+static void run_bf16(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
+                     float *const *ys, int count, MatmulStrategy strategy, CpuIsa isa) {
+    Bf16DotKernel dot = bf16_dot_kernel(isa);
+    bool native = dot && (strategy == MATMUL_AUTO || strategy == MATMUL_ROWS ||
+                          strategy == MATMUL_GEMM);
+    for (int i = 0; i < count; i++) native = native && ws[i]->type == WEIGHT_BF16;
+    int K = ws[0]->cols;
+    for (int m0 = 0; m0 < M; m0 += mm->input_rows) {
+        int rows = M - m0 < mm->input_rows ? M - m0 : mm->input_rows;
+        float *yc[MAX_SHARED];
+        for (int i = 0; i < count; i++) yc[i] = ys[i] + (size_t)m0 * ws[i]->rows;
+        const float *xc = x + (size_t)m0 * K;
+        if (native) {
+            uint16_t *xb = (uint16_t *)mm->inputs;
+            bf16_round_rows(isa, xb, xc, (size_t)rows * K);
+            MatmulJob job = {mm, NULL, rows, ws, yc, MATMUL_AUTO, isa, {NULL, NULL},
+                             mm->tasks, xb, dot};
+            run_tasks(mm, &job, count, BF16_ROWS_PER_TASK, rows);
+        } else {
+            bf16_round_in_f32(mm->inputs, xc, (size_t)rows * K);
+            run_f32(mm, mm->inputs, rows, ws, yc, count, strategy, isa);
         }
     }
-    thread_pool_run(mm->pool, n, matmul_task, &job);
+}
+
+static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, float *const *ys,
+                int count, MatmulStrategy strategy, CpuIsa isa) {
+    if (M <= 0 || count <= 0) return;
+    for (; count > MAX_SHARED; count -= MAX_SHARED, ws += MAX_SHARED, ys += MAX_SHARED)
+        run(mm, x, M, ws, ys, MAX_SHARED, strategy, isa);
+    if (mm->bf16_inputs) run_bf16(mm, x, M, ws, ys, count, strategy, isa);
+    else run_f32(mm, x, M, ws, ys, count, strategy, isa);
 }
 
 /* ---- grouped products, each with its own input ---- */
@@ -471,7 +537,7 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
             ys[same] = groups[i + same].y;
             same++;
         }
-        run(mm, g->x, g->M, ws, ys, same, MATMUL_AUTO, isa);
+        run_f32(mm, g->x, g->M, ws, ys, same, MATMUL_AUTO, isa);
         i += same;
     }
     GroupedJob job = {groups,
@@ -511,6 +577,8 @@ void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weigh
     run(mm, x, M, &w, &y, 1, strategy, isa);
 }
 
+void cpu_matmul_set_bf16_inputs(CpuMatmul *mm, bool on) { mm->bf16_inputs = on; }
+
 const char *matmul_strategy_name(MatmulStrategy s) {
     switch (s) {
     case MATMUL_ROWS: return "rows";
@@ -542,6 +610,12 @@ CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error
         mm->panels[i] = aligned_alloc(64, sizeof(float) * PANEL_ROWS * (size_t)max_cols);
         ok = mm->panels[i] != NULL;
     }
+    if (ok) {
+        mm->input_rows = max_rows < BF16_CHUNK_ROWS ? (max_rows > 0 ? max_rows : 1) : BF16_CHUNK_ROWS;
+        size_t bytes = sizeof(float) * (size_t)mm->input_rows * (size_t)max_cols;
+        mm->inputs = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        ok = mm->inputs != NULL;
+    }
     if (ok && amx_available()) {
         mm->packed = aligned_alloc(64, amx_packed_elems(max_rows, max_cols) * sizeof(uint16_t) + 64);
         ok = mm->packed != NULL;
@@ -562,6 +636,7 @@ void cpu_matmul_destroy(CpuMatmul *mm) {
         for (int i = 0; i < thread_pool_size(mm->pool); i++) free(mm->panels[i]);
     free(mm->panels);
     free(mm->packed);
+    free(mm->inputs);
     free(mm->tasks);
     free(mm);
 }

@@ -15,9 +15,17 @@
  *    panels and multiplied by OpenBLAS sgemm, single-threaded inside each of
  *    our tasks so that only one thread pool runs.
  * All four compute in float32; they differ only in summation order.
+ *
+ * With bf16 inputs (--dtype bfloat16) every activation is first rounded to
+ * bf16; where the CPU has AVX512-BF16 one more kernel multiplies bf16 pairs
+ * directly for every M (cpu_matmul_bf16.h), elsewhere the four above run on
+ * the rounded values. The products grouped by cpu_matmul_grouped (MoE
+ * experts) keep float32 inputs for now.
  */
 #ifndef NANOVLLM_CPU_MATMUL_H
 #define NANOVLLM_CPU_MATMUL_H
+
+#include <stdbool.h>
 
 #include "thread_pool.h"
 #include "engine/base/cpu_isa.h"
@@ -36,6 +44,9 @@ typedef enum MatmulStrategy {
 /* max_rows: the largest M; max_cols: the largest K (W.cols) that will be passed. */
 CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error *err);
 void cpu_matmul_destroy(CpuMatmul *mm);
+
+/* Round every input to bf16 from now on (false: float32 inputs, the default). */
+void cpu_matmul_set_bf16_inputs(CpuMatmul *mm, bool on);
 
 /* y[M, w->rows] = x[M, w->cols] . w^T; rows of x and y are contiguous. */
 void cpu_matmul(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w);

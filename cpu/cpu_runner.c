@@ -84,6 +84,12 @@ typedef struct CpuRunner {
     int layer;
 } CpuRunner;
 
+ComputeDtype cpu_runner_dtype_resolve(ComputeDtype d, const ModelWeights *model) {
+    if (d != COMPUTE_AUTO) return d;
+    return model_is_bf16(model) && cpu_isa_active() >= CPU_ISA_AVX512_BF16 ? COMPUTE_BF16
+                                                                          : COMPUTE_F32;
+}
+
 size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype) {
     size_t elem = dtype == KV_CACHE_BF16 ? sizeof(uint16_t) : sizeof(float);
     return 2 * elem * (size_t)cfg->num_layers * (size_t)block_size * (size_t)cfg->num_kv_heads *
@@ -369,6 +375,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     if (runner_resolve_options(&o, c, err)) return NULL;
 
     o.kv_cache_dtype = kv_cache_dtype_resolve(o.kv_cache_dtype, model);
+    o.dtype = cpu_runner_dtype_resolve(o.dtype, model);
     size_t block_bytes = cpu_runner_block_bytes(c, o.block_size, o.kv_cache_dtype);
     size_t num_blocks = o.kv_cache_bytes / block_bytes;
     if (num_blocks < 1) {
@@ -464,6 +471,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     if ((int)I > max_cols) max_cols = (int)I;
     if (c->moe_intermediate_size > max_cols) max_cols = c->moe_intermediate_size;
     r->matmul = cpu_matmul_create(r->pool, (int)(T > max_logit_rows ? T : max_logit_rows), max_cols, err);
+    if (r->matmul) cpu_matmul_set_bf16_inputs(r->matmul, o.dtype == COMPUTE_BF16);
     AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
     if (r->matmul)
         r->attention = cpu_attention_create_kv(r->pool, shape, r->kv_bf16, o.max_num_seqs, (int)T, err);
@@ -475,8 +483,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     }
     r->base.options = o;
     snprintf(r->base.description, sizeof r->base.description,
-             "cpu (%d threads, %s kernels), float32 activations, %s weights %s, %s KV cache",
-             o.num_threads, cpu_isa_name(cpu_isa_active()),
+             "cpu (%d threads, %s kernels), %s matmul inputs, %s weights %s, %s KV cache",
+             o.num_threads, cpu_isa_name(cpu_isa_active()), o.dtype == COMPUTE_BF16 ? "bf16" : "float32",
              model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32",
              r->weights.memory ? "in huge pages" : "mapped in place",
              r->kv_bf16 ? "bf16" : "float32");

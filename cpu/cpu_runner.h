@@ -1,9 +1,11 @@
 /*
  * cpu_runner.h - the CPU backend of runner.h: the reference implementation.
  *
- * float32 activations, a float32 or bf16 KV cache (--kv-cache-dtype), bf16
- * (or f32) weights read in place from the checkpoint mapping. Always built, always tested; it must agree with
- * the numpy reference (../shared/tools/qwen3_ref.py) to float32 precision.
+ * float32 activations (rounded to bf16 at each matmul's input under --dtype
+ * bfloat16), a float32 or bf16 KV cache (--kv-cache-dtype), bf16 (or f32)
+ * weights. Always built, always tested; with --dtype float32 it must agree
+ * with the numpy reference (../shared/tools/qwen3_ref.py) to float32
+ * precision, with bfloat16 within the golden README's bf16 rule.
  */
 #ifndef NANOVLLM_CPU_RUNNER_H
 #define NANOVLLM_CPU_RUNNER_H
@@ -15,5 +17,10 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
 /* Bytes of KV cache one block takes on the CPU (K and V, all layers), for a
  * resolved dtype (kv_cache_dtype_resolve: bf16 or f32). */
 size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype);
+
+/* --dtype auto on the CPU: bf16 for a bf16 model where the CPU has bf16 dot
+ * products (cpu_isa_active() >= AVX512_BF16), else float32; explicit values
+ * stay as they are. */
+ComputeDtype cpu_runner_dtype_resolve(ComputeDtype d, const ModelWeights *model);
 
 #endif

@@ -628,6 +628,13 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
         return NULL;
     }
     o.kv_cache_dtype = KV_CACHE_BF16;
+    /* Activations are bf16 from end to end (cuBLAS bf16 GEMMs). */
+    if (o.dtype == COMPUTE_F32) {
+        error_set(err, "--dtype float32 is not supported on CUDA (it computes in bfloat16; use "
+                       "auto or bfloat16, or --device cpu)");
+        return NULL;
+    }
+    o.dtype = COMPUTE_BF16;
     CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);
     if (!r) {
         error_set(err, "out of memory");

@@ -22,21 +22,30 @@ RunnerOptions runner_default_options(void) {
         .num_threads = 0,
         .load_format = "auto",
         .kv_cache_dtype = KV_CACHE_AUTO,
+        .dtype = COMPUTE_AUTO,
     };
 }
 
-KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model) {
-    if (d != KV_CACHE_AUTO) return d;
+bool model_is_bf16(const ModelWeights *model) {
     /* The config's torch_dtype is what the model was trained and saved in; a
      * bf16 matrix can still load as f32 (misaligned in the file), so the
      * loaded type only decides when the config does not say. */
     const char *td = model->config.torch_dtype;
-    if (td[0]) return strcmp(td, "bfloat16") == 0 ? KV_CACHE_BF16 : KV_CACHE_F32;
-    return model->embed_tokens.type == WEIGHT_BF16 ? KV_CACHE_BF16 : KV_CACHE_F32;
+    if (td[0]) return strcmp(td, "bfloat16") == 0;
+    return model->embed_tokens.type == WEIGHT_BF16;
+}
+
+KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model) {
+    if (d != KV_CACHE_AUTO) return d;
+    return model_is_bf16(model) ? KV_CACHE_BF16 : KV_CACHE_F32;
 }
 
 const char *kv_cache_dtype_name(KvCacheDtype d) {
     return d == KV_CACHE_BF16 ? "bfloat16" : d == KV_CACHE_F32 ? "float32" : "auto";
+}
+
+const char *compute_dtype_name(ComputeDtype d) {
+    return d == COMPUTE_BF16 ? "bfloat16" : d == COMPUTE_F32 ? "float32" : "auto";
 }
 
 int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err) {

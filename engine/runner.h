@@ -58,6 +58,15 @@ typedef struct RunnerBatch {
  * else float32. A backend resolves auto with kv_cache_dtype_resolve(). */
 typedef enum KvCacheDtype { KV_CACHE_AUTO, KV_CACHE_BF16, KV_CACHE_F32 } KvCacheDtype;
 
+/* What a projection's inputs are rounded to, as vLLM's --dtype: bf16 rounds
+ * the activations to bf16 where they enter each matmul (the weights are bf16
+ * already; products and sums stay float32, as on a GPU), f32 keeps them
+ * float32 (then every product of a bf16 weight is exact). auto is bf16 for a
+ * bf16 model where the backend multiplies bf16 natively (CUDA; CPUs with
+ * AVX512-BF16 or AMX: twice the float32 rate), else f32. Resolved by the
+ * backend (cpu_runner, cuda_runner). */
+typedef enum ComputeDtype { COMPUTE_AUTO, COMPUTE_BF16, COMPUTE_F32 } ComputeDtype;
+
 typedef struct RunnerOptions {
     const char *device;            /* "auto", "cpu", "cuda" or "null" (chosen by the caller) */
     int block_size;                /* tokens per KV block (power of two, 16..256) */
@@ -70,6 +79,7 @@ typedef struct RunnerOptions {
     int max_model_len;             /* longest context */
     int num_threads;               /* CPU threads, 0 = one per core */
     KvCacheDtype kv_cache_dtype;   /* auto (default), bf16 or f32 (CUDA: bf16 only) */
+    ComputeDtype dtype;            /* auto (default), bf16 or f32 (CUDA: bf16 only) */
     /* Where the weights come from, for whoever loads them (server/model_setup.c),
      * not the backends: "auto" (the checkpoint) or "dummy" (random, from
      * config.json alone: model_weights_load_dummy), as vLLM's --load-format. */
@@ -102,6 +112,11 @@ KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model);
 
 /* "auto", "bfloat16", "float32" (the flag's spelling). */
 const char *kv_cache_dtype_name(KvCacheDtype d);
+const char *compute_dtype_name(ComputeDtype d);
+
+/* True if the model's weights are bf16 (the config's torch_dtype, else the
+ * loaded embedding's type): what auto means for both dtypes above. */
+bool model_is_bf16(const ModelWeights *model);
 
 /* Options with nanovllm's defaults (see config/defaults.h). */
 RunnerOptions runner_default_options(void);

@@ -166,11 +166,11 @@ void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens) {
 
 void fixture_open(const char *model_dir, ModelWeights *w, Runner **r, int block_size,
                   int max_tokens) {
-    fixture_open_dtype(model_dir, w, r, block_size, max_tokens, KV_CACHE_F32);
+    fixture_open_dtype(model_dir, w, r, block_size, max_tokens, KV_CACHE_F32, COMPUTE_F32);
 }
 
 void fixture_open_dtype(const char *model_dir, ModelWeights *w, Runner **r, int block_size,
-                        int max_tokens, KvCacheDtype kv_dtype) {
+                        int max_tokens, KvCacheDtype kv_dtype, ComputeDtype dtype) {
     Error err = {0};
     cr_assert(model_weights_load(w, model_dir, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
@@ -180,6 +180,7 @@ void fixture_open_dtype(const char *model_dir, ModelWeights *w, Runner **r, int 
     o.max_num_seqs = 16;
     o.kv_cache_bytes = 64u << 20;
     o.kv_cache_dtype = kv_dtype;
+    o.dtype = dtype;
     *r = cpu_runner_create(w, &o, &err);
     cr_assert(*r, "%s", err.msg);
 }

@@ -69,13 +69,13 @@ int32_t *json_ids(json_t *arr, int *n); /* malloc'ed */
 float *golden_last_logits(const char *name); /* malloc'ed [vocab] */
 
 /* A model folder and a CPU runner for it (block size and token budget as
- * given), with a float32 KV cache so the golden checks keep float32
- * precision; tiny_open is the dense tiny model's. fixture_open_dtype
- * chooses the cache's dtype. */
+ * given), with a float32 KV cache and float32 matmul inputs so the golden
+ * checks keep float32 precision; tiny_open is the dense tiny model's.
+ * fixture_open_dtype chooses the cache's dtype and the matmuls'. */
 void fixture_open(const char *model_dir, ModelWeights *w, Runner **r, int block_size,
                   int max_tokens);
 void fixture_open_dtype(const char *model_dir, ModelWeights *w, Runner **r, int block_size,
-                        int max_tokens, KvCacheDtype kv_dtype);
+                        int max_tokens, KvCacheDtype kv_dtype, ComputeDtype dtype);
 void tiny_open(ModelWeights *w, Runner **r, int block_size, int max_tokens);
 void tiny_close(ModelWeights *w, Runner *r);
 

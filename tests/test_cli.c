@@ -27,8 +27,9 @@ static void expect_failure(const char *args, int status, const char *needle) {
 Test(cli, generate_json_matches_golden) {
     json_t *g = golden_load();
     json_t *p = golden_prompt(g, "len007");
-    /* float32 cache: the golden tolerance is float32's (auto is bf16 for this model). */
-    char args[1024] = "generate --model " TINY_MODEL " --device cpu --kv-cache-dtype float32 --json "
+    /* float32 cache and matmuls: the golden tolerance is float32's (auto is
+     * bf16 for this model, and bf16 matmul inputs on CPUs with AVX512-BF16). */
+    char args[1024] = "generate --model " TINY_MODEL " --device cpu --kv-cache-dtype float32 --dtype float32 --json "
                       "--ignore-eos --prompt-ids ";
     size_t i;
     json_t *id;

@@ -13,77 +13,20 @@
 
 #include "cpu/cpu_matmul.h"
 #include "cpu/cpu_matmul_small.h"
-#include "engine/base/half.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float uniform(void) { /* xorshift64, uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
-
-/* One weight in both forms: bf16 and its exact f32 value (or plain f32). */
-typedef struct TestWeight {
-    Weight w;
-    float *wf;    /* the values the kernel multiplies by */
-    uint16_t *wb; /* bf16 storage (bf16 weights) */
-} TestWeight;
-
-static TestWeight make_weight(int N, int K, WeightType type) {
-    TestWeight t = {0};
-    t.wf = malloc(sizeof(float) * (size_t)N * K + 4);
-    t.wb = malloc(sizeof(uint16_t) * (size_t)N * K + 2);
-    cr_assert(t.wf && t.wb);
-    for (size_t i = 0; i < (size_t)N * K; i++) {
-        t.wf[i] = uniform();
-        t.wb[i] = f32_to_bf16(t.wf[i]);
-        if (type == WEIGHT_BF16) t.wf[i] = bf16_to_f32(t.wb[i]);
-    }
-    t.w = (Weight){.data = type == WEIGHT_BF16 ? (const void *)t.wb : t.wf, .type = type, .rows = N,
-                   .cols = K};
-    return t;
-}
-
-static void free_weight(TestWeight *t) {
-    free(t->wf);
-    free(t->wb);
-}
-
-/* Relative error of every output against float64, scaled by sum |x w| so that
- * cancellation does not inflate it; the same 5e-7 bound as test_cpu_kernels. */
-static void check_against_reference(const float *y, const float *x, int M, const TestWeight *t,
-                                    const char *what, CpuIsa isa) {
-    int N = t->w.rows, K = t->w.cols;
-    for (int m = 0; m < M; m++) {
-        for (int n = 0; n < N; n++) {
-            double ref = 0, mag = 0;
-            for (int k = 0; k < K; k++) {
-                double p = (double)x[(size_t)m * K + k] * t->wf[(size_t)n * K + k];
-                ref += p;
-                mag += fabs(p);
-            }
-            double got = y[(size_t)m * N + n];
-            double err = fabs(got - ref) / (mag + 1e-30);
-            cr_assert(err < 5e-7, "%s M=%d N=%d K=%d %s %s: y[%d,%d] = %.9g, want %.9g", what, M, N,
-                      K, t->w.type == WEIGHT_BF16 ? "bf16" : "f32", cpu_isa_name(isa), m, n, got,
-                      ref);
-        }
-    }
-}
+#include "matmul_reference.h"
 
 static void check_gemm(CpuMatmul *mm, int M, int N, int K, WeightType type, CpuIsa isa) {
-    TestWeight t = make_weight(N, K, type);
+    TestWeight t = make_test_weight(N, K, type);
     float *x = malloc(sizeof(float) * (size_t)M * K);
     float *y = malloc(sizeof(float) * (size_t)M * N);
     cr_assert(x && y);
-    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = uniform();
+    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = matmul_uniform();
     for (size_t i = 0; i < (size_t)M * N; i++) y[i] = NAN; /* every output must be written */
     cpu_matmul_with(mm, y, x, M, &t.w, MATMUL_GEMM, isa);
-    check_against_reference(y, x, M, &t, "gemm", isa);
+    check_matmul_reference(y, x, M, &t, 5e-7, "gemm", isa);
     free(x);
     free(y);
-    free_weight(&t);
+    free_test_weight(&t);
 }
 
 static const int KS[] = {1, 15, 17, 64, 100, 1000};
@@ -158,16 +101,16 @@ Test(cpu_matmul_small, multi_and_grouped) {
     TestWeight t[G];
     float *x[G], *y[G];
     for (int i = 0; i < G; i++) {
-        t[i] = make_weight(rows[i], K, i == 3 ? WEIGHT_F32 : WEIGHT_BF16);
+        t[i] = make_test_weight(rows[i], K, i == 3 ? WEIGHT_F32 : WEIGHT_BF16);
         x[i] = malloc(sizeof(float) * 40 * K);
         y[i] = malloc(sizeof(float) * 40 * rows[i]);
         cr_assert(x[i] && y[i]);
-        for (size_t j = 0; j < (size_t)40 * K; j++) x[i][j] = uniform();
+        for (size_t j = 0; j < (size_t)40 * K; j++) x[i][j] = matmul_uniform();
         for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
     }
     const Weight *ws[3] = {&t[0].w, &t[1].w, &t[2].w};
     cpu_matmul_multi(mm, x[0], 12, ws, y, 3);
-    for (int i = 0; i < 3; i++) check_against_reference(y[i], x[0], 12, &t[i], "multi", cpu_isa_active());
+    for (int i = 0; i < 3; i++) check_matmul_reference(y[i], x[0], 12, &t[i], 5e-7, "multi", cpu_isa_active());
     MatmulGroup groups[G];
     for (int i = 0; i < G; i++) {
         for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
@@ -175,9 +118,9 @@ Test(cpu_matmul_small, multi_and_grouped) {
     }
     cpu_matmul_grouped(mm, groups, G);
     for (int i = 0; i < G; i++)
-        check_against_reference(y[i], x[i], ms[i], &t[i], "grouped", cpu_isa_active());
+        check_matmul_reference(y[i], x[i], ms[i], &t[i], 5e-7, "grouped", cpu_isa_active());
     for (int i = 0; i < G; i++) {
-        free_weight(&t[i]);
+        free_test_weight(&t[i]);
         free(x[i]);
         free(y[i]);
     }

@@ -147,6 +147,7 @@ static Runner *open_moe(ModelWeights *w, bool cuda, bool eager, bool dummy) {
     o.num_gpu_blocks_override = 256;
     /* The CPU runner is the reference: float32 cache (CUDA's is bf16). */
     o.kv_cache_dtype = cuda ? KV_CACHE_BF16 : KV_CACHE_F32;
+    o.dtype = cuda ? COMPUTE_BF16 : COMPUTE_F32;
     o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, 16, o.kv_cache_dtype) * 256;
     o.enforce_eager = eager;
     Runner *r = cuda ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);

@@ -39,6 +39,7 @@ static Runner *open_model(const char *model, ModelWeights *w, const char *device
     o.num_gpu_blocks_override = blocks;
     /* The CPU runner is the reference: float32 cache (CUDA's is bf16). */
     o.kv_cache_dtype = strcmp(device, "cuda") == 0 ? KV_CACHE_BF16 : KV_CACHE_F32;
+    o.dtype = strcmp(device, "cuda") == 0 ? COMPUTE_BF16 : COMPUTE_F32;
     o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, block_size, o.kv_cache_dtype) * (size_t)blocks;
     o.enforce_eager = eager;
     Runner *r = strcmp(device, "cuda") == 0 ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);

@@ -61,6 +61,11 @@ static void open_engine(TinyEngine *t, int block_size, int num_blocks, int max_b
     o.device = "cpu";
     o.block_size = block_size;
     o.kv_cache_dtype = kv_dtype;
+    /* float32 matmuls: batch shapes then change only the summation order, so
+     * a sequence gets the same tokens alone, in a crowd or from the prefix
+     * cache (rounding inputs to bf16 turns those last-bit differences into
+     * whole bf16 steps; see golden's bf16 tests for that path). */
+    o.dtype = COMPUTE_F32;
     o.kv_cache_bytes = cpu_runner_block_bytes(&t->w.config, block_size, kv_dtype) * (size_t)num_blocks;
     o.max_num_batched_tokens = max_batched;
     o.max_num_seqs = 32;

@@ -55,6 +55,7 @@ static void open_setup(Setup *t, int num_blocks) {
     o.device = "cpu";
     o.block_size = 16;
     o.kv_cache_dtype = KV_CACHE_F32;
+    o.dtype = COMPUTE_F32;
     o.kv_cache_bytes = cpu_runner_block_bytes(&t->w.config, 16, o.kv_cache_dtype) * (size_t)num_blocks;
     o.max_num_batched_tokens = 64;
     o.max_num_seqs = 32;

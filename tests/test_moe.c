@@ -261,6 +261,7 @@ Test(moe, golden_greedy_through_the_engine, .timeout = 120) {
     RunnerOptions o = runner_default_options();
     o.block_size = 16;
     o.kv_cache_dtype = KV_CACHE_F32; /* golden greedy tokens: float32 precision throughout */
+    o.dtype = COMPUTE_F32;
     o.kv_cache_bytes = cpu_runner_block_bytes(&w.config, 16, o.kv_cache_dtype) * 40;
     o.max_num_batched_tokens = 64;
     o.max_num_seqs = 16;

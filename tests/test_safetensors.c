@@ -216,6 +216,7 @@ static void run_prompt(const char *model_dir, float *logits, int32_t *tok) {
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
     o.kv_cache_bytes = 16u << 20;
+    o.dtype = COMPUTE_F32; /* auto would differ: bf16 for the bf16 checkpoint only */
     Runner *r = cpu_runner_create(&w, &o, &err);
     cr_assert(r, "%s", err.msg);
     int32_t ids[7] = {9707, 11, 1879, 151643, 100000, 151935, 785}, table[1] = {0};

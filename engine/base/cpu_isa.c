@@ -36,7 +36,9 @@ CpuIsa cpu_isa_detect(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
-        return amx_available() ? CPU_ISA_AMX : CPU_ISA_AVX512;
+        return amx_available()                         ? CPU_ISA_AMX
+               : __builtin_cpu_supports("avx512bf16") ? CPU_ISA_AVX512_BF16
+                                                      : CPU_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CPU_ISA_AVX2;
 #endif
     return CPU_ISA_SCALAR;
@@ -64,6 +66,7 @@ CpuIsa cpu_isa_active(void) {
 const char *cpu_isa_name(CpuIsa isa) {
     switch (isa) {
     case CPU_ISA_AMX: return "amx";
+    case CPU_ISA_AVX512_BF16: return "avx512bf16";
     case CPU_ISA_AVX512: return "avx512";
     case CPU_ISA_AVX2: return "avx2";
     default: return "scalar";

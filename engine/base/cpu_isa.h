@@ -4,7 +4,7 @@
  * The binary is built for baseline x86-64 (or any other target) so it runs
  * on every CI and user machine; kernels for AVX2 and AVX-512 are compiled
  * with per-function target attributes and chosen here at run time.
- * NANOVLLM_CPU_ISA=scalar|avx2|avx512|amx forces a lower level (tests use it to
+ * NANOVLLM_CPU_ISA=scalar|avx2|avx512|avx512bf16|amx forces a lower level (tests use it to
  * check every path against the portable one).
  */
 #ifndef NANOVLLM_CPU_ISA_H
@@ -12,9 +12,16 @@
 
 #include <stdbool.h>
 
-/* Ordered: each level has everything below it. AMX means AVX-512 plus AMX-BF16
- * tiles that the kernel agreed to hand out (amx_available). */
-typedef enum CpuIsa { CPU_ISA_SCALAR, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_AMX } CpuIsa;
+/* Ordered: each level has everything below it. AVX512_BF16 adds vdpbf16ps
+ * (bf16 dot products: Zen 4, Cooper Lake and later Intel). AMX means all of
+ * that plus AMX-BF16 tiles that the kernel agreed to hand out (amx_available). */
+typedef enum CpuIsa {
+    CPU_ISA_SCALAR,
+    CPU_ISA_AVX2,
+    CPU_ISA_AVX512,
+    CPU_ISA_AVX512_BF16,
+    CPU_ISA_AMX
+} CpuIsa;
 
 /* The best level this CPU supports (ignores the environment). */
 CpuIsa cpu_isa_detect(void);

@@ -3,10 +3,12 @@
  *
  * Every strategy (row kernels, small-batch GEMM, OpenBLAS, AMX) on each of
  * Qwen3-0.6B's projection shapes, lm_head included, at 1..512 activation
- * rows. The strategies take turns within each repetition (interleaved, so a
- * noisy shared host slows them alike) and the median is reported, in
- * microseconds and GFLOP/s, beside the machine's float32 FMA peak measured
- * in the same run with a register-only loop on every thread. Each call reads
+ * rows, and the automatic choice with bf16 inputs (--dtype bfloat16). The
+ * strategies take turns within each repetition (interleaved, so a noisy
+ * shared host slows them alike) and the median is reported, in microseconds
+ * and GFLOP/s, beside the machine's float32 FMA peak and bf16 dot-product
+ * peak (vdpbf16ps, where the CPU has it) measured in the same run with
+ * register-only loops on every thread. Each call reads
  * the next of several copies of the weight, 256 MiB in all, so that the
  * weights come from memory as in decode (1.2 GB of weights per step) rather
  * than from the 32 MiB L3 that would hold one small matrix.
@@ -39,6 +41,7 @@
 
 typedef struct PeakJob {
     CpuIsa isa;
+    bool bf16; /* the bf16 dot-product loop (isa >= AVX512_BF16) */
     float sink[64];
 } PeakJob;
 
@@ -49,6 +52,18 @@ __attribute__((target("avx512f"))) static float peak_avx512(long iters) {
     for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
     for (long it = 0; it < iters; it++)
         for (int i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+/* vdpbf16ps: 32 multiply-adds per instruction (16 lanes x 2 pairs). */
+__attribute__((target("avx512f,avx512bf16"))) static float peak_bf16(long iters) {
+    __m512 a[12];
+    __m512bh m = (__m512bh)_mm512_set1_epi16(0x3f80), c = (__m512bh)_mm512_set1_epi16(0x3380);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbf16_ps(a[i], m, c);
     __m512 s = a[0];
     for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
     return _mm512_reduce_add_ps(s);
@@ -76,7 +91,8 @@ static void peak_task(void *ctx, int task, int thread) {
     PeakJob *j = ctx;
     float r = 0;
 #if defined(__x86_64__)
-    if (j->isa >= CPU_ISA_AVX512) r = peak_avx512(PEAK_ITERS / 16);
+    if (j->bf16) r = peak_bf16(PEAK_ITERS / 32);
+    else if (j->isa >= CPU_ISA_AVX512) r = peak_avx512(PEAK_ITERS / 16);
     else if (j->isa == CPU_ISA_AVX2) r = peak_avx2(PEAK_ITERS / 8);
 #endif
     if (j->isa < CPU_ISA_AVX2) {
@@ -89,10 +105,11 @@ static void peak_task(void *ctx, int task, int thread) {
     j->sink[thread % 64] += r;
 }
 
-/* float32 FLOP/s of all threads doing register-only FMAs at once (best of 3). */
-static double fma_peak(ThreadPool *pool, CpuIsa isa) {
-    PeakJob job = {isa, {0}};
-    int threads = thread_pool_size(pool), lanes = peak_lanes(isa);
+/* float32 FLOP/s of all threads doing register-only FMAs (or, with bf16,
+ * bf16 dot products) at once (best of 3). */
+static double fma_peak(ThreadPool *pool, CpuIsa isa, bool bf16) {
+    PeakJob job = {isa, bf16, {0}};
+    int threads = thread_pool_size(pool), lanes = bf16 ? 32 : peak_lanes(isa);
     long iters = isa >= CPU_ISA_AVX2 ? PEAK_ITERS / lanes : PEAK_ITERS / 16;
     double best = 1e30;
     for (int pass = 0; pass < 3; pass++) {
@@ -118,8 +135,10 @@ static const Shape SHAPES[] = {
     {"gate/up", 3072, 1024},  {"down", 1024, 3072},     {"lm_head", 151936, 1024},
 };
 
-enum { NSTRAT = 4, MAX_REPS = 15 };
-static const MatmulStrategy STRATEGIES[NSTRAT] = {MATMUL_ROWS, MATMUL_GEMM, MATMUL_BLAS, MATMUL_AMX};
+/* The last column: the automatic choice with bf16 inputs. */
+enum { NSTRAT = 5, BF16_COL = 4, MAX_REPS = 15 };
+static const MatmulStrategy STRATEGIES[NSTRAT] = {MATMUL_ROWS, MATMUL_GEMM, MATMUL_BLAS, MATMUL_AMX,
+                                                  MATMUL_AUTO};
 
 /* A cell is skipped once its predicted time (the last one scaled by rows)
  * passes this: the row kernels at 512 rows of the lm_head would take seconds. */
@@ -158,17 +177,18 @@ static void *alloc_huge(size_t bytes) {
 #define ARENA_BYTES ((size_t)256 << 20)
 
 static void bench_shape(CpuMatmul *mm, const Shape *s, const int *rows, int nrows, float *x,
-                        float *y, uint16_t *arena, size_t arena_elems, double peak) {
+                        float *y, uint16_t *arena, size_t arena_elems, double peak,
+                        double bf16_peak) {
     CpuIsa isa = cpu_isa_active();
     size_t elems = (size_t)s->N * s->K, copies = arena_elems / elems, call = 0;
     Weight wt = {.data = arena, .type = WEIGHT_BF16, .rows = s->N, .cols = s->K};
-    bool have[NSTRAT] = {true, true, true, isa >= CPU_ISA_AMX};
+    bool have[NSTRAT] = {true, true, true, isa >= CPU_ISA_AMX, true};
     double last[NSTRAT] = {0};
     int last_m = 1;
     printf("\n%s: bf16 weight %dx%d. Median us (GFLOP/s) per matmul, strategies interleaved\n",
            s->name, s->N, s->K);
-    printf("%5s %18s %18s %18s %18s  %-5s %s\n", "rows", "rows", "gemm", "blas", "amx", "auto",
-           "best/peak");
+    printf("%5s %18s %18s %18s %18s %18s  %-5s %-9s %s\n", "rows", "rows", "gemm", "blas", "amx",
+           "bf16 inputs", "auto", "best/peak", "bf16/peak");
     for (int r = 0; r < nrows; r++) {
         int M = rows[r];
         double flop = 2.0 * M * s->N * s->K, t[NSTRAT][MAX_REPS], med[NSTRAT] = {0};
@@ -182,6 +202,7 @@ static void bench_shape(CpuMatmul *mm, const Shape *s, const int *rows, int nrow
             for (int k = 0; k < NSTRAT; k++) {
                 if (!on[k]) continue;
                 wt.data = arena + (call++ % copies) * elems;
+                cpu_matmul_set_bf16_inputs(mm, k == BF16_COL);
                 double t0 = now_seconds();
                 cpu_matmul_with(mm, y, x, M, &wt, STRATEGIES[k], isa);
                 t[k][reps] = now_seconds() - t0;
@@ -199,14 +220,18 @@ static void bench_shape(CpuMatmul *mm, const Shape *s, const int *rows, int nrow
             qsort(t[k], (size_t)reps, sizeof(double), cmp_double);
             med[k] = t[k][reps / 2];
             last[k] = med[k];
-            if (med[k] < best) best = med[k];
+            if (med[k] < best && k != BF16_COL) best = med[k];
             char cell[40];
             snprintf(cell, sizeof cell, "%.0f (%.0f)", med[k] * 1e6, flop / med[k] * 1e-9);
             printf(" %18s", cell);
         }
         last_m = M;
-        printf("  %-5s %.0f%%\n", matmul_strategy_name(cpu_matmul_choose(M, &wt, isa)),
-               100.0 * flop / best / peak);
+        char best_share[16], bf16_share[16] = "-";
+        snprintf(best_share, sizeof best_share, "%.0f%%", 100.0 * flop / best / peak);
+        if (on[BF16_COL])
+            snprintf(bf16_share, sizeof bf16_share, "%.0f%%", 100.0 * flop / med[BF16_COL] / bf16_peak);
+        printf("  %-5s %-9s %s\n", matmul_strategy_name(cpu_matmul_choose(M, &wt, isa)), best_share,
+               bf16_share);
         fflush(stdout);
     }
 }
@@ -228,15 +253,17 @@ int bench_matmul(int num_threads, Error *err) {
         for (size_t i = 0; i < (size_t)MAX_M * MAX_K; i++) x[i] = (float)(i % 97) / 97.0f;
         for (size_t i = 0; i < max_w; i++) w[i] = (uint16_t)(0x3c00 + (i * 31) % 512);
         CpuIsa isa = cpu_isa_active();
-        double peak = fma_peak(pool, isa);
-        printf("%s kernels, %d threads; float32 FMA peak (register-only loop, all threads) "
-               "%.0f GFLOP/s\n",
-               cpu_isa_name(isa), thread_pool_size(pool), peak * 1e-9);
+        double peak = fma_peak(pool, isa, false);
+        double bf16_peak = isa >= CPU_ISA_AVX512_BF16 ? fma_peak(pool, isa, true) : peak;
+        printf("%s kernels, %d threads; register-only loops on all threads: float32 FMA peak "
+               "%.0f GFLOP/s, bf16 dot-product peak %.0f GFLOP/s%s\n",
+               cpu_isa_name(isa), thread_pool_size(pool), peak * 1e-9, bf16_peak * 1e-9,
+               isa >= CPU_ISA_AVX512_BF16 ? "" : " (no AVX512-BF16: float32 FMAs on rounded inputs)");
         int rows[16], nrows = parse_rows(rows, 16);
         const char *only = getenv("NANOVLLM_BENCH_SHAPE");
         for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
             if (!only || strstr(SHAPES[i].name, only))
-                bench_shape(mm, &SHAPES[i], rows, nrows, x, y, w, max_w, peak);
+                bench_shape(mm, &SHAPES[i], rows, nrows, x, y, w, max_w, peak, bf16_peak);
     }
     free(x);
     if (y) munmap(y, sizeof(float) * MAX_M * 151936);

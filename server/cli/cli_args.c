@@ -188,6 +188,17 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *o, E
                              value);
         return 1;
     }
+    if (strcmp(name, "dtype") == 0) {
+        if (strcmp(value, "auto") == 0) o->dtype = COMPUTE_AUTO;
+        else if (strcmp(value, "bfloat16") == 0 || strcmp(value, "bf16") == 0)
+            o->dtype = COMPUTE_BF16;
+        else if (strcmp(value, "float32") == 0 || strcmp(value, "float") == 0 ||
+                 strcmp(value, "fp32") == 0)
+            o->dtype = COMPUTE_F32;
+        else
+            return error_set(err, "--dtype: '%s' is not one of auto, bfloat16, float32", value);
+        return 1;
+    }
     if (strcmp(name, "num-gpu-blocks-override") == 0)
         return parse_int_arg(flag, value, 1, 1 << 30, &o->num_gpu_blocks_override, err) ? -1 : 1;
     return 0;

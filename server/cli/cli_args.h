@@ -51,7 +51,7 @@ int read_stdin(ByteBuf *b, Error *err);
 /* Options shared by every command that runs the model (--device, --block-size,
  * --kv-cache-memory, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
  * --gpu-memory-utilization, --num-gpu-blocks-override, --enforce-eager, --threads,
- * --load-format, --kv-cache-dtype). Returns 1 if the option was one of
+ * --load-format, --kv-cache-dtype, --dtype). Returns 1 if the option was one of
  * them, 0 if not, -1 on a bad value. */
 int parse_runner_option(const char *name, const char *value, RunnerOptions *opts, Error *err);
 
@@ -66,7 +66,8 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *opts
         {"gpu-memory-utilization", required_argument, 0, 0},                                       \
         {"num-gpu-blocks-override", required_argument, 0, 0},                                      \
         {"enforce-eager", no_argument, 0, 0}, {"threads", required_argument, 0, 0},               \
-        {"load-format", required_argument, 0, 0}, {"kv-cache-dtype", required_argument, 0, 0}
+        {"load-format", required_argument, 0, 0}, {"kv-cache-dtype", required_argument, 0, 0},     \
+        {"dtype", required_argument, 0, 0}
 
 /* Options every model command shares: --quiet, --help and the runner options. */
 #define COMMON_LONG_OPTIONS                                                                        \
@@ -87,6 +88,9 @@ int parse_common_option(int c, const char *name, const char *value, RunnerOption
     "  --kv-cache-dtype auto|bfloat16|float32\n"                                                   \
     "                                what the KV cache stores (default auto: bfloat16 when the\n"  \
     "                                model's weights are bf16, else float32; CUDA: bfloat16)\n"    \
+    "  --dtype auto|bfloat16|float32 what each matmul's input is rounded to (default auto:\n"      \
+    "                                bfloat16 for a bf16 model on CUDA and on CPUs with\n"        \
+    "                                AVX512-BF16 or AMX, else float32: exact, the slower)\n"      \
     "  --block-size N                tokens per KV block, power of two " DEFAULT_TEXT(            \
         MIN_BLOCK_SIZE) ".." DEFAULT_TEXT(MAX_BLOCK_SIZE) " (default "                             \
     DEFAULT_TEXT(DEFAULT_BLOCK_SIZE) ")\n"                                                         \
