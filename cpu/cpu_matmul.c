@@ -579,6 +579,8 @@ void cpu_matmul_with(CpuMatmul *mm, float *y, const float *x, int M, const Weigh
 
 void cpu_matmul_set_bf16_inputs(CpuMatmul *mm, bool on) { mm->bf16_inputs = on; }
 
+bool cpu_matmul_bf16_inputs(const CpuMatmul *mm) { return mm->bf16_inputs; }
+
 const char *matmul_strategy_name(MatmulStrategy s) {
     switch (s) {
     case MATMUL_ROWS: return "rows";

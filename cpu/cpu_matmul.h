@@ -19,8 +19,8 @@
  * With bf16 inputs (--dtype bfloat16) every activation is first rounded to
  * bf16; where the CPU has AVX512-BF16 one more kernel multiplies bf16 pairs
  * directly for every M (cpu_matmul_bf16.h), elsewhere the four above run on
- * the rounded values. The products grouped by cpu_matmul_grouped (MoE
- * experts) keep float32 inputs for now.
+ * the rounded values. cpu_matmul_grouped does not round (its MoE caller
+ * writes its inputs already rounded) and has no bf16 kernel yet.
  */
 #ifndef NANOVLLM_CPU_MATMUL_H
 #define NANOVLLM_CPU_MATMUL_H
@@ -47,6 +47,7 @@ void cpu_matmul_destroy(CpuMatmul *mm);
 
 /* Round every input to bf16 from now on (false: float32 inputs, the default). */
 void cpu_matmul_set_bf16_inputs(CpuMatmul *mm, bool on);
+bool cpu_matmul_bf16_inputs(const CpuMatmul *mm);
 
 /* y[M, w->rows] = x[M, w->cols] . w^T; rows of x and y are contiguous. */
 void cpu_matmul(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w);

@@ -69,8 +69,14 @@ BF16 INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* One mr x nr tile: y[i][n + j] over the whole K. pf: prefetch the strip
- * (its first tile of a chunk, whose weight loads come from memory or L3). */
+/* What a tile prefetches while it computes: the strip it reads, ahead of
+ * its loads (the first tile of a strip: its loads come from memory), or the
+ * next strip's rows at the same K (the strip's other tiles, which read L1:
+ * without this, memory sat idle while they ran and a 16-row batch took the
+ * read time plus the multiply time). */
+enum { PF_NONE, PF_AHEAD, PF_NEXT_STRIP };
+
+/* One mr x nr tile: y[i][n + j] over the whole K. */
 BF16 INLINE void tile(float *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int K,
                       int n, int mr, int nr, int pf) {
     __m512 acc[MR][NR];
@@ -80,9 +86,11 @@ BF16 INLINE void tile(float *y, int ldy, const uint16_t *x, int ldx, const uint1
     UNROLL for (int j = 0; j < nr; j++) wr[j] = w + (size_t)(n + j) * K;
     int k = 0;
     for (; k + 32 <= K; k += 32) {
-        if (pf) {
+        if (pf == PF_AHEAD) {
             size_t off = wrap((size_t)k * 2 + PREFETCH_BYTES, K, nr);
             UNROLL for (int j = 0; j < nr; j++) __builtin_prefetch((const char *)wr[j] + off, 0, 3);
+        } else if (pf == PF_NEXT_STRIP) {
+            UNROLL for (int j = 0; j < nr; j++) __builtin_prefetch(wr[j] + (size_t)nr * K + k, 0, 3);
         }
         __m512i wv[NR];
         UNROLL for (int j = 0; j < nr; j++) wv[j] = _mm512_loadu_si512(wr[j] + k);
@@ -109,15 +117,19 @@ BF16 INLINE void tile(float *y, int ldy, const uint16_t *x, int ldx, const uint1
     }
 }
 
+/* The tile starting at row m: the first reads ahead, the second asks for
+ * the next strip (once is enough; more tiles would repeat it for nothing). */
+static inline int strip_prefetch(int m) { return m == 0 ? PF_AHEAD : m == MR ? PF_NEXT_STRIP : PF_NONE; }
+
 /* A strip of nr weight rows against rows [0, M) of the chunk, MR at a time. */
 BF16 INLINE void strip(float *y, int ldy, const uint16_t *x, int ldx, int M, const uint16_t *w,
                        int K, int n, int nr) {
     int m = 0;
     for (; m + MR <= M; m += MR)
-        tile(y + (size_t)m * ldy, ldy, x + (size_t)m * ldx, ldx, w, K, n, MR, nr, m == 0);
+        tile(y + (size_t)m * ldy, ldy, x + (size_t)m * ldx, ldx, w, K, n, MR, nr, strip_prefetch(m));
     float *ym = y + (size_t)m * ldy;
     const uint16_t *xm = x + (size_t)m * ldx;
-    int pf = m == 0;
+    int pf = strip_prefetch(m);
     switch (M - m) {
     case 5: tile(ym, ldy, xm, ldx, w, K, n, 5, nr, pf); break;
     case 4: tile(ym, ldy, xm, ldx, w, K, n, 4, nr, pf); break;

@@ -35,7 +35,7 @@ Bf16DotKernel bf16_dot_kernel(CpuIsa isa);
 /* dst[i] = src[i] rounded to bf16 (nearest even) for n values. */
 void bf16_round_rows(CpuIsa isa, uint16_t *dst, const float *src, size_t n);
 
-/* The same rounding, kept in float32 (for the float32 kernels). */
+/* The same rounding, kept in float32 (for the float32 kernels); dst may be src. */
 void bf16_round_in_f32(float *dst, const float *src, size_t n);
 
 #endif

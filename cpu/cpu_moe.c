@@ -6,6 +6,11 @@
  * rows of h -> gate/up of every expert with tokens, over its rows, as one
  * grouped matmul (cpu_matmul_grouped) -> SiLU-and-mul -> the downs likewise
  * -> each token's weighted sum of its k rows.
+ *
+ * Under bf16 matmul inputs (--dtype bfloat16) the gathered rows and the
+ * SiLU-and-mul results are rounded to bf16 where they are written, so the
+ * grouped matmul's float32 kernels compute exactly the bf16 products (at the
+ * float32 rate: the grouped path has no bf16 kernel yet).
  */
 #include "cpu_moe.h"
 
@@ -13,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_matmul_bf16.h"
 #include "cpu_ops.h"
 
 struct CpuMoe {
@@ -35,6 +41,7 @@ struct CpuMoe {
     const float *h;
     float *out;
     int tokens;
+    bool round_inputs; /* bf16 matmul inputs: round x and the SiLU-and-mul rows */
 };
 
 void moe_route(const float *logits, int num_experts, int k, bool norm_topk_prob, int32_t *ids,
@@ -72,9 +79,12 @@ static void gather_task(void *ctx, int task, int thread) {
     CpuMoe *m = ctx;
     int r0 = task * ROWS_PER_TASK, r1 = r0 + ROWS_PER_TASK, rows = m->tokens * m->k;
     if (r1 > rows) r1 = rows;
-    for (int r = r0; r < r1; r++)
-        memcpy(m->x + (size_t)r * m->hidden, m->h + (size_t)m->source[r] * m->hidden,
-               sizeof(float) * (size_t)m->hidden);
+    for (int r = r0; r < r1; r++) {
+        float *x = m->x + (size_t)r * m->hidden;
+        const float *h = m->h + (size_t)m->source[r] * m->hidden;
+        if (m->round_inputs) bf16_round_in_f32(x, h, (size_t)m->hidden);
+        else memcpy(x, h, sizeof(float) * (size_t)m->hidden);
+    }
 }
 
 static void silu_task(void *ctx, int task, int thread) {
@@ -83,7 +93,9 @@ static void silu_task(void *ctx, int task, int thread) {
     int r0 = task * ROWS_PER_TASK, r1 = r0 + ROWS_PER_TASK, rows = m->tokens * m->k;
     if (r1 > rows) r1 = rows;
     size_t w = (size_t)m->width;
-    silu_mul(m->gate + (size_t)r0 * w, m->up + (size_t)r0 * w, (size_t)(r1 - r0) * w);
+    float *g = m->gate + (size_t)r0 * w;
+    silu_mul(g, m->up + (size_t)r0 * w, (size_t)(r1 - r0) * w);
+    if (m->round_inputs) bf16_round_in_f32(g, g, (size_t)(r1 - r0) * w);
 }
 
 /* out[t] = sum over its choices j, in order, of weight * its expert's row. */
@@ -136,6 +148,7 @@ void cpu_moe(CpuMoe *m, float *out, const float *h, int T, const LayerWeights *L
     m->h = h;
     m->out = out;
     m->tokens = T;
+    m->round_inputs = cpu_matmul_bf16_inputs(m->mm);
     run_rows(m, T * k, gather_task);
     /* An expert no token chose gets no product: its weights are not read. */
     int g = 0;

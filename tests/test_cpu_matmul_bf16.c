@@ -132,7 +132,7 @@ Test(cpu_matmul_bf16, inputs_are_rounded_only_when_asked) {
 }
 
 /* q/k/v-like products sharing one input round it once for all of them;
- * MoE experts (cpu_matmul_grouped) keep float32 inputs. */
+ * cpu_matmul_grouped leaves its inputs alone (cpu_moe rounds them). */
 Test(cpu_matmul_bf16, multi_rounds_grouped_does_not) {
     ThreadPool *pool;
     CpuMatmul *mm = create(&pool, 2, 40, 200);

@@ -91,10 +91,16 @@ static void random_bf16(uint16_t *v, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) v[i] = f32_to_bf16(uniform() * scale);
 }
 
+/* Round the matmuls' inputs to bf16 as --dtype bfloat16 does. */
+static bool reference_rounds;
+
+static double input(double v) { return reference_rounds ? bf16_to_f32(f32_to_bf16((float)v)) : v; }
+
 /* out[H] for token x, in double: route, then each chosen expert's MLP. */
 static void reference(const uint16_t *router, uint16_t (*gate)[MI * H], uint16_t (*up)[MI * H],
-                      uint16_t (*down)[H * MI], const float *x, double *out, int *chosen) {
-    double logit[E], p[E], top = -1e300, z = 0;
+                      uint16_t (*down)[H * MI], const float *x_in, double *out, int *chosen) {
+    double logit[E], p[E], top = -1e300, z = 0, x[H];
+    for (int i = 0; i < H; i++) x[i] = input(x_in[i]);
     for (int e = 0; e < E; e++) {
         logit[e] = 0;
         for (int i = 0; i < H; i++) logit[e] += bf(router[e * H + i]) * x[i];
@@ -123,7 +129,7 @@ static void reference(const uint16_t *router, uint16_t (*gate)[MI * H], uint16_t
                 g += bf(gate[e][m * H + i]) * x[i];
                 u += bf(up[e][m * H + i]) * x[i];
             }
-            act[m] = g / (1 + exp(-g)) * u;
+            act[m] = input(g / (1 + exp(-g)) * u);
         }
         for (int i = 0; i < H; i++) {
             double y = 0;
@@ -133,7 +139,12 @@ static void reference(const uint16_t *router, uint16_t (*gate)[MI * H], uint16_t
     }
 }
 
-Test(moe, sparse_mlp_matches_a_naive_reference) {
+/* bf16: the matmul inputs rounded (cpu_matmul_set_bf16_inputs; the router
+ * through cpu_matmul, the experts through cpu_moe's own rounding), against
+ * a reference that rounds the same values; the tolerance allows for a
+ * value near a bf16 rounding boundary going the other way (float32 vs
+ * double before the rounding). */
+static void sparse_mlp_against_reference(bool bf16) {
     static uint16_t router[E * H], gate[E][MI * H], up[E][MI * H], down[E][H * MI];
     random_bf16(router, E * H, 0.3f);
     for (int i = 0; i < H; i++) {
@@ -163,6 +174,9 @@ Test(moe, sparse_mlp_matches_a_naive_reference) {
     cr_assert(pool, "%s", err.msg);
     CpuMatmul *mm = cpu_matmul_create(pool, T, H, &err);
     cr_assert(mm, "%s", err.msg);
+    cpu_matmul_set_bf16_inputs(mm, bf16);
+    reference_rounds = bf16;
+    double tol = bf16 ? 2e-3 : 1e-4;
     CpuMoe *moe = cpu_moe_create(pool, mm, &c, T, &err);
     cr_assert(moe, "%s", err.msg);
     for (int n = 1; n <= T; n += 6) { /* 1, 7 and 13 tokens in a step */
@@ -174,7 +188,7 @@ Test(moe, sparse_mlp_matches_a_naive_reference) {
             reference(router, gate, up, down, x + t * H, want, chosen);
             for (int i = 0; i < H; i++) worst = fmax(worst, fabs(out[t * H + i] - want[i]) / (1 + fabs(want[i])));
         }
-        cr_expect_lt(worst, 1e-4, "%d tokens: relative error %g", n, worst);
+        cr_expect_lt(worst, tol, "%s, %d tokens: relative error %g", bf16 ? "bf16" : "float32", n, worst);
         cr_expect_eq(chosen[2], n, "expert 2 is every token's");
         cr_expect_eq(chosen[5], 0, "expert 5 is nobody's");
     }
@@ -183,11 +197,23 @@ Test(moe, sparse_mlp_matches_a_naive_reference) {
     cpu_moe(moe, alone, x + 6 * H, 1, &L);
     cpu_moe(moe, out, x, T, &L);
     for (int i = 0; i < H; i++)
-        cr_expect(fabsf(alone[i] - out[6 * H + i]) <= 1e-5f * (1 + fabsf(alone[i])), "token 6 alone vs among 13");
+        cr_expect(fabsf(alone[i] - out[6 * H + i]) <= (float)tol / 10 * (1 + fabsf(alone[i])),
+                  "token 6 alone vs among 13");
+    if (bf16) { /* the rounding happened: the unrounded reference is further off */
+        reference_rounds = false;
+        double want[H], off = 0;
+        int chosen[E] = {0};
+        reference(router, gate, up, down, x + 6 * H, want, chosen);
+        for (int i = 0; i < H; i++) off = fmax(off, fabs(out[6 * H + i] - want[i]));
+        cr_expect_gt(off, 1e-4, "bf16 inputs gave the float32 result");
+    }
     cpu_moe_destroy(moe);
     cpu_matmul_destroy(mm);
     thread_pool_destroy(pool);
 }
+
+Test(moe, sparse_mlp_matches_a_naive_reference) { sparse_mlp_against_reference(false); }
+Test(moe, sparse_mlp_with_bf16_inputs) { sparse_mlp_against_reference(true); }
 
 /* ---- loading ---------------------------------------------------------------------------- */
 
