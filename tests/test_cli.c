@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/base/cpu_isa.h"
 #include "helpers.h"
 #include "cuda/cuda_device.h"
 
@@ -127,6 +128,8 @@ Test(cli, usage_errors) {
                    "unknown unit");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-dtype fp8", 2,
                    "'fp8' is not one of auto, bfloat16, float32");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --dtype float16", 2,
+                   "--dtype: 'float16' is not one of auto, bfloat16, float32");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,x", 2,
                    "expected comma-separated token ids, got 'x'");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,151936", 2,
@@ -181,6 +184,24 @@ Test(cli, device_selection) {
     }
     free(out);
     free(err);
+}
+
+/* --dtype reaches the CPU runner (its start-up line says what the matmuls
+ * take) and auto is bf16 exactly where the CPU has bf16 dot products. */
+Test(cli, dtype_choice) {
+    const char *base = "generate --model " TINY_MODEL " --device cpu --prompt-ids 1 --max-tokens 1";
+    const char *flags[] = {" --dtype float32", " --dtype bfloat16", ""};
+    bool native = cpu_isa_active() >= CPU_ISA_AVX512_BF16;
+    const char *want[] = {"float32 matmul inputs", "bf16 matmul inputs",
+                          native ? "bf16 matmul inputs" : "float32 matmul inputs"};
+    for (int i = 0; i < 3; i++) {
+        char args[512], *out, *err;
+        snprintf(args, sizeof args, "%s%s", base, flags[i]);
+        cr_expect_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
+        cr_expect(strstr(err, want[i]), "%s: %s", args, err);
+        free(out);
+        free(err);
+    }
 }
 
 Test(cli, chunked_prefill_matches_one_step) {
