@@ -13,8 +13,9 @@
  * Loop order: activation rows in chunks that fit L2 (CHUNK_BYTES); within a
  * chunk, a task's weight rows NR at a time (a strip is read once from memory
  * or L3 and then stays in L1), every MR-row tile of the chunk over the whole
- * K. Decode batches (M <= 6) are a single tile per strip, the weights then
- * streaming from memory with a software prefetch.
+ * K; its second tile prefetches the next strip. Up to 4 rows (single-stream
+ * and small decode batches) a task instead reads one weight row at a time as
+ * one sequential stream.
  */
 #include "cpu_matmul_bf16.h"
 
@@ -38,7 +39,8 @@
 
 /* Activation rows up to which a task reads its weight rows one at a time,
  * each as one sequential stream (as cpu_matmul.c's row kernels: the
- * prefetchers follow one stream best), instead of 4 rows side by side. */
+ * prefetchers follow one stream best), instead of 4 rows side by side:
+ * single-stream decode 20.8 -> 24.9-25.8 tokens/s (`bench --latency`). */
 #define ROW_STREAM_MAX_M 4
 
 /* Software prefetch distance of the one-row streams (as the row kernels). */
