@@ -40,7 +40,8 @@
 /* Activation rows up to which a task reads its weight rows one at a time,
  * each as one sequential stream (as cpu_matmul.c's row kernels: the
  * prefetchers follow one stream best), instead of 4 rows side by side:
- * single-stream decode 20.8 -> 24.9-25.8 tokens/s (`bench --latency`). */
+ * single-stream decode 27.4-43.0 against 23.2-23.8 tokens/s (`bench
+ * --latency --input-len 16 --output-len 64`, alternating, 3 runs each). */
 #define ROW_STREAM_MAX_M 4
 
 /* Software prefetch distance of the one-row streams (as the row kernels). */
