@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "cpu_simd.h"
 #include "engine/base/half.h"
 #include "engine/base/row_max.h"
 
@@ -32,10 +33,6 @@ typedef void (*QkFn)(float *s, int lds, const float *q, int G, int D, const void
 typedef void (*PvFn)(float *acc, const float *p, int lds, int G, int D, const void *v, size_t stride,
                      int n);
 
-static inline float elem(const void *base, bool bf16, size_t i) {
-    return bf16 ? bf16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
-}
-
 /* ---- scalar reference ------------------------------------------------------ */
 
 static inline void qk_scalar(float *s, int lds, const float *q, int G, int D, const void *k,
@@ -43,7 +40,7 @@ static inline void qk_scalar(float *s, int lds, const float *q, int G, int D, co
     for (int j = 0; j < n; j++) {
         for (int g = 0; g < G; g++) {
             float d = 0.0f;
-            for (int e = 0; e < D; e++) d += q[(size_t)g * D + e] * elem(k, bf16, (size_t)j * stride + e);
+            for (int e = 0; e < D; e++) d += q[(size_t)g * D + e] * widen_at(k, bf16, (size_t)j * stride + e);
             s[(size_t)g * lds + j] = d * scale;
         }
     }
@@ -54,7 +51,7 @@ static inline void pv_scalar(float *acc, const float *p, int lds, int G, int D, 
     for (int j = 0; j < n; j++) {
         for (int g = 0; g < G; g++) {
             float pj = p[(size_t)g * lds + j];
-            for (int e = 0; e < D; e++) acc[(size_t)g * D + e] += pj * elem(v, bf16, (size_t)j * stride + e);
+            for (int e = 0; e < D; e++) acc[(size_t)g * D + e] += pj * widen_at(v, bf16, (size_t)j * stride + e);
         }
     }
 }
@@ -87,14 +84,6 @@ INLINE void prefetch_row(const void *row, size_t bytes) {
 /* ---- AVX-512 ---------------------------------------------------------------- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
-AVX512 INLINE __m512 load16_avx512(const void *base, bool bf16, size_t i) {
-    if (bf16) {
-        __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-    return _mm512_loadu_ps((const float *)base + i);
-}
-
 /* G (a constant after inlining, <= MAX_G) dot products per K row. */
 AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, const void *k,
                                size_t stride, int n, float scale, bool bf16) {
@@ -106,13 +95,13 @@ AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, 
         __m512 acc[MAX_G];
         for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
         for (int e = 0; e < D16; e += 16) {
-            __m512 kv = load16_avx512(row, bf16, (size_t)e);
+            __m512 kv = widen16(row, bf16, (size_t)e);
             for (int g = 0; g < G; g++)
                 acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * D + e), kv, acc[g]);
         }
         for (int g = 0; g < G; g++) {
             float d = _mm512_reduce_add_ps(acc[g]);
-            for (int e = D16; e < D; e++) d += q[(size_t)g * D + e] * elem(row, bf16, (size_t)e);
+            for (int e = D16; e < D; e++) d += q[(size_t)g * D + e] * widen_at(row, bf16, (size_t)e);
             s[(size_t)g * lds + j] = d * scale;
         }
     }
@@ -136,7 +125,7 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
             p1[g] = _mm512_set1_ps(p[(size_t)g * lds + j + 1]);
         }
         for (int e = 0; e < D16; e += 16) {
-            __m512 v0 = load16_avx512(r0, bf16, (size_t)e), v1 = load16_avx512(r1, bf16, (size_t)e);
+            __m512 v0 = widen16(r0, bf16, (size_t)e), v1 = widen16(r1, bf16, (size_t)e);
             for (int g = 0; g < G; g++) {
                 float *a = acc + (size_t)g * D + e;
                 _mm512_storeu_ps(a, _mm512_fmadd_ps(p1[g], v1, _mm512_fmadd_ps(p0[g], v0, _mm512_loadu_ps(a))));
@@ -144,8 +133,8 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
         }
         for (int g = 0; g < G; g++)
             for (int e = D16; e < D; e++)
-                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e) +
-                                          p[(size_t)g * lds + j + 1] * elem(r1, bf16, (size_t)e);
+                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e) +
+                                          p[(size_t)g * lds + j + 1] * widen_at(r1, bf16, (size_t)e);
     }
     for (; j < n; j++) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz;
@@ -153,9 +142,9 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
             __m512 p0 = _mm512_set1_ps(p[(size_t)g * lds + j]);
             for (int e = 0; e < D16; e += 16) {
                 float *a = acc + (size_t)g * D + e;
-                _mm512_storeu_ps(a, _mm512_fmadd_ps(p0, load16_avx512(r0, bf16, (size_t)e), _mm512_loadu_ps(a)));
+                _mm512_storeu_ps(a, _mm512_fmadd_ps(p0, widen16(r0, bf16, (size_t)e), _mm512_loadu_ps(a)));
             }
-            for (int e = D16; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e);
+            for (int e = D16; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e);
         }
     }
 }
@@ -197,21 +186,6 @@ DEFINE_AVX512(bf16, true)
 /* ---- AVX2 + FMA ------------------------------------------------------------- */
 #define AVX2 __attribute__((target("avx2,fma")))
 
-AVX2 INLINE __m256 load8_avx2(const void *base, bool bf16, size_t i) {
-    if (bf16) {
-        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    return _mm256_loadu_ps((const float *)base + i);
-}
-
-AVX2 INLINE float hsum_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, const void *k,
                            size_t stride, int n, float scale, bool bf16) {
     size_t esz = bf16 ? 2 : 4;
@@ -222,13 +196,13 @@ AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, cons
         __m256 acc[MAX_G];
         for (int g = 0; g < G; g++) acc[g] = _mm256_setzero_ps();
         for (int e = 0; e < D8; e += 8) {
-            __m256 kv = load8_avx2(row, bf16, (size_t)e);
+            __m256 kv = widen8(row, bf16, (size_t)e);
             for (int g = 0; g < G; g++)
                 acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * D + e), kv, acc[g]);
         }
         for (int g = 0; g < G; g++) {
-            float d = hsum_avx2(acc[g]);
-            for (int e = D8; e < D; e++) d += q[(size_t)g * D + e] * elem(row, bf16, (size_t)e);
+            float d = hsum256(acc[g]);
+            for (int e = D8; e < D; e++) d += q[(size_t)g * D + e] * widen_at(row, bf16, (size_t)e);
             s[(size_t)g * lds + j] = d * scale;
         }
     }
@@ -250,7 +224,7 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
             p1[g] = _mm256_set1_ps(p[(size_t)g * lds + j + 1]);
         }
         for (int e = 0; e < D8; e += 8) {
-            __m256 v0 = load8_avx2(r0, bf16, (size_t)e), v1 = load8_avx2(r1, bf16, (size_t)e);
+            __m256 v0 = widen8(r0, bf16, (size_t)e), v1 = widen8(r1, bf16, (size_t)e);
             for (int g = 0; g < G; g++) {
                 float *a = acc + (size_t)g * D + e;
                 _mm256_storeu_ps(a, _mm256_fmadd_ps(p1[g], v1, _mm256_fmadd_ps(p0[g], v0, _mm256_loadu_ps(a))));
@@ -258,8 +232,8 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
         }
         for (int g = 0; g < G; g++)
             for (int e = D8; e < D; e++)
-                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e) +
-                                          p[(size_t)g * lds + j + 1] * elem(r1, bf16, (size_t)e);
+                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e) +
+                                          p[(size_t)g * lds + j + 1] * widen_at(r1, bf16, (size_t)e);
     }
     for (; j < n; j++) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz;
@@ -267,9 +241,9 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
             __m256 p0 = _mm256_set1_ps(p[(size_t)g * lds + j]);
             for (int e = 0; e < D8; e += 8) {
                 float *a = acc + (size_t)g * D + e;
-                _mm256_storeu_ps(a, _mm256_fmadd_ps(p0, load8_avx2(r0, bf16, (size_t)e), _mm256_loadu_ps(a)));
+                _mm256_storeu_ps(a, _mm256_fmadd_ps(p0, widen8(r0, bf16, (size_t)e), _mm256_loadu_ps(a)));
             }
-            for (int e = D8; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem(r0, bf16, (size_t)e);
+            for (int e = D8; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e);
         }
     }
 }

@@ -27,6 +27,7 @@
 #include "cpu_matmul_amx.h"
 #include "cpu_matmul_bf16.h"
 #include "cpu_matmul_small.h"
+#include "cpu_simd.h"
 #include "engine/base/half.h"
 
 #if defined(__x86_64__)
@@ -102,17 +103,13 @@ typedef void (*RowsKernel)(float *y, int ldy, const float *x, int ldx, int M, co
 
 /* ---- portable kernels ---------------------------------------------------- */
 
-static float weight_at(const void *w, int bf16, size_t i) {
-    return bf16 ? bf16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
-}
-
 static void rows_scalar(float *y, int ldy, const float *x, int ldx, int M, const void *w, int K,
                         int n0, int n1, int bf16) {
     for (int n = n0; n < n1; n++) {
         for (int m = 0; m < M; m++) {
             const float *xr = x + (size_t)m * ldx;
             float s = 0.0f;
-            for (int k = 0; k < K; k++) s += xr[k] * weight_at(w, bf16, (size_t)n * K + k);
+            for (int k = 0; k < K; k++) s += xr[k] * widen_at(w, bf16, (size_t)n * K + k);
             y[(size_t)m * ldy + n] = s;
         }
     }
@@ -140,14 +137,6 @@ static void widen_scalar(float *dst, const uint16_t *src, size_t n) {
  * unrolled, their accumulators live in registers instead of on the stack. */
 #define UNROLL _Pragma("GCC unroll 4")
 
-AVX512 INLINE __m512 load16_avx512(const void *w, int bf16, size_t i) {
-    if (bf16)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i))),
-            16));
-    return _mm512_loadu_ps((const float *)w + i);
-}
-
 /* Prefetches the bytes one step (64 weights) will need PREFETCH_BYTES from
  * now: the hardware prefetcher alone leaves DRAM bandwidth unused on a
  * single sequential stream (measured: +7% decode). */
@@ -168,14 +157,14 @@ AVX512 INLINE void row_avx512(float *y, int ldy, const float *x, int ldx, const 
     for (; k + 64 <= K; k += 64) {
         prefetch_ahead(w, bf16, base + k);
         UNROLL for (int u = 0; u < 4; u++) {
-            __m512 wv = load16_avx512(w, bf16, base + k + 16 * u);
+            __m512 wv = widen16(w, bf16, base + k + 16 * u);
             UNROLL for (int m = 0; m < MB; m++)
                 acc[u][m] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)m * ldx + k + 16 * u),
                                             acc[u][m]);
         }
     }
     for (; k + 16 <= K; k += 16) {
-        __m512 wv = load16_avx512(w, bf16, base + k);
+        __m512 wv = widen16(w, bf16, base + k);
         UNROLL for (int m = 0; m < MB; m++)
             acc[0][m] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)m * ldx + k), acc[0][m]);
     }
@@ -183,7 +172,7 @@ AVX512 INLINE void row_avx512(float *y, int ldy, const float *x, int ldx, const 
         __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]),
                                    _mm512_add_ps(acc[2][m], acc[3][m]));
         float s = _mm512_reduce_add_ps(sum);
-        for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * weight_at(w, bf16, base + kk);
+        for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * widen_at(w, bf16, base + kk);
         y[(size_t)m * ldy + n] = s;
     }
 }
@@ -215,26 +204,12 @@ AVX512 static void rows_f32_avx512(float *y, int ldy, const float *x, int ldx, i
 
 AVX512 static void widen_avx512(float *dst, const uint16_t *src, size_t n) {
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16_avx512(src, 1, i));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, widen16(src, 1, i));
     widen_scalar(dst + i, src + i, n - i);
 }
 
 /* ---- AVX2 ---------------------------------------------------------------- */
 #define AVX2 __attribute__((target("avx2,fma")))
-
-AVX2 INLINE __m256 load8_avx2(const void *w, int bf16, size_t i) {
-    if (bf16)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i))), 16));
-    return _mm256_loadu_ps((const float *)w + i);
-}
-
-AVX2 INLINE float hsum_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* As row_avx512 with 8-wide vectors and MB <= 2: 8 accumulators, 4 weight
  * vectors and an activation fit the 16 ymm registers. */
@@ -248,22 +223,22 @@ AVX2 INLINE void row_avx2(float *y, int ldy, const float *x, int ldx, const void
     for (; k + 32 <= K; k += 32) {
         if ((k & 63) == 0) prefetch_ahead(w, bf16, base + k);
         UNROLL for (int u = 0; u < 4; u++) {
-            __m256 wv = load8_avx2(w, bf16, base + k + 8 * u);
+            __m256 wv = widen8(w, bf16, base + k + 8 * u);
             UNROLL for (int m = 0; m < MB; m++)
                 acc[u][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)m * ldx + k + 8 * u),
                                             acc[u][m]);
         }
     }
     for (; k + 8 <= K; k += 8) {
-        __m256 wv = load8_avx2(w, bf16, base + k);
+        __m256 wv = widen8(w, bf16, base + k);
         UNROLL for (int m = 0; m < MB; m++)
             acc[0][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)m * ldx + k), acc[0][m]);
     }
     UNROLL for (int m = 0; m < MB; m++) {
         __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0][m], acc[1][m]),
                                    _mm256_add_ps(acc[2][m], acc[3][m]));
-        float s = hsum_avx2(sum);
-        for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * weight_at(w, bf16, base + kk);
+        float s = hsum256(sum);
+        for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * widen_at(w, bf16, base + kk);
         y[(size_t)m * ldy + n] = s;
     }
 }
@@ -294,7 +269,7 @@ AVX2 static void rows_f32_avx2(float *y, int ldy, const float *x, int ldx, int M
 
 AVX2 static void widen_avx2(float *dst, const uint16_t *src, size_t n) {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_avx2(src, 1, i));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, widen8(src, 1, i));
     widen_scalar(dst + i, src + i, n - i);
 }
 #endif /* __x86_64__ */

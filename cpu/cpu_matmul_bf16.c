@@ -19,7 +19,7 @@
  */
 #include "cpu_matmul_bf16.h"
 
-#include "engine/base/half.h"
+#include "cpu_simd.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -60,16 +60,6 @@ INLINE size_t wrap(size_t off, int K, int nr) {
 
 BF16 INLINE __m512 dot(__m512 acc, __m512i a, __m512i b) {
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-}
-
-/* The sums of a, b, c and d as one 4-float vector. */
-BF16 INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 /* What a tile prefetches while it computes: the strip it reads, ahead of
@@ -113,7 +103,7 @@ BF16 INLINE void tile(float *y, int ldy, const uint16_t *x, int ldx, const uint1
     }
     UNROLL for (int i = 0; i < mr; i++) {
         if (nr == NR) {
-            _mm_storeu_ps(y + (size_t)i * ldy + n, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+            _mm_storeu_ps(y + (size_t)i * ldy + n, reduce4_512(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
         } else {
             UNROLL for (int j = 0; j < nr; j++) y[(size_t)i * ldy + n + j] = _mm512_reduce_add_ps(acc[i][j]);
         }

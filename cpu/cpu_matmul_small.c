@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/half.h"
+#include "cpu_simd.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -56,36 +56,6 @@ INLINE size_t wrap(size_t off, int K, int NR, int esz) {
 #define MR512 6
 #define NR512 4
 
-AVX512 INLINE __m512 wload512(const void *w, int bf16, size_t i) {
-    if (bf16)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i))),
-            16));
-    return _mm512_loadu_ps((const float *)w + i);
-}
-
-/* The last K % 16 weights, zeros beyond: masked loads never touch memory
- * past the row, so odd K needs no scalar tail. */
-AVX512 INLINE __m512 wload512_mask(const void *w, int bf16, size_t i, __mmask16 m) {
-    if (bf16)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i)), 16));
-    return _mm512_maskz_loadu_ps(m, (const float *)w + i);
-}
-
-/* The sums of a, b, c and d as one 4-float vector: 13 instructions where
- * four _mm512_reduce_add_ps take ~32, which matters at K = 1024 (a tile's
- * K loop is only 64 steps of 24 FMAs). */
-AVX512 INLINE __m128 reduce4_512(__m512 a, __m512 b, __m512 c, __m512 d) {
-    /* Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3], then the same for c, d. */
-    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    /* Per lane: [a, b, c, d] partial sums. */
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
 /* One MR x NR tile: y[m][n + j] for m < MR, j < NR, over the whole K. pf:
  * first tile of the strip, whose weight loads come from memory. */
 AVX512 INLINE void tile512(float *y, int ldy, const float *x, int ldx, const void *w, int K, int n,
@@ -105,7 +75,7 @@ AVX512 INLINE void tile512(float *y, int ldy, const float *x, int ldx, const voi
             UNROLL for (int j = 0; j < NR; j++) __builtin_prefetch(wb + base[j] * esz + wrap(off, K, NR, esz), 0, 3);
         }
         __m512 wv[NR512];
-        UNROLL for (int j = 0; j < NR; j++) wv[j] = wload512(w, bf16, base[j] + k);
+        UNROLL for (int j = 0; j < NR; j++) wv[j] = widen16(w, bf16, base[j] + k);
         UNROLL for (int i = 0; i < MR; i++) {
             __m512 xv = _mm512_loadu_ps(x + (size_t)i * ldx + k);
             UNROLL for (int j = 0; j < NR; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -114,7 +84,7 @@ AVX512 INLINE void tile512(float *y, int ldy, const float *x, int ldx, const voi
     if (k < K) {
         __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
         __m512 wv[NR512];
-        UNROLL for (int j = 0; j < NR; j++) wv[j] = wload512_mask(w, bf16, base[j] + k, m);
+        UNROLL for (int j = 0; j < NR; j++) wv[j] = widen16_mask(w, bf16, base[j] + k, m);
         UNROLL for (int i = 0; i < MR; i++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)i * ldx + k);
             UNROLL for (int j = 0; j < NR; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -181,24 +151,6 @@ AVX512 static void gemm_f32_avx512(float *y, int ldy, const float *x, int ldx, i
 #define MR256 4
 #define NR256 3
 
-AVX2 INLINE __m256 wload256(const void *w, int bf16, size_t i) {
-    if (bf16)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i))), 16));
-    return _mm256_loadu_ps((const float *)w + i);
-}
-
-AVX2 INLINE float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-INLINE float weight_at(const void *w, int bf16, size_t i) {
-    return bf16 ? bf16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
-}
-
 AVX2 INLINE void tile256(float *y, int ldy, const float *x, int ldx, const void *w, int K, int n,
                          int MR, int NR, int bf16, int pf) {
     __m256 acc[MR256][NR256];
@@ -216,7 +168,7 @@ AVX2 INLINE void tile256(float *y, int ldy, const float *x, int ldx, const void 
             UNROLL for (int j = 0; j < NR; j++) __builtin_prefetch(wb + base[j] * esz + wrap(off, K, NR, esz), 0, 3);
         }
         __m256 wv[NR256];
-        UNROLL for (int j = 0; j < NR; j++) wv[j] = wload256(w, bf16, base[j] + k);
+        UNROLL for (int j = 0; j < NR; j++) wv[j] = widen8(w, bf16, base[j] + k);
         UNROLL for (int i = 0; i < MR; i++) {
             __m256 xv = _mm256_loadu_ps(x + (size_t)i * ldx + k);
             UNROLL for (int j = 0; j < NR; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -226,7 +178,7 @@ AVX2 INLINE void tile256(float *y, int ldy, const float *x, int ldx, const void 
     UNROLL for (int i = 0; i < MR; i++)
         UNROLL for (int j = 0; j < NR; j++) {
             float s = hsum256(acc[i][j]);
-            for (int kk = k; kk < K; kk++) s += x[(size_t)i * ldx + kk] * weight_at(w, bf16, base[j] + kk);
+            for (int kk = k; kk < K; kk++) s += x[(size_t)i * ldx + kk] * widen_at(w, bf16, base[j] + kk);
             y[(size_t)i * ldy + n + j] = s;
         }
 }
