@@ -437,12 +437,15 @@ static void run_f32(CpuMatmul *mm, const float *x, int M, const Weight *const *w
 /* Inputs rounded to bf16, BF16_CHUNK_ROWS rows at a time: multiplied as bf16
  * by the dot kernel where the CPU has one (and every weight is bf16, and no
  * other strategy was forced), else the rounded values go to the float32
- * strategies, which then compute the same products exactly. */
+ * strategies, which then compute the same products exactly. AMX stays the
+ * float32 path's: its tiles outrun the dot kernel on prefill, and on rounded
+ * inputs its exact three-term split computes the bf16 products. */
 static void run_bf16(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
                      float *const *ys, int count, MatmulStrategy strategy, CpuIsa isa) {
     Bf16DotKernel dot = bf16_dot_kernel(isa);
     bool native = dot && (strategy == MATMUL_AUTO || strategy == MATMUL_ROWS ||
                           strategy == MATMUL_GEMM);
+    if (strategy == MATMUL_AUTO && cpu_matmul_choose(M, ws[0], isa) == MATMUL_AMX) native = false;
     for (int i = 0; i < count; i++) native = native && ws[i]->type == WEIGHT_BF16;
     int K = ws[0]->cols;
     for (int m0 = 0; m0 < M; m0 += mm->input_rows) {

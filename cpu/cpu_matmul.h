@@ -18,8 +18,8 @@
  *
  * With bf16 inputs (--dtype bfloat16) every activation is first rounded to
  * bf16; where the CPU has AVX512-BF16 one more kernel multiplies bf16 pairs
- * directly for every M (cpu_matmul_bf16.h), elsewhere the four above run on
- * the rounded values. cpu_matmul_grouped does not round (its MoE caller
+ * directly for every M (cpu_matmul_bf16.h) except where AMX would run,
+ * elsewhere the four above run on the rounded values. cpu_matmul_grouped does not round (its MoE caller
  * writes its inputs already rounded) and has no bf16 kernel yet.
  */
 #ifndef NANOVLLM_CPU_MATMUL_H
