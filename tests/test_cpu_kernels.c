@@ -13,6 +13,7 @@
 #include "cpu/cpu_matmul.h"
 #include "cpu/cpu_matmul_amx.h"
 #include "cpu/cpu_ops.h"
+#include "engine/base/cpu_isa.h"
 #include "engine/base/half.h"
 #include "engine/base/row_max.h"
 
@@ -254,10 +255,12 @@ Test(cpu_kernels, half_conversions) {
     cr_expect(f16_to_f32(0x8000) == 0.0f && signbit(f16_to_f32(0x8000)));
 }
 
-/* The vectorized exp of softmax and SiLU against double precision. */
-Test(cpu_kernels, exp_and_silu_accuracy) {
+/* The exp of softmax and SiLU against double precision at one ISA level. */
+static void check_exp_and_silu(CpuIsa isa) {
     enum { N = 4099 };
+    const char *name = cpu_isa_name(isa);
     float *x = malloc(sizeof(float) * N), *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    cr_assert(x && g && u);
     double worst = 0, sum = 0;
     for (int i = 0; i < N; i++) x[i] = -87.0f * i / (N - 1); /* the softmax range: <= 0 */
     memcpy(g, x, sizeof(float) * N);
@@ -267,14 +270,24 @@ Test(cpu_kernels, exp_and_silu_accuracy) {
         sum += want;
         if (want > 1e-30) worst = fmax(worst, fabs(x[i] - want) / want);
     }
-    cr_expect(worst < 3e-7, "exp relative error %g", worst);
+    cr_expect(worst < 3e-7, "%s: exp relative error %g", name, worst);
     /* a float32 running sum of 4099 terms: ~sqrt(n) * eps on the scalar path */
-    cr_expect(fabs(got_sum - sum) / sum < 2e-5, "sum off by %g", fabs(got_sum - sum) / sum);
+    cr_expect(fabs(got_sum - sum) / sum < 2e-5, "%s: sum off by %g", name, fabs(got_sum - sum) / sum);
+
+    /* Far below the range (a masked-out score is -inf): 0, never NaN, and
+     * the tail past the last full vector too. */
+    float far[11] = {-INFINITY, -1e30f, -200, -104, -88, -87.5f, 0, -INFINITY, -150, -1e10f, -90};
+    float far_sum = exp_shifted_sum(far, 11, 0.0f);
+    for (int i = 0; i < 11; i++)
+        if (i != 6) cr_expect(far[i] >= 0 && far[i] < 1e-37f, "%s: exp far[%d] = %g", name, i, far[i]);
+    cr_expect(far[6] == 1.0f && far_sum >= 1.0f && far_sum < 1.0f + 1e-6f, "%s: sum %g", name, far_sum);
+
     for (int i = 0; i < N; i++) {
         g[i] = 40.0f * uniform();
         u[i] = uniform();
     }
     float *g0 = malloc(sizeof(float) * N);
+    cr_assert(g0);
     memcpy(g0, g, sizeof(float) * N);
     silu_mul(g, u, N);
     worst = 0;
@@ -282,10 +295,34 @@ Test(cpu_kernels, exp_and_silu_accuracy) {
         double want = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
         worst = fmax(worst, fabs(g[i] - want) / (fabs(want) + 1e-30));
     }
-    cr_expect(worst < 1e-6, "silu relative error %g", worst);
+    cr_expect(worst < 1e-6, "%s: silu relative error %g", name, worst);
     cr_expect_float_eq(row_max(g0, N), g0[argmax(g0, N)], 0);
+
+    /* SiLU's ends: large negative gates give (minus) zero, large positive
+     * ones the gate itself; nothing overflows into NaN. */
+    float ends[9] = {-1e30f, -1000, -100, -89, 89, 100, 1000, 1e30f, -20};
+    float ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    float ends0[9];
+    memcpy(ends0, ends, sizeof(ends));
+    silu_mul(ends, ones, 9);
+    for (int i = 0; i < 8; i++) {
+        float want = ends0[i] < 0 ? 0.0f : ends0[i];
+        cr_expect(fabsf(ends[i] - want) <= 1e-6f * fabsf(ends0[i]), "%s: silu(%g) = %g", name, ends0[i], ends[i]);
+    }
+    cr_expect(fabs(ends[8] - -20.0 / (1.0 + exp(20.0))) < 1e-12, "%s: silu(-20) = %g", name, ends[8]);
     free(x);
     free(g);
     free(g0);
     free(u);
+}
+
+/* The vectorized exp and SiLU at every level this CPU can run (the scalar
+ * loops are the reference the others are held to). */
+Test(cpu_kernels, exp_and_silu_accuracy) {
+    CpuIsa best = cpu_isa_detect();
+    for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+        cr_assert(cpu_isa_set((CpuIsa)isa) == 0);
+        check_exp_and_silu((CpuIsa)isa);
+    }
+    cpu_isa_set(best);
 }
