@@ -27,6 +27,9 @@
 #define PREFETCH_ROWS 4
 /* Heads handled per pass of a SIMD kernel: their accumulators stay in registers. */
 #define MAX_G 8
+/* K rows per pass of the score kernels for small groups (the reductions
+ * take 4 rows at a time). */
+#define QK_ROWS 4
 
 typedef void (*QkFn)(float *s, int lds, const float *q, int G, int D, const void *k, size_t stride,
                      int n, float scale);
@@ -75,6 +78,9 @@ static void pv_scalar_bf16(float *acc, const float *p, int lds, int G, int D, co
 
 #if defined(__x86_64__)
 #define INLINE static inline __attribute__((always_inline))
+/* Constant-count loops over rows and heads: unrolled, their accumulators
+ * live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* Brings a row into L1 ahead of use (SSE, so baseline x86-64). */
 INLINE void prefetch_row(const void *row, size_t bytes) {
@@ -84,12 +90,42 @@ INLINE void prefetch_row(const void *row, size_t bytes) {
 /* ---- AVX-512 ---------------------------------------------------------------- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
-/* G (a constant after inlining, <= MAX_G) dot products per K row. */
+/* G (a constant after inlining, <= MAX_G) dot products per K row, QK_ROWS
+ * rows per pass when G is small: one row's G accumulators alone form G
+ * dependency chains of D / 16 FMAs, too few to hide the FMA latency. */
 AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, const void *k,
                                size_t stride, int n, float scale, bool bf16) {
     size_t esz = bf16 ? 2 : 4;
-    int D16 = D & ~15;
-    for (int j = 0; j < n; j++) {
+    int D16 = D & ~15, j = 0;
+    if (G <= 4) {
+        for (; j + QK_ROWS <= n; j += QK_ROWS) {
+            const char *row[QK_ROWS];
+            UNROLL for (int r = 0; r < QK_ROWS; r++) {
+                row[r] = (const char *)k + (size_t)(j + r) * stride * esz;
+                if (j + r + PREFETCH_ROWS < n) prefetch_row(row[r] + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+            }
+            __m512 acc[QK_ROWS][4]; /* all set: G may be a run-time value here */
+            UNROLL for (int r = 0; r < QK_ROWS; r++)
+                UNROLL for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
+            for (int e = 0; e < D16; e += 16) {
+                __m512 kv[QK_ROWS];
+                UNROLL for (int r = 0; r < QK_ROWS; r++) kv[r] = widen16(row[r], bf16, (size_t)e);
+                UNROLL for (int g = 0; g < G; g++) {
+                    __m512 qv = _mm512_loadu_ps(q + (size_t)g * D + e);
+                    UNROLL for (int r = 0; r < QK_ROWS; r++) acc[r][g] = _mm512_fmadd_ps(qv, kv[r], acc[r][g]);
+                }
+            }
+            UNROLL for (int g = 0; g < G; g++) {
+                float d[QK_ROWS];
+                _mm_storeu_ps(d, reduce4_512(acc[0][g], acc[1][g], acc[2][g], acc[3][g]));
+                UNROLL for (int r = 0; r < QK_ROWS; r++) {
+                    for (int e = D16; e < D; e++) d[r] += q[(size_t)g * D + e] * widen_at(row[r], bf16, (size_t)e);
+                    s[(size_t)g * lds + j + r] = d[r] * scale;
+                }
+            }
+        }
+    }
+    for (; j < n; j++) {
         const char *row = (const char *)k + (size_t)j * stride * esz;
         if (j + PREFETCH_ROWS < n) prefetch_row(row + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
         __m512 acc[MAX_G];
@@ -186,11 +222,41 @@ DEFINE_AVX512(bf16, true)
 /* ---- AVX2 + FMA ------------------------------------------------------------- */
 #define AVX2 __attribute__((target("avx2,fma")))
 
+/* As qk_avx512_g: QK_ROWS rows per pass for groups of up to 2 heads (the
+ * 16 ymm registers hold QK_ROWS x 2 accumulators, the rows and a q vector). */
 AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, const void *k,
                            size_t stride, int n, float scale, bool bf16) {
     size_t esz = bf16 ? 2 : 4;
-    int D8 = D & ~7;
-    for (int j = 0; j < n; j++) {
+    int D8 = D & ~7, j = 0;
+    if (G <= 2) {
+        for (; j + QK_ROWS <= n; j += QK_ROWS) {
+            const char *row[QK_ROWS];
+            UNROLL for (int r = 0; r < QK_ROWS; r++) {
+                row[r] = (const char *)k + (size_t)(j + r) * stride * esz;
+                if (j + r + PREFETCH_ROWS < n) prefetch_row(row[r] + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
+            }
+            __m256 acc[QK_ROWS][2]; /* all set: G may be a run-time value here */
+            UNROLL for (int r = 0; r < QK_ROWS; r++)
+                UNROLL for (int g = 0; g < 2; g++) acc[r][g] = _mm256_setzero_ps();
+            for (int e = 0; e < D8; e += 8) {
+                __m256 kv[QK_ROWS];
+                UNROLL for (int r = 0; r < QK_ROWS; r++) kv[r] = widen8(row[r], bf16, (size_t)e);
+                UNROLL for (int g = 0; g < G; g++) {
+                    __m256 qv = _mm256_loadu_ps(q + (size_t)g * D + e);
+                    UNROLL for (int r = 0; r < QK_ROWS; r++) acc[r][g] = _mm256_fmadd_ps(qv, kv[r], acc[r][g]);
+                }
+            }
+            UNROLL for (int g = 0; g < G; g++) {
+                float d[QK_ROWS];
+                _mm_storeu_ps(d, reduce4_256(acc[0][g], acc[1][g], acc[2][g], acc[3][g]));
+                UNROLL for (int r = 0; r < QK_ROWS; r++) {
+                    for (int e = D8; e < D; e++) d[r] += q[(size_t)g * D + e] * widen_at(row[r], bf16, (size_t)e);
+                    s[(size_t)g * lds + j + r] = d[r] * scale;
+                }
+            }
+        }
+    }
+    for (; j < n; j++) {
         const char *row = (const char *)k + (size_t)j * stride * esz;
         if (j + PREFETCH_ROWS < n) prefetch_row(row + PREFETCH_ROWS * stride * esz, (size_t)D * esz);
         __m256 acc[MAX_G];

@@ -74,6 +74,12 @@ __attribute__((target("avx2"))) SIMD_INLINE float hsum256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+/* The sums of a, b, c and d as one 4-float vector (as reduce4_512). */
+__attribute__((target("avx2"))) SIMD_INLINE __m128 reduce4_256(__m256 a, __m256 b, __m256 c,
+                                                                __m256 d) {
+    __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
 #endif /* __x86_64__ */
 
 #endif
