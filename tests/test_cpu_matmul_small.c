@@ -79,9 +79,16 @@ Test(cpu_matmul_small, auto_choice) {
         bool has = small_gemm_kernel((CpuIsa)isa, WEIGHT_BF16) != NULL;
         cr_expect_eq(has, isa >= CPU_ISA_AVX2);
         cr_expect_eq(cpu_matmul_choose(1, &w, (CpuIsa)isa), MATMUL_ROWS);
-        if (has && isa < CPU_ISA_AMX)
+        if (has && isa < CPU_ISA_AMX) {
             cr_expect_eq(cpu_matmul_choose(16, &w, (CpuIsa)isa), MATMUL_GEMM, "%s",
                          cpu_isa_name((CpuIsa)isa));
+            /* From 4 rows (2 for rows as wide as down_proj's) the GEMM wins. */
+            Weight wide = {.data = NULL, .type = WEIGHT_BF16, .rows = 1024, .cols = 3072};
+            cr_expect_eq(cpu_matmul_choose(3, &w, (CpuIsa)isa), MATMUL_ROWS);
+            cr_expect_eq(cpu_matmul_choose(4, &w, (CpuIsa)isa), MATMUL_GEMM);
+            cr_expect_eq(cpu_matmul_choose(1, &wide, (CpuIsa)isa), MATMUL_ROWS);
+            cr_expect_eq(cpu_matmul_choose(2, &wide, (CpuIsa)isa), MATMUL_GEMM);
+        }
         /* Prefill-sized inputs stay with OpenBLAS or AMX. */
         cr_expect_eq(cpu_matmul_choose(4096, &w, (CpuIsa)isa) == MATMUL_GEMM, false);
     }
