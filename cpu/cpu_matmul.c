@@ -41,23 +41,20 @@
 #define SMALL_M_MAX 8
 
 /* Activation rows [GEMM_MIN_ROWS, GEMM_MAX_ROWS_*] go to the small-batch
- * GEMM where this SIMD level has one (AVX2 and up). Below, the row kernels
- * read weights from memory faster (one sequential stream per weight row):
- * at 2 rows they took 115 vs 179 us on q_proj and 8.7 vs 13.4 ms on the
- * lm_head (AVX2). From 4 rows the GEMM won on every Qwen3-0.6B shape at
- * both AVX2 and AVX-512 (the row kernels re-read 4 activation rows per
- * weight row), at 3 they tied; rows as wide as down_proj's (K >= 3072:
- * GEMM_WIDE_K) go to the GEMM from 2 rows (243 vs 228 us AVX2, 276 vs 210
- * us AVX-512). Above GEMM_MAX_ROWS_*, OpenBLAS wins: with AVX-512 the GEMM
- * still won at 512 rows (94 vs 84 GFLOP/s per thread at 512 x 1024 x 1024)
- * but not at 2048 (the activations no longer fit the caches it re-reads
- * them from); with AVX2 it won at 128 rows (88 vs 75) and lost at 512 (81
- * vs 87). SMALL_M_MAX is then the row kernels' limit at the scalar level
- * only. Measured on Zen 4 with `nanovllm bench --matmul`
- * (NANOVLLM_BENCH_M=2,3,4,5,6 for the small counts); see cpu/PERFORMANCE.md. */
-#define GEMM_MIN_ROWS 4
-#define GEMM_MIN_ROWS_WIDE_K 2
-#define GEMM_WIDE_K 3072
+ * GEMM where this SIMD level has one (AVX2 and up). Since its weight
+ * prefetches go to L2 (cpu_simd.h), it reads weights at the memory rate
+ * from 1 row on: at 2 rows it tied or beat the row kernels on every
+ * Qwen3-0.6B shape at AVX2 and AVX-512 (down_proj 181 vs 266 us AVX2), from
+ * 3 rows it won everywhere (lm_head at 4 rows: 8.6 vs 14.1 ms AVX2), and at
+ * 1 row the two tie; the row kernels keep single rows. Above
+ * GEMM_MAX_ROWS_*, OpenBLAS wins: with AVX-512 the GEMM still won at 512
+ * rows (94 vs 84 GFLOP/s per thread at 512 x 1024 x 1024) but not at 2048
+ * (the activations no longer fit the caches it re-reads them from); with
+ * AVX2 it won at 128 rows (88 vs 75) and lost at 512 (81 vs 87).
+ * SMALL_M_MAX is then the row kernels' limit at the scalar level only.
+ * Measured on Zen 4 with `nanovllm bench --matmul` (NANOVLLM_BENCH_M=1,2,3,4
+ * for the small counts); see cpu/PERFORMANCE.md. */
+#define GEMM_MIN_ROWS 2
 #define GEMM_MAX_ROWS_AVX512 512
 #define GEMM_MAX_ROWS_AVX2 128
 
@@ -394,7 +391,7 @@ static int amx_tokens_per_task(int K) {
 MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
     if (M > AMX_MIN_ROWS && isa >= CPU_ISA_AMX && amx_supports(w)) return MATMUL_AMX;
     if (small_gemm_kernel(isa, w->type)) {
-        if (M < (w->cols >= GEMM_WIDE_K ? GEMM_MIN_ROWS_WIDE_K : GEMM_MIN_ROWS)) return MATMUL_ROWS;
+        if (M < GEMM_MIN_ROWS) return MATMUL_ROWS;
         int max = isa >= CPU_ISA_AVX512 ? GEMM_MAX_ROWS_AVX512 : GEMM_MAX_ROWS_AVX2;
         return M <= max ? MATMUL_GEMM : MATMUL_BLAS;
     }

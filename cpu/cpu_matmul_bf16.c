@@ -13,8 +13,8 @@
  * Loop order: activation rows in chunks that fit L2 (CHUNK_BYTES); within a
  * chunk, a task's weight rows NR at a time (a strip is read once from memory
  * or L3 and then stays in L1), every MR-row tile of the chunk over the whole
- * K; its second tile prefetches the next strip. Up to 4 rows (single-stream
- * and small decode batches) a task instead reads one weight row at a time as
+ * K; its second tile prefetches the next strip. For a single row
+ * (single-stream decode) a task instead reads one weight row at a time as
  * one sequential stream.
  */
 #include "cpu_matmul_bf16.h"
@@ -38,11 +38,13 @@
 #define CHUNK_BYTES (256 * 1024)
 
 /* Activation rows up to which a task reads its weight rows one at a time,
- * each as one sequential stream (as cpu_matmul.c's row kernels: the
- * prefetchers follow one stream best), instead of 4 rows side by side:
- * single-stream decode 27.4-43.0 against 23.2-23.8 tokens/s (`bench
- * --latency --input-len 16 --output-len 64`, alternating, 3 runs each). */
-#define ROW_STREAM_MAX_M 4
+ * each as one sequential stream (as cpu_matmul.c's row kernels), instead of
+ * 4 rows side by side: single-stream decode 27.4-43.0 against 23.2-23.8
+ * tokens/s (`bench --latency --input-len 16 --output-len 64`, alternating,
+ * 3 runs each; that was with L1 prefetches). With the prefetches into L2
+ * (cpu_simd.h) the tiles read as fast from 2 rows on and win from 3
+ * (`bench --matmul`, 4 rows: lm_head 6.9 vs 10.0 ms, down 177 vs 281 us). */
+#define ROW_STREAM_MAX_M 1
 
 /* Software prefetch distance of the one-row streams (as the row kernels). */
 #define ROW_PREFETCH_BYTES 1024
@@ -81,9 +83,9 @@ BF16 INLINE void tile(float *y, int ldy, const uint16_t *x, int ldx, const uint1
     for (; k + 32 <= K; k += 32) {
         if (pf == PF_AHEAD) {
             size_t off = wrap((size_t)k * 2 + PREFETCH_BYTES, K, nr);
-            UNROLL for (int j = 0; j < nr; j++) __builtin_prefetch((const char *)wr[j] + off, 0, 3);
+            UNROLL for (int j = 0; j < nr; j++) prefetch_weights((const char *)wr[j] + off);
         } else if (pf == PF_NEXT_STRIP) {
-            UNROLL for (int j = 0; j < nr; j++) __builtin_prefetch(wr[j] + (size_t)nr * K + k, 0, 3);
+            UNROLL for (int j = 0; j < nr; j++) prefetch_weights(wr[j] + (size_t)nr * K + k);
         }
         __m512i wv[NR];
         UNROLL for (int j = 0; j < nr; j++) wv[j] = _mm512_loadu_si512(wr[j] + k);
@@ -143,8 +145,8 @@ BF16 INLINE void row(float *y, int ldy, const uint16_t *x, int ldx, const uint16
     const uint16_t *wr = w + (size_t)n * K;
     int k = 0;
     for (; k + 64 <= K; k += 64) {
-        __builtin_prefetch((const char *)(wr + k) + ROW_PREFETCH_BYTES, 0, 3);
-        __builtin_prefetch((const char *)(wr + k) + ROW_PREFETCH_BYTES + 64, 0, 3);
+        prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES);
+        prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES + 64);
         UNROLL for (int u = 0; u < 2; u++) {
             __m512i wv = _mm512_loadu_si512(wr + k + 32 * u);
             UNROLL for (int m = 0; m < mb; m++)

@@ -82,12 +82,8 @@ Test(cpu_matmul_small, auto_choice) {
         if (has && isa < CPU_ISA_AMX) {
             cr_expect_eq(cpu_matmul_choose(16, &w, (CpuIsa)isa), MATMUL_GEMM, "%s",
                          cpu_isa_name((CpuIsa)isa));
-            /* From 4 rows (2 for rows as wide as down_proj's) the GEMM wins. */
-            Weight wide = {.data = NULL, .type = WEIGHT_BF16, .rows = 1024, .cols = 3072};
-            cr_expect_eq(cpu_matmul_choose(3, &w, (CpuIsa)isa), MATMUL_ROWS);
-            cr_expect_eq(cpu_matmul_choose(4, &w, (CpuIsa)isa), MATMUL_GEMM);
-            cr_expect_eq(cpu_matmul_choose(1, &wide, (CpuIsa)isa), MATMUL_ROWS);
-            cr_expect_eq(cpu_matmul_choose(2, &wide, (CpuIsa)isa), MATMUL_GEMM);
+            /* From 2 rows the GEMM reads weights at the memory rate too. */
+            cr_expect_eq(cpu_matmul_choose(2, &w, (CpuIsa)isa), MATMUL_GEMM);
         }
         /* Prefill-sized inputs stay with OpenBLAS or AMX. */
         cr_expect_eq(cpu_matmul_choose(4096, &w, (CpuIsa)isa) == MATMUL_GEMM, false);
