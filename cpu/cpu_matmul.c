@@ -613,6 +613,11 @@ CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error
     return mm;
 }
 
+const char *cpu_matmul_blas_core(void) {
+    const char *name = openblas_get_corename();
+    return name ? name : "unknown";
+}
+
 void cpu_matmul_destroy(CpuMatmul *mm) {
     if (!mm) return;
     if (mm->panels)

@@ -82,4 +82,9 @@ MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa);
 
 const char *matmul_strategy_name(MatmulStrategy s);
 
+/* The kernel family OpenBLAS chose for this CPU ("Haswell", "Cooperlake",
+ * ...). NANOVLLM_CPU_ISA does not reach it: OpenBLAS picks at load time,
+ * and only OPENBLAS_CORETYPE (read before main) overrides it. */
+const char *cpu_matmul_blas_core(void);
+
 #endif

@@ -482,9 +482,17 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
         return NULL;
     }
     r->base.options = o;
+    /* A level capped below the CPU's (NANOVLLM_CPU_ISA, to measure what an
+     * older CPU would do) does not cap OpenBLAS, which prefill and prefill
+     * attention also run: say so, since its kernels may then be wider. */
+    if (cpu_isa_active() < cpu_isa_detect() && !getenv("OPENBLAS_CORETYPE"))
+        log_info("warning: NANOVLLM_CPU_ISA=%s caps our kernels only; OpenBLAS runs its %s kernels "
+                 "(set OPENBLAS_CORETYPE, e.g. Haswell for AVX2, to cap it too)",
+                 cpu_isa_name(cpu_isa_active()), cpu_matmul_blas_core());
     snprintf(r->base.description, sizeof r->base.description,
-             "cpu (%d threads, %s kernels), %s matmul inputs, %s weights %s, %s KV cache",
-             o.num_threads, cpu_isa_name(cpu_isa_active()), o.dtype == COMPUTE_BF16 ? "bf16" : "float32",
+             "cpu (%d threads, %s kernels, OpenBLAS %s), %s matmul inputs, %s weights %s, %s KV cache",
+             o.num_threads, cpu_isa_name(cpu_isa_active()), cpu_matmul_blas_core(),
+             o.dtype == COMPUTE_BF16 ? "bf16" : "float32",
              model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32",
              r->weights.memory ? "in huge pages" : "mapped in place",
              r->kv_bf16 ? "bf16" : "float32");

@@ -11,7 +11,9 @@
 #   scripts/bench_cpu_decode.sh [MODEL_DIR] [extra runner flags, e.g. --kv-cache-dtype float32]
 #
 # Environment: ROUNDS (default 3), THREADS (default: one per core), NANOVLLM
-# (default build/nanovllm). MODEL_DIR defaults to build/qwen3-0.6b-random,
+# (default build/nanovllm). To measure what an AVX2-only CPU would do on a
+# newer one, cap both our kernels and OpenBLAS's (prefill, prefill
+# attention): NANOVLLM_CPU_ISA=avx2 OPENBLAS_CORETYPE=Haswell. MODEL_DIR defaults to build/qwen3-0.6b-random,
 # generated on first use with ../shared/tools/make_random_qwen3.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
