@@ -37,15 +37,6 @@
  * task's weight rows pass (Zen 4 and Sapphire Rapids have 1-2 MiB of L2). */
 #define CHUNK_BYTES (256 * 1024)
 
-/* Activation rows up to which a task reads its weight rows one at a time,
- * each as one sequential stream (as cpu_matmul.c's row kernels), instead of
- * 4 rows side by side: single-stream decode 27.4-43.0 against 23.2-23.8
- * tokens/s (`bench --latency --input-len 16 --output-len 64`, alternating,
- * 3 runs each; that was with L1 prefetches). With the prefetches into L2
- * (cpu_simd.h) the tiles read as fast from 2 rows on and win from 3
- * (`bench --matmul`, 4 rows: lm_head 6.9 vs 10.0 ms, down 177 vs 281 us). */
-#define ROW_STREAM_MAX_M 1
-
 /* Software prefetch distance of the one-row streams (as the row kernels). */
 #define ROW_PREFETCH_BYTES 1024
 
@@ -135,45 +126,37 @@ BF16 INLINE void strip(float *y, int ldy, const uint16_t *x, int ldx, int M, con
     }
 }
 
-/* One weight row n against mb (1..4) activation rows, read as one sequential
- * stream, 64 values per step into 2 x mb accumulators. */
-BF16 INLINE void row(float *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int K, int n,
-                     int mb) {
-    __m512 acc[2][4];
-    UNROLL for (int u = 0; u < 2; u++)
-        UNROLL for (int m = 0; m < mb; m++) acc[u][m] = _mm512_setzero_ps();
+/* One weight row n against the single activation row, read as one
+ * sequential stream, 64 values per step into 2 accumulators. */
+BF16 INLINE void row(float *y, const uint16_t *x, const uint16_t *w, int K, int n) {
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const uint16_t *wr = w + (size_t)n * K;
     int k = 0;
     for (; k + 64 <= K; k += 64) {
         prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES);
         prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES + 64);
-        UNROLL for (int u = 0; u < 2; u++) {
-            __m512i wv = _mm512_loadu_si512(wr + k + 32 * u);
-            UNROLL for (int m = 0; m < mb; m++)
-                acc[u][m] = dot(acc[u][m], _mm512_loadu_si512(x + (size_t)m * ldx + k + 32 * u), wv);
-        }
+        UNROLL for (int u = 0; u < 2; u++)
+            acc[u] = dot(acc[u], _mm512_loadu_si512(x + k + 32 * u), _mm512_loadu_si512(wr + k + 32 * u));
     }
     for (; k < K; k += 32) {
         __mmask32 mk = K - k >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << (K - k)) - 1);
-        __m512i wv = _mm512_maskz_loadu_epi16(mk, wr + k);
-        UNROLL for (int m = 0; m < mb; m++)
-            acc[0][m] = dot(acc[0][m], _mm512_maskz_loadu_epi16(mk, x + (size_t)m * ldx + k), wv);
+        acc[0] = dot(acc[0], _mm512_maskz_loadu_epi16(mk, x + k), _mm512_maskz_loadu_epi16(mk, wr + k));
     }
-    UNROLL for (int m = 0; m < mb; m++)
-        y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
+    y[n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
 }
 
 BF16 static void dot_avx512bf16(float *y, int ldy, const uint16_t *x, int ldx, int M,
                                 const uint16_t *w, int K, int n0, int n1) {
-    if (M <= ROW_STREAM_MAX_M) {
-        for (int n = n0; n < n1; n++) {
-            switch (M) {
-            case 4: row(y, ldy, x, ldx, w, K, n, 4); break;
-            case 3: row(y, ldy, x, ldx, w, K, n, 3); break;
-            case 2: row(y, ldy, x, ldx, w, K, n, 2); break;
-            default: row(y, ldy, x, ldx, w, K, n, 1); break;
-            }
-        }
+    /* A single row (single-stream decode) reads each weight row as one
+     * sequential stream (as cpu_matmul.c's row kernels): 27.4-43.0 against
+     * 23.2-23.8 tokens/s for 4 rows side by side (`bench --latency
+     * --input-len 16 --output-len 64`, alternating, 3 runs each, with L1
+     * prefetches then). Up to 4 rows took that path too until the
+     * prefetches went to L2 (cpu_simd.h): since, the tiles read as fast from
+     * 2 rows and win from 3 (`bench --matmul`, 4 rows: lm_head 6.9 vs 10.0
+     * ms, down 177 vs 281 us). */
+    if (M == 1) {
+        for (int n = n0; n < n1; n++) row(y, x, w, K, n);
         return;
     }
     int chunk = CHUNK_BYTES / (2 * (K > 0 ? K : 1)) / MR * MR;
