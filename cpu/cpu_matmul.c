@@ -43,10 +43,15 @@
 /* Activation rows [GEMM_MIN_ROWS, GEMM_MAX_ROWS_*] go to the small-batch
  * GEMM where this SIMD level has one (AVX2 and up). Since its weight
  * prefetches go to L2 (cpu_simd.h), it reads weights at the memory rate
- * from 1 row on: at 2 rows it tied or beat the row kernels on every
+ * from 1 row on: at 1 row it ties or beats the row kernels (AVX-512,
+ * `NANOVLLM_BENCH_M=1 bench --matmul`: lm_head 9.4-9.7 vs 9.9-10.1 ms,
+ * gate/up 184-195 vs 197-207 us), at 2 it tied or beat them on every
  * Qwen3-0.6B shape at AVX2 and AVX-512 (down_proj 181 vs 266 us AVX2), from
- * 3 rows it won everywhere (lm_head at 4 rows: 8.6 vs 14.1 ms AVX2), and at
- * 1 row the two tie; the row kernels keep single rows. Above
+ * 3 rows it won everywhere (lm_head at 4 rows: 8.6 vs 14.1 ms AVX2). Taking
+ * single rows too makes a row's result independent of the batch it is in
+ * (the GEMM sums each output in one order whatever the row count): a
+ * greedy request gives the same text alone as beside other requests. The
+ * row kernels keep the scalar level and forced strategies. Above
  * GEMM_MAX_ROWS_*, OpenBLAS wins: with AVX-512 the GEMM still won at 512
  * rows (94 vs 84 GFLOP/s per thread at 512 x 1024 x 1024) but not at 2048
  * (the activations no longer fit the caches it re-reads them from); with
@@ -54,7 +59,7 @@
  * SMALL_M_MAX is then the row kernels' limit at the scalar level only.
  * Measured on Zen 4 with `nanovllm bench --matmul` (NANOVLLM_BENCH_M=1,2,3,4
  * for the small counts); see cpu/PERFORMANCE.md. */
-#define GEMM_MIN_ROWS 2
+#define GEMM_MIN_ROWS 1
 #define GEMM_MAX_ROWS_AVX512 512
 #define GEMM_MAX_ROWS_AVX2 128
 

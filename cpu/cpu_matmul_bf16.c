@@ -94,12 +94,14 @@ BF16 INLINE void tile(float *y, int ldy, const uint16_t *x, int ldx, const uint1
             UNROLL for (int j = 0; j < nr; j++) acc[i][j] = dot(acc[i][j], xv, wv[j]);
         }
     }
+    /* One reduction tree for every output (row() uses it too): a row's
+     * results do not depend on how many rows share the call. */
+    UNROLL for (int j = nr; j < NR; j++)
+        UNROLL for (int i = 0; i < mr; i++) acc[i][j] = _mm512_setzero_ps();
     UNROLL for (int i = 0; i < mr; i++) {
-        if (nr == NR) {
-            _mm_storeu_ps(y + (size_t)i * ldy + n, reduce4_512(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-        } else {
-            UNROLL for (int j = 0; j < nr; j++) y[(size_t)i * ldy + n + j] = _mm512_reduce_add_ps(acc[i][j]);
-        }
+        float sums[NR];
+        _mm_storeu_ps(sums, reduce4_512(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+        UNROLL for (int j = 0; j < nr; j++) y[(size_t)i * ldy + n + j] = sums[j];
     }
 }
 
@@ -127,22 +129,26 @@ BF16 INLINE void strip(float *y, int ldy, const uint16_t *x, int ldx, int M, con
 }
 
 /* One weight row n against the single activation row, read as one
- * sequential stream, 64 values per step into 2 accumulators. */
+ * sequential stream. Its sums are the tiles' to the bit: one accumulator
+ * over 32 values per step, the same masked tail, the same reduction. (One
+ * dependency chain per row; the out-of-order window overlaps the next
+ * rows', and the read of the row is the limit anyway.) */
 BF16 INLINE void row(float *y, const uint16_t *x, const uint16_t *w, int K, int n) {
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 acc = _mm512_setzero_ps(), zero = _mm512_setzero_ps();
     const uint16_t *wr = w + (size_t)n * K;
     int k = 0;
-    for (; k + 64 <= K; k += 64) {
-        prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES);
-        prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES + 64);
-        UNROLL for (int u = 0; u < 2; u++)
-            acc[u] = dot(acc[u], _mm512_loadu_si512(x + k + 32 * u), _mm512_loadu_si512(wr + k + 32 * u));
+    for (; k + 32 <= K; k += 32) {
+        if ((k & 63) == 0) {
+            prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES);
+            prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES + 64);
+        }
+        acc = dot(acc, _mm512_loadu_si512(x + k), _mm512_loadu_si512(wr + k));
     }
-    for (; k < K; k += 32) {
-        __mmask32 mk = K - k >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << (K - k)) - 1);
-        acc[0] = dot(acc[0], _mm512_maskz_loadu_epi16(mk, x + k), _mm512_maskz_loadu_epi16(mk, wr + k));
+    if (k < K) {
+        __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
+        acc = dot(acc, _mm512_maskz_loadu_epi16(m, x + k), _mm512_maskz_loadu_epi16(m, wr + k));
     }
-    y[n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+    y[n] = _mm_cvtss_f32(reduce4_512(acc, zero, zero, zero));
 }
 
 BF16 static void dot_avx512bf16(float *y, int ldy, const uint16_t *x, int ldx, int M,

@@ -4,7 +4,8 @@
  * count 1..70 (all tile remainders of 6- and 4-row tiles), K and N that are
  * not multiples of the 16/8-lane vectors or the 4/2-row strips, bf16 and f32
  * weights, at every SIMD level this machine can run; plus the automatic
- * choice, cpu_matmul_multi and cpu_matmul_grouped going through it.
+ * choice, cpu_matmul_multi and cpu_matmul_grouped going through it, and
+ * rows whose results do not depend on the batch they are in.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -78,11 +79,12 @@ Test(cpu_matmul_small, auto_choice) {
     for (int isa = CPU_ISA_SCALAR; isa <= (int)cpu_isa_detect(); isa++) {
         bool has = small_gemm_kernel((CpuIsa)isa, WEIGHT_BF16) != NULL;
         cr_expect_eq(has, isa >= CPU_ISA_AVX2);
-        cr_expect_eq(cpu_matmul_choose(1, &w, (CpuIsa)isa), MATMUL_ROWS);
+        /* From 1 row: the GEMM reads weights at the memory rate, and one
+         * kernel for every decode batch keeps a row's sums batch-independent. */
+        cr_expect_eq(cpu_matmul_choose(1, &w, (CpuIsa)isa), has ? MATMUL_GEMM : MATMUL_ROWS);
         if (has && isa < CPU_ISA_AMX) {
             cr_expect_eq(cpu_matmul_choose(16, &w, (CpuIsa)isa), MATMUL_GEMM, "%s",
                          cpu_isa_name((CpuIsa)isa));
-            /* From 2 rows the GEMM reads weights at the memory rate too. */
             cr_expect_eq(cpu_matmul_choose(2, &w, (CpuIsa)isa), MATMUL_GEMM);
         }
         /* Prefill-sized inputs stay with OpenBLAS or AMX. */
@@ -92,7 +94,7 @@ Test(cpu_matmul_small, auto_choice) {
 
 /* cpu_matmul_multi and cpu_matmul_grouped reach the same kernel: q/k/v-like
  * products sharing one input, and MoE-like products with their own inputs
- * and row counts (1 row: row kernels; the others: gemm) in one loop. */
+ * and row counts (all on the gemm, 1 row included) in one loop. */
 Test(cpu_matmul_small, multi_and_grouped) {
     Error err = {0};
     ThreadPool *pool = thread_pool_create(2, &err);
@@ -127,6 +129,58 @@ Test(cpu_matmul_small, multi_and_grouped) {
         free(x[i]);
         free(y[i]);
     }
+    cpu_matmul_destroy(mm);
+    thread_pool_destroy(pool);
+}
+
+/* A row's result does not depend on how many rows share the call (up to the
+ * GEMM's limit; above it OpenBLAS takes over): the same inputs alone and at
+ * every position of batches of 2..70, bit for bit, for both weight types,
+ * float32 and bf16 inputs, at every level with a GEMM (AMX, which takes
+ * batches from 4 rows, excepted). That is what lets a greedy request give the
+ * same text whether the server runs it alone or beside others. */
+Test(cpu_matmul_small, rows_do_not_depend_on_the_batch, .timeout = 300) {
+    enum { MAXM = 70, N = 303, K = 1037 };
+    Error err = {0};
+    ThreadPool *pool = thread_pool_create(2, &err);
+    cr_assert(pool, "%s", err.msg);
+    CpuMatmul *mm = cpu_matmul_create(pool, MAXM, K, &err);
+    cr_assert(mm, "%s", err.msg);
+    float *x = malloc(sizeof(float) * MAXM * K), *alone = malloc(sizeof(float) * MAXM * N),
+          *batch = malloc(sizeof(float) * MAXM * N);
+    cr_assert(x && alone && batch);
+    for (size_t i = 0; i < (size_t)MAXM * K; i++) x[i] = matmul_uniform();
+    static const int batches[] = {2, 3, 4, 5, 7, 13, 24, 64, 70};
+    CpuIsa top = cpu_isa_detect() >= CPU_ISA_AMX ? CPU_ISA_AVX512_BF16 : cpu_isa_detect();
+    int checked = 0;
+    for (int isa = CPU_ISA_AVX2; isa <= (int)top; isa++) {
+        for (int t = 0; t < 2; t++) {
+            TestWeight w = make_test_weight(N, K, (WeightType)t);
+            for (int bf16_inputs = 0; bf16_inputs < 2; bf16_inputs++) {
+                cpu_matmul_set_bf16_inputs(mm, bf16_inputs);
+                for (int m = 0; m < MAXM; m++)
+                    cpu_matmul_with(mm, alone + (size_t)m * N, x + (size_t)m * K, 1, &w.w, MATMUL_AUTO, (CpuIsa)isa);
+                for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+                    int M = batches[b];
+                    for (int m0 = 0; m0 + M <= MAXM; m0 += M) {
+                        cpu_matmul_with(mm, batch, x + (size_t)m0 * K, M, &w.w, MATMUL_AUTO, (CpuIsa)isa);
+                        cr_assert(memcmp(batch, alone + (size_t)m0 * N, sizeof(float) * (size_t)M * N) == 0,
+                                  "%s %s weights, %s inputs: rows %d..%d in a batch of %d differ from "
+                                  "the same rows alone",
+                                  cpu_isa_name((CpuIsa)isa), t ? "f32" : "bf16", bf16_inputs ? "bf16" : "f32",
+                                  m0, m0 + M - 1, M);
+                        checked++;
+                    }
+                }
+            }
+            free_test_weight(&w);
+        }
+    }
+    cr_log_info("batch independence: %d batches checked bit for bit", checked);
+    cpu_matmul_set_bf16_inputs(mm, false);
+    free(x);
+    free(alone);
+    free(batch);
     cpu_matmul_destroy(mm);
     thread_pool_destroy(pool);
 }
