@@ -5,11 +5,19 @@
  * task gathers its queries - every query head of the KV head's group, for
  * each token of the tile - into one matrix, then walks the context one KV
  * block at a time: S = scale * Q K^T (sgemm straight from the cache block,
- * whose rows are num_kv_heads * head_dim apart), causal mask, running
+ * where a head's rows are adjacent), causal mask, running
  * max/sum rescaling (flash-attention's online softmax), O += P V. The score
  * matrix never exceeds one block, whatever the context length, and each K/V
  * block is read once per tile rather than once per query. A bf16 cache is
  * widened block by block into per-thread float32 scratch for sgemm.
+ *
+ * Under bf16 matmul inputs (cpu_attention_set_bf16_inputs, --dtype
+ * bfloat16) with a bf16 cache, Q and the softmax's P are rounded to bf16 at
+ * the two products' inputs, as a GPU's flash attention does: with
+ * AVX512-BF16 both products run on cpu_matmul_bf16's kernel straight from the
+ * cache (twice the float32 FMA rate, nothing widened; the V block is
+ * transposed so that its keys run along the kernel's K); without it sgemm
+ * gets the same rounded inputs, so every ISA computes the same products.
  *
  * A tile of one token (decode) goes to cpu_attention_decode.c instead: at
  * G = 2 rows sgemm's per-call overhead dominates, and its kernels read the
@@ -18,6 +26,7 @@
 #include "cpu_attention.h"
 
 #include "cpu_attention_decode.h"
+#include "cpu_matmul_bf16.h"
 #include "cpu_ops.h"
 #include "engine/base/cpu_isa.h"
 #include "engine/base/half.h"
@@ -27,6 +36,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* Query rows (tokens x heads of a group) per task. */
 #define TILE_ROWS 128
@@ -45,12 +58,18 @@ typedef struct ThreadScratch {
     float *acc;    /* [rows, head_dim] */
     float *row_max, *row_sum;
     float *k_wide, *v_wide; /* [block_size, head_dim]: a bf16 block widened for sgemm */
+    /* bf16 inputs with AVX512-BF16 */
+    uint16_t *q_bf16;   /* [rows, head_dim] */
+    uint16_t *p_bf16;   /* [rows, block_size] */
+    uint16_t *v_t;      /* [head_dim, block_size]: the V block transposed */
+    float *pv;          /* [rows, head_dim]: one block's P V */
 } ThreadScratch;
 
 struct CpuAttention {
     ThreadPool *pool;
     AttentionShape shape;
     bool kv_bf16;      /* the cache holds bf16 */
+    bool bf16_inputs;  /* round Q and P to bf16 (cpu_attention_set_bf16_inputs) */
     int group;         /* query heads per KV head */
     int tile_tokens;   /* query tokens per task */
     int max_rows;      /* tile_tokens * group */
@@ -63,12 +82,46 @@ struct CpuAttention {
     const void *k_cache, *v_cache;
     const RunnerBatch *batch;
     CpuIsa isa;
+    Bf16DotKernel bf16_dot; /* under bf16 inputs where the CPU has it, else NULL */
 };
 
-/* Rows [0, n) of one KV head in a bf16 cache block, as float32 [n, D]. */
-static void widen_rows(float *dst, const uint16_t *src, int n, int D, size_t stride) {
-    for (int j = 0; j < n; j++)
-        for (int d = 0; d < D; d++) dst[(size_t)j * D + d] = bf16_to_f32(src[(size_t)j * stride + d]);
+/* Rows [0, n) of one KV head in a bf16 cache block (adjacent: head-major
+ * blocks), as float32 [n, D]. */
+static void widen_rows(float *dst, const uint16_t *src, int n, int D) {
+    for (size_t i = 0; i < (size_t)n * D; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+/* dst[d * n + j] = src[j * D + d]: a head's V rows [n, D] of a bf16 block
+ * with the keys along rows, for the bf16 kernel's K. 8 x 8 blocks through
+ * SSE2 (baseline x86-64) where the sizes allow; a scalar loop otherwise. */
+static void transpose_bf16(uint16_t *dst, const uint16_t *src, int n, int D) {
+    int j = 0;
+#if defined(__x86_64__)
+    if (D % 8 == 0) {
+        for (; j + 8 <= n; j += 8) {
+            for (int d = 0; d < D; d += 8) {
+                __m128i r[8], t[8];
+                for (int i = 0; i < 8; i++) r[i] = _mm_loadu_si128((const __m128i *)(src + (size_t)(j + i) * D + d));
+                for (int i = 0; i < 4; i++) {
+                    t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+                    t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+                }
+                /* t: pairs of rows interleaved; then pairs of pairs, then quads */
+                __m128i u[8] = {_mm_unpacklo_epi32(t[0], t[2]), _mm_unpackhi_epi32(t[0], t[2]),
+                                _mm_unpacklo_epi32(t[1], t[3]), _mm_unpackhi_epi32(t[1], t[3]),
+                                _mm_unpacklo_epi32(t[4], t[6]), _mm_unpackhi_epi32(t[4], t[6]),
+                                _mm_unpacklo_epi32(t[5], t[7]), _mm_unpackhi_epi32(t[5], t[7])};
+                for (int i = 0; i < 4; i++) {
+                    uint16_t *o = dst + (size_t)(d + 2 * i) * n + j;
+                    _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(u[i], u[i + 4]));
+                    _mm_storeu_si128((__m128i *)(o + n), _mm_unpackhi_epi64(u[i], u[i + 4]));
+                }
+            }
+        }
+    }
+#endif
+    for (; j < n; j++)
+        for (int d = 0; d < D; d++) dst[(size_t)d * n + j] = src[(size_t)j * D + d];
 }
 
 /* A one-token tile: the decode kernels over the whole context. */
@@ -85,13 +138,51 @@ static void attend_decode(CpuAttention *a, const AttnTask *t, ThreadScratch *s) 
     decode_finish(a->out + q_off, D, &part, 1, G, D);
 }
 
+/* scores [rows, n] = scale * Q K^T over the n keys of the block at `base`
+ * (element offset of this head's rows). */
+static void block_scores(CpuAttention *a, ThreadScratch *s, int rows, size_t base, int n) {
+    int D = a->shape.head_dim;
+    float scale = 1.0f / sqrtf((float)D);
+    if (a->bf16_dot) {
+        a->bf16_dot(s->scores, n, s->q_bf16, D, rows, (const uint16_t *)a->k_cache + base, D, 0, n);
+        for (size_t i = 0; i < (size_t)rows * n; i++) s->scores[i] *= scale;
+        return;
+    }
+    const float *k = (const float *)a->k_cache + base;
+    if (a->kv_bf16) {
+        widen_rows(s->k_wide, (const uint16_t *)a->k_cache + base, n, D);
+        k = s->k_wide;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, D, scale, s->q, D, k, D, 0.0f,
+                s->scores, n);
+}
+
+/* acc [rows, D] += P V, P = the block's softmax weights in scores [rows, n]. */
+static void block_values(CpuAttention *a, ThreadScratch *s, int rows, size_t base, int n) {
+    int D = a->shape.head_dim;
+    if (a->bf16_dot) {
+        bf16_round_rows(a->isa, s->p_bf16, s->scores, (size_t)rows * n);
+        transpose_bf16(s->v_t, (const uint16_t *)a->v_cache + base, n, D);
+        a->bf16_dot(s->pv, D, s->p_bf16, n, rows, s->v_t, n, 0, D);
+        for (size_t i = 0; i < (size_t)rows * D; i++) s->acc[i] += s->pv[i];
+        return;
+    }
+    const float *v = (const float *)a->v_cache + base;
+    if (a->kv_bf16) {
+        widen_rows(s->v_wide, (const uint16_t *)a->v_cache + base, n, D);
+        v = s->v_wide;
+        if (a->bf16_inputs) bf16_round_in_f32(s->scores, s->scores, (size_t)rows * n);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, n, 1.0f, s->scores, n, v, D,
+                1.0f, s->acc, D);
+}
+
 static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
     const AttentionShape *sh = &a->shape;
     const RunnerSeq *seq = &a->batch->seqs[t->seq];
     int D = sh->head_dim, G = a->group, bs = sh->block_size;
-    int q_stride = sh->num_heads * D, kv_stride = D; /* head-major blocks: a head's rows are adjacent */
+    int q_stride = sh->num_heads * D;
     int rows = t->tile_len * G;
-    float scale = 1.0f / sqrtf((float)D);
 
     /* Row r = (token r / G, head kv_head * G + r % G): a group's heads are
      * adjacent in q, so each token contributes G * D contiguous floats. */
@@ -99,6 +190,8 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
         const float *src = a->q + (size_t)(t->token0 + t->tile0 + i) * q_stride + (size_t)t->kv_head * G * D;
         memcpy(s->q + (size_t)i * G * D, src, sizeof(float) * (size_t)G * D);
     }
+    if (a->bf16_dot) bf16_round_rows(a->isa, s->q_bf16, s->q, (size_t)rows * D);
+    else if (a->bf16_inputs && a->kv_bf16) bf16_round_in_f32(s->q, s->q, (size_t)rows * D);
     for (int r = 0; r < rows; r++) {
         s->row_max[r] = -INFINITY;
         s->row_sum[r] = 0.0f;
@@ -111,21 +204,7 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
         int key0 = kb * bs;
         int n = last_pos + 1 - key0 < bs ? last_pos + 1 - key0 : bs;
         size_t base = ((size_t)seq->block_table[kb] * sh->num_kv_heads + t->kv_head) * bs * D;
-        const float *kb_rows, *vb_rows;
-        int ld;
-        if (a->kv_bf16) {
-            widen_rows(s->k_wide, (const uint16_t *)a->k_cache + base, n, D, (size_t)kv_stride);
-            widen_rows(s->v_wide, (const uint16_t *)a->v_cache + base, n, D, (size_t)kv_stride);
-            kb_rows = s->k_wide;
-            vb_rows = s->v_wide;
-            ld = D;
-        } else {
-            kb_rows = (const float *)a->k_cache + base;
-            vb_rows = (const float *)a->v_cache + base;
-            ld = kv_stride;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, D, scale, s->q, D, kb_rows,
-                    ld, 0.0f, s->scores, n);
+        block_scores(a, s, rows, base, n);
         for (int r = 0; r < rows; r++) {
             float *sc = s->scores + (size_t)r * n;
             int visible = first_pos + r / G - key0 + 1; /* keys this query may see */
@@ -146,8 +225,7 @@ static void attend_tile(CpuAttention *a, const AttnTask *t, ThreadScratch *s) {
                 for (int d = 0; d < D; d++) acc[d] *= correction;
             }
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, n, 1.0f, s->scores, n,
-                    vb_rows, ld, 1.0f, s->acc, D);
+        block_values(a, s, rows, base, n);
     }
 
     for (int i = 0; i < t->tile_len; i++) {
@@ -171,6 +249,7 @@ static void attention_task(void *ctx, int task, int thread) {
 void cpu_attention(CpuAttention *a, float *out, const float *q, const void *k_cache,
                    const void *v_cache, const RunnerBatch *batch) {
     a->isa = cpu_isa_active();
+    a->bf16_dot = a->bf16_inputs && a->kv_bf16 ? bf16_dot_kernel(a->isa) : NULL;
     a->out = out;
     a->q = q;
     a->k_cache = k_cache;
@@ -225,7 +304,11 @@ CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bo
         if (ok && kv_bf16) {
             s->k_wide = malloc(sizeof(float) * (size_t)shape.block_size * D);
             s->v_wide = malloc(sizeof(float) * (size_t)shape.block_size * D);
-            ok = s->k_wide && s->v_wide;
+            s->q_bf16 = malloc(sizeof(uint16_t) * rows * D);
+            s->p_bf16 = malloc(sizeof(uint16_t) * rows * (size_t)shape.block_size);
+            s->v_t = malloc(sizeof(uint16_t) * D * (size_t)shape.block_size);
+            s->pv = malloc(sizeof(float) * rows * D);
+            ok = s->k_wide && s->v_wide && s->q_bf16 && s->p_bf16 && s->v_t && s->pv;
         }
     }
     if (!ok) {
@@ -235,6 +318,8 @@ CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bo
     }
     return a;
 }
+
+void cpu_attention_set_bf16_inputs(CpuAttention *a, bool on) { a->bf16_inputs = on; }
 
 void cpu_attention_destroy(CpuAttention *a) {
     if (!a) return;
@@ -248,6 +333,10 @@ void cpu_attention_destroy(CpuAttention *a) {
             free(s->row_sum);
             free(s->k_wide);
             free(s->v_wide);
+            free(s->q_bf16);
+            free(s->p_bf16);
+            free(s->v_t);
+            free(s->pv);
         }
     }
     free(a->scratch);

@@ -30,6 +30,12 @@ CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bo
                                       int max_num_seqs, int max_num_tokens, Error *err);
 void cpu_attention_destroy(CpuAttention *a);
 
+/* Rounds the query and the softmax weights of prefill tiles to bf16 at the
+ * products' inputs (--dtype bfloat16) over a bf16 cache. A float32 cache
+ * and decode tokens (bound by reading the cache, not by multiplies) stay
+ * exact. */
+void cpu_attention_set_bf16_inputs(CpuAttention *a, bool on);
+
 /* out[T, num_heads * head_dim] for the batch's T new tokens (in batch order),
  * from q[T, num_heads * head_dim] (normed and rotated) and the layer's caches
  * k_cache, v_cache [num_blocks, num_kv_heads, block_size, head_dim] (head-major

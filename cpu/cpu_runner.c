@@ -475,6 +475,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
     if (r->matmul)
         r->attention = cpu_attention_create_kv(r->pool, shape, r->kv_bf16, o.max_num_seqs, (int)T, err);
+    if (r->attention) cpu_attention_set_bf16_inputs(r->attention, o.dtype == COMPUTE_BF16);
     if (r->matmul && r->attention && c->num_experts > 0)
         r->moe = cpu_moe_create(r->pool, r->matmul, c, (int)T, err);
     if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) {

@@ -3,7 +3,8 @@
  * caches: the one-token (decode) kernels of cpu_attention_decode.h at every
  * SIMD level this machine runs, against the scalar reference and a float64
  * one, at odd sizes; split key ranges merged as one; and cpu_attention()
- * over a bf16 cache with prefill and decode sequences in one batch. (Kept
+ * over a bf16 cache with prefill and decode sequences in one batch, exact
+ * and with bf16 inputs (--dtype bfloat16) at every level. (Kept
  * apart from test_cpu_kernels.c, which covers the matmuls.)
  */
 #include <criterion/criterion.h>
@@ -172,53 +173,131 @@ Test(cpu_attention, decode_kernels_every_isa) {
     cpu_isa_set(best);
 }
 
+/* A batch of prefill tiles and decode sequences over a bf16 cache. */
+enum { MB_HEADS = 8, MB_KV_HEADS = 2, MB_BLOCKS = 64, MB_S = 4 };
+typedef struct MixedBatch {
+    int D, bs, T;
+    Cache c;
+    int32_t tables[MB_S][17];
+    RunnerSeq seqs[MB_S];
+    RunnerBatch batch;
+    float *q;
+} MixedBatch;
+
+static const int MB_STARTS[MB_S] = {0, 37, 100, 250}, MB_LENS[MB_S] = {70, 1, 33, 1};
+static int32_t mb_dummy_tokens[256];
+
+static MixedBatch *mixed_batch_create(int D, int bs) {
+    MixedBatch *m = calloc(1, sizeof *m);
+    cr_assert(m);
+    m->D = D;
+    m->bs = bs;
+    m->c = make_cache((size_t)MB_BLOCKS * bs * MB_KV_HEADS * D);
+    int blocks_used = 17; /* 320 tokens of context at block size 16 */
+    for (int s = 0; s < MB_S; s++) {
+        for (int b = 0; b < blocks_used; b++) m->tables[s][b] = (int32_t)((s * 17 + b) * 7 % MB_BLOCKS);
+        m->seqs[s] = (RunnerSeq){.tokens = mb_dummy_tokens, .num_tokens = MB_LENS[s], .start_pos = MB_STARTS[s],
+                                 .block_table = m->tables[s], .num_blocks = blocks_used, .compute_logits = true};
+        m->T += MB_LENS[s];
+    }
+    m->batch = (RunnerBatch){.seqs = m->seqs, .num_seqs = MB_S};
+    m->q = malloc(sizeof(float) * (size_t)m->T * MB_HEADS * D);
+    cr_assert(m->q);
+    for (size_t i = 0; i < (size_t)m->T * MB_HEADS * D; i++) m->q[i] = 3 * uniform();
+    return m;
+}
+
+static void mixed_batch_destroy(MixedBatch *m) {
+    free_cache(&m->c);
+    free(m->q);
+    free(m);
+}
+
+/* out [T, heads * D] of cpu_attention() on the batch at the active ISA. */
+static void mixed_batch_run(const MixedBatch *m, bool bf16_inputs, float *out) {
+    Error err = {0};
+    ThreadPool *pool = thread_pool_create(2, &err);
+    cr_assert(pool, "%s", err.msg);
+    AttentionShape shape = {MB_HEADS, MB_KV_HEADS, m->D, m->bs};
+    CpuAttention *a = cpu_attention_create_kv(pool, shape, true, MB_S, 256, &err);
+    cr_assert(a, "%s", err.msg);
+    cpu_attention_set_bf16_inputs(a, bf16_inputs);
+    cpu_attention(a, out, m->q, m->c.kb, m->c.vb, &m->batch);
+    cpu_attention_destroy(a);
+    thread_pool_destroy(pool);
+}
+
+/* Largest difference of out from float64 attention on the widened cache. */
+static double mixed_batch_error(const MixedBatch *m, const float *out) {
+    int D = m->D, G = MB_HEADS / MB_KV_HEADS, t = 0;
+    double *want = malloc(sizeof(double) * (size_t)G * D), worst = 0;
+    cr_assert(want);
+    for (int s = 0; s < MB_S; s++) {
+        for (int i = 0; i < MB_LENS[s]; i++, t++) {
+            for (int h = 0; h < MB_KV_HEADS; h++) {
+                const float *qh = m->q + ((size_t)t * MB_HEADS + (size_t)h * G) * D;
+                reference(want, qh, &m->c, m->tables[s], MB_STARTS[s] + i + 1, m->bs, MB_KV_HEADS, h, G, D);
+                for (int k = 0; k < G * D; k++)
+                    worst = fmax(worst, fabs(want[k] - out[((size_t)t * MB_HEADS + (size_t)h * G) * D + k]));
+            }
+        }
+    }
+    free(want);
+    return worst;
+}
+
 /* cpu_attention() over a bf16 cache: prefill tiles (sgemm on widened
  * blocks) and decode sequences (the kernels above) in one batch, against
  * float64 on the widened values. */
 Test(cpu_attention, paged_bf16_cache_mixed_batch) {
-    enum { HEADS = 8, KV_HEADS = 2, D = 128, BS = 16, BLOCKS = 64, S = 4 };
-    Error err = {0};
-    ThreadPool *pool = thread_pool_create(2, &err);
-    cr_assert(pool, "%s", err.msg);
-    AttentionShape shape = {HEADS, KV_HEADS, D, BS};
-    CpuAttention *a = cpu_attention_create_kv(pool, shape, true, S, 256, &err);
-    cr_assert(a, "%s", err.msg);
-    Cache c = make_cache((size_t)BLOCKS * BS * KV_HEADS * D);
-    int starts[S] = {0, 37, 100, 250}, lens[S] = {70, 1, 33, 1};
-    int32_t tables[S][17];
-    for (int s = 0; s < S; s++)
-        for (int b = 0; b < 17; b++) tables[s][b] = (int32_t)((s * 17 + b) * 7 % BLOCKS);
-    RunnerSeq seqs[S];
-    int32_t dummy[256] = {0};
-    int T = 0;
-    for (int s = 0; s < S; s++) {
-        seqs[s] = (RunnerSeq){.tokens = dummy, .num_tokens = lens[s], .start_pos = starts[s], .block_table = tables[s], .num_blocks = 17, .compute_logits = true};
-        T += lens[s];
-    }
-    RunnerBatch batch = {.seqs = seqs, .num_seqs = S};
-    float *q = malloc(sizeof(float) * (size_t)T * HEADS * D);
-    float *out = malloc(sizeof(float) * (size_t)T * HEADS * D);
-    double want[4 * D];
-    cr_assert(q && out);
-    for (size_t i = 0; i < (size_t)T * HEADS * D; i++) q[i] = 3 * uniform();
-    cpu_attention(a, out, q, c.kb, c.vb, &batch);
-    double worst = 0;
-    int t = 0;
-    for (int s = 0; s < S; s++) {
-        for (int i = 0; i < lens[s]; i++, t++) {
-            for (int h = 0; h < KV_HEADS; h++) {
-                int G = HEADS / KV_HEADS;
-                const float *qh = q + ((size_t)t * HEADS + (size_t)h * G) * D;
-                reference(want, qh, &c, tables[s], starts[s] + i + 1, BS, KV_HEADS, h, G, D);
-                for (int k = 0; k < G * D; k++)
-                    worst = fmax(worst, fabs(want[k] - out[((size_t)t * HEADS + (size_t)h * G) * D + k]));
+    MixedBatch *m = mixed_batch_create(128, 16);
+    float *out = malloc(sizeof(float) * (size_t)m->T * MB_HEADS * m->D);
+    cr_assert(out);
+    mixed_batch_run(m, false, out);
+    double worst = mixed_batch_error(m, out);
+    cr_expect(worst < 1e-5, "attention on a bf16 cache differs from float64 by %g", worst);
+    free(out);
+    mixed_batch_destroy(m);
+}
+
+/* --dtype bfloat16: prefill tiles round Q and P to bf16 (on AVX512-BF16 the
+ * bf16 kernel runs both products; decode tokens stay exact, their kernels
+ * are bound by reading the cache). Every ISA level must compute the same
+ * rounded products (only the order of float32 sums and the exp's last bit
+ * differ), stay within bf16 rounding of float64, and differ from the exact
+ * path (the rounding is not skipped). Head sizes and block sizes that leave
+ * tails in the kernel (K of 40) and the transpose (n not a multiple of 8). */
+Test(cpu_attention, bf16_inputs_same_at_every_isa) {
+    static const int dims[] = {128, 40}, block_sizes[] = {16, 256};
+    CpuIsa best = cpu_isa_detect();
+    for (int di = 0; di < 2; di++) {
+        for (int bi = 0; bi < 2; bi++) {
+            MixedBatch *m = mixed_batch_create(dims[di], block_sizes[bi]);
+            size_t n = (size_t)m->T * MB_HEADS * m->D;
+            float *exact = malloc(sizeof(float) * n), *scalar = malloc(sizeof(float) * n),
+                  *out = malloc(sizeof(float) * n);
+            cr_assert(exact && scalar && out);
+            cr_assert(cpu_isa_set(CPU_ISA_SCALAR) == 0);
+            mixed_batch_run(m, false, exact);
+            mixed_batch_run(m, true, scalar);
+            double rounding = 0;
+            for (size_t i = 0; i < n; i++) rounding = fmax(rounding, fabs(scalar[i] - exact[i]));
+            cr_expect(rounding > 1e-4, "D %d bs %d: bf16 inputs changed nothing (%g)", m->D, m->bs, rounding);
+            for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+                cr_assert(cpu_isa_set((CpuIsa)isa) == 0);
+                mixed_batch_run(m, true, out);
+                double vs_scalar = 0, vs_f64 = mixed_batch_error(m, out);
+                for (size_t i = 0; i < n; i++) vs_scalar = fmax(vs_scalar, fabs(out[i] - scalar[i]));
+                cr_log_info("bf16 inputs, D %d bs %d, %s: %.3g from float64, %.3g from scalar (rounding %.3g)",
+                            m->D, m->bs, cpu_isa_name((CpuIsa)isa), vs_f64, vs_scalar, rounding);
+                cr_expect(vs_f64 < 5e-3, "%s D %d bs %d: %g from float64", cpu_isa_name((CpuIsa)isa), m->D, m->bs, vs_f64);
+                cr_expect(vs_scalar < 2e-4, "%s D %d bs %d: %g from the scalar level", cpu_isa_name((CpuIsa)isa), m->D, m->bs, vs_scalar);
             }
+            cpu_isa_set(best);
+            free(exact);
+            free(scalar);
+            free(out);
+            mixed_batch_destroy(m);
         }
     }
-    cr_expect(worst < 1e-5, "attention on a bf16 cache differs from float64 by %g", worst);
-    free(q);
-    free(out);
-    free_cache(&c);
-    cpu_attention_destroy(a);
-    thread_pool_destroy(pool);
 }
