@@ -43,9 +43,9 @@
 /* Activation rows [GEMM_MIN_ROWS, GEMM_MAX_ROWS_*] go to the small-batch
  * GEMM where this SIMD level has one (AVX2 and up). Since its weight
  * prefetches go to L2 (cpu_simd.h), it reads weights at the memory rate
- * from 1 row on: at 1 row it ties or beats the row kernels (AVX-512,
- * `NANOVLLM_BENCH_M=1 bench --matmul`: lm_head 9.4-9.7 vs 9.9-10.1 ms,
- * gate/up 184-195 vs 197-207 us), at 2 it tied or beat them on every
+ * from 1 row on: at 1 row it ties the row kernels (AVX-512,
+ * `NANOVLLM_BENCH_M=1 bench --matmul`, 8 runs: -9%..+4% per shape, lm_head
+ * 8.7-10.1 vs 9.3-10.7 ms), at 2 it tied or beat them on every
  * Qwen3-0.6B shape at AVX2 and AVX-512 (down_proj 181 vs 266 us AVX2), from
  * 3 rows it won everywhere (lm_head at 4 rows: 8.6 vs 14.1 ms AVX2). Taking
  * single rows too makes a row's result independent of the batch it is in
