@@ -1,7 +1,9 @@
 /*
  * cpu_matmul.c - the two matmul strategies of cpu_matmul.h and their kernels.
  *
- * Own kernels (small M): each task owns a range of weight rows and reads
+ * Row kernels (small M at the scalar level, and the "rows" strategy when
+ * forced; with AVX2 and up every decode batch, 1 row included, takes the
+ * small-batch GEMM, see GEMM_MIN_ROWS): each task owns a range of weight rows and reads
  * them one after another as a single sequential stream (measured faster than
  * four rows side by side: the prefetchers follow one stream best), widening
  * 16 (AVX-512) or 8 (AVX2) bf16 values per load with a zero-extend and a
@@ -310,7 +312,7 @@ static void widen(CpuIsa isa, float *dst, const uint16_t *src, size_t n) {
  * i covers rows [n0, n1) of weight ws[wi]. */
 struct MatmulTask {
     int wi, n0, n1; /* weight ws[wi], its rows [n0, n1) */
-    int m0, m1;     /* AMX: activation rows [m0, m1) (others: all; grouped: m0 = gemm?) */
+    int m0, m1;     /* AMX: activation rows [m0, m1) (others: all; grouped: m0 = GroupedKernel) */
 };
 
 typedef struct MatmulJob {
@@ -486,9 +488,13 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
 
 /* ---- grouped products, each with its own input ---- */
 
+/* The kernel of a grouped task. */
+enum { GROUPED_ROWS, GROUPED_GEMM, GROUPED_BF16 };
+
 typedef struct GroupedJob {
     const MatmulGroup *groups;
-    RowsKernel kernels[2][2]; /* [gemm?][weight type] */
+    RowsKernel kernels[2][2]; /* [GROUPED_ROWS or GROUPED_GEMM][weight type] */
+    Bf16DotKernel dot;        /* GROUPED_BF16 */
     const MatmulTask *tasks;
 } GroupedJob;
 
@@ -502,24 +508,34 @@ static void grouped_task(void *ctx, int task, int thread) {
     const MatmulTask *t = &j->tasks[task];
     const MatmulGroup *g = &j->groups[t->wi];
     const Weight *w = g->w;
-    /* m0 carries the group's kernel: 1 for gemm (set in cpu_matmul_grouped). */
-    j->kernels[t->m0][w->type](g->y, w->rows, g->x, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
+    if (t->m0 == GROUPED_BF16)
+        j->dot(g->y, w->rows, g->xb, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
+    else
+        j->kernels[t->m0][w->type](g->y, w->rows, g->x, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
+}
+
+/* Whether a group runs on the bf16 dot kernel (any row count: it has no
+ * large-M strategy to hand over to). */
+static bool grouped_bf16(const MatmulGroup *g, Bf16DotKernel dot) {
+    return dot && g->xb && g->w->type == WEIGHT_BF16;
 }
 
 void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
     CpuIsa isa = cpu_isa_active();
+    Bf16DotKernel dot = bf16_dot_kernel(isa);
     /* Large ones first, each run by itself (run() reuses mm->tasks). */
     for (int i = 0; i < count;) {
         const MatmulGroup *g = &groups[i];
         int same = 1;
-        if (g->M <= 0 || row_split(cpu_matmul_choose(g->M, g->w, isa))) {
+        if (g->M <= 0 || grouped_bf16(g, dot) || row_split(cpu_matmul_choose(g->M, g->w, isa))) {
             i++;
             continue;
         }
         const Weight *ws[8] = {g->w};
         float *ys[8] = {g->y};
         while (i + same < count && same < 8 && groups[i + same].x == g->x &&
-               groups[i + same].M == g->M && groups[i + same].w->cols == g->w->cols) {
+               groups[i + same].M == g->M && groups[i + same].w->cols == g->w->cols &&
+               !grouped_bf16(&groups[i + same], dot)) {
             ws[same] = groups[i + same].w;
             ys[same] = groups[i + same].y;
             same++;
@@ -531,20 +547,23 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
                       {{rows_kernel(isa, WEIGHT_BF16), rows_kernel(isa, WEIGHT_F32)},
                        {split_kernel(MATMUL_GEMM, isa, WEIGHT_BF16),
                         split_kernel(MATMUL_GEMM, isa, WEIGHT_F32)}},
-                      mm->tasks};
+                      dot, mm->tasks};
     int n = 0;
     for (int i = 0; i < count; i++) {
         const MatmulGroup *g = &groups[i];
-        MatmulStrategy s = g->M > 0 ? cpu_matmul_choose(g->M, g->w, isa) : MATMUL_AUTO;
-        if (!row_split(s)) continue;
-        int per = rows_per_task(s);
+        if (g->M <= 0) continue;
+        MatmulStrategy s = cpu_matmul_choose(g->M, g->w, isa);
+        bool bf16 = grouped_bf16(g, dot);
+        if (!bf16 && !row_split(s)) continue;
+        int per = bf16 ? BF16_ROWS_PER_TASK : rows_per_task(s);
+        int kind = bf16 ? GROUPED_BF16 : s == MATMUL_GEMM ? GROUPED_GEMM : GROUPED_ROWS;
         for (int n0 = 0; n0 < g->w->rows; n0 += per) {
             if (n == mm->max_tasks) {
                 thread_pool_run(mm->pool, n, grouped_task, &job);
                 n = 0;
             }
             int n1 = n0 + per < g->w->rows ? n0 + per : g->w->rows;
-            mm->tasks[n++] = (MatmulTask){i, n0, n1, s == MATMUL_GEMM, g->M};
+            mm->tasks[n++] = (MatmulTask){i, n0, n1, kind, g->M};
         }
     }
     if (n > 0) thread_pool_run(mm->pool, n, grouped_task, &job);

@@ -57,16 +57,21 @@ void cpu_matmul(CpuMatmul *mm, float *y, const float *x, int M, const Weight *w)
 void cpu_matmul_multi(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
                       float *const *ys, int count);
 
-/* One product of cpu_matmul_grouped: y[M, w->rows] = x[M, w->cols] . w^T. */
+/* One product of cpu_matmul_grouped: y[M, w->rows] = x[M, w->cols] . w^T.
+ * xb, when set, is x as bf16 (the caller rounded it): with a bf16 weight on
+ * a CPU with bf16 dot products the product then runs on cpu_matmul_bf16's
+ * kernel (x is not read), elsewhere on x, which must hold the same values. */
 typedef struct MatmulGroup {
     const float *x;
     int M;
     const Weight *w;
     float *y;
+    const uint16_t *xb;
 } MatmulGroup;
 
 /* Every product of the list, each with its own input (a MoE layer's
- * experts): those few enough rows for the row kernels share one parallel
+ * experts): those few enough rows for the row kernels or the small-batch
+ * GEMM share one parallel
  * loop (one wake-up of the pool for all of them), the others run as
  * cpu_matmul_multi, consecutive ones sharing an input together. */
 void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count);

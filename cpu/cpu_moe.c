@@ -8,9 +8,11 @@
  * -> each token's weighted sum of its k rows.
  *
  * Under bf16 matmul inputs (--dtype bfloat16) the gathered rows and the
- * SiLU-and-mul results are rounded to bf16 where they are written, so the
- * grouped matmul's float32 kernels compute exactly the bf16 products (at the
- * float32 rate: the grouped path has no bf16 kernel yet).
+ * SiLU-and-mul results are rounded to bf16 where they are written. With
+ * AVX512-BF16 they are also stored as bf16, and the experts' products run on
+ * the bf16 dot kernel (cpu_matmul_bf16.h) at twice the float32 FMA rate;
+ * elsewhere the grouped matmul's float32 kernels compute the same products
+ * from the rounded float32 rows.
  */
 #include "cpu_moe.h"
 
@@ -34,6 +36,7 @@ struct CpuMoe {
     int32_t *source; /* [T * k]: the token of each row */
     int32_t *row_of; /* [T * k]: the row of each (token, choice) */
     float *x, *gate, *up, *y; /* rows: [T * k, hidden / width / width / hidden] */
+    uint16_t *xb, *gate_b;    /* x and the SiLU-and-mul rows as bf16 (bf16_rows) */
     MatmulGroup *groups;      /* [2 * experts]: one call's products */
     void *memory;             /* the one allocation all of the above live in */
 
@@ -42,6 +45,8 @@ struct CpuMoe {
     float *out;
     int tokens;
     bool round_inputs; /* bf16 matmul inputs: round x and the SiLU-and-mul rows */
+    bool bf16_rows;    /* ...and keep bf16 copies for the dot kernel */
+    CpuIsa isa;
 };
 
 void moe_route(const float *logits, int num_experts, int k, bool norm_topk_prob, int32_t *ids,
@@ -84,6 +89,7 @@ static void gather_task(void *ctx, int task, int thread) {
         const float *h = m->h + (size_t)m->source[r] * m->hidden;
         if (m->round_inputs) bf16_round_in_f32(x, h, (size_t)m->hidden);
         else memcpy(x, h, sizeof(float) * (size_t)m->hidden);
+        if (m->bf16_rows) bf16_round_rows(m->isa, m->xb + (size_t)r * m->hidden, h, (size_t)m->hidden);
     }
 }
 
@@ -96,6 +102,7 @@ static void silu_task(void *ctx, int task, int thread) {
     float *g = m->gate + (size_t)r0 * w;
     silu_mul(g, m->up + (size_t)r0 * w, (size_t)(r1 - r0) * w);
     if (m->round_inputs) bf16_round_in_f32(g, g, (size_t)(r1 - r0) * w);
+    if (m->bf16_rows) bf16_round_rows(m->isa, m->gate_b + (size_t)r0 * w, g, (size_t)(r1 - r0) * w);
 }
 
 /* out[t] = sum over its choices j, in order, of weight * its expert's row. */
@@ -149,6 +156,8 @@ void cpu_moe(CpuMoe *m, float *out, const float *h, int T, const LayerWeights *L
     m->out = out;
     m->tokens = T;
     m->round_inputs = cpu_matmul_bf16_inputs(m->mm);
+    m->isa = cpu_isa_active();
+    m->bf16_rows = m->round_inputs && bf16_dot_kernel(m->isa) != NULL;
     run_rows(m, T * k, gather_task);
     /* An expert no token chose gets no product: its weights are not read. */
     int g = 0;
@@ -156,8 +165,9 @@ void cpu_moe(CpuMoe *m, float *out, const float *h, int T, const LayerWeights *L
         int r0 = m->offset[e], n = m->offset[e + 1] - r0;
         if (n == 0) continue;
         const float *x = m->x + (size_t)r0 * m->hidden;
-        m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].gate_proj, m->gate + (size_t)r0 * m->width};
-        m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].up_proj, m->up + (size_t)r0 * m->width};
+        const uint16_t *xb = m->bf16_rows ? m->xb + (size_t)r0 * m->hidden : NULL;
+        m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].gate_proj, m->gate + (size_t)r0 * m->width, xb};
+        m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].up_proj, m->up + (size_t)r0 * m->width, xb};
     }
     cpu_matmul_grouped(m->mm, m->groups, g);
     run_rows(m, T * k, silu_task);
@@ -166,7 +176,8 @@ void cpu_moe(CpuMoe *m, float *out, const float *h, int T, const LayerWeights *L
         int r0 = m->offset[e], n = m->offset[e + 1] - r0;
         if (n > 0)
             m->groups[g++] = (MatmulGroup){m->gate + (size_t)r0 * m->width, n,
-                                           &L->experts[e].down_proj, m->y + (size_t)r0 * m->hidden};
+                                           &L->experts[e].down_proj, m->y + (size_t)r0 * m->hidden,
+                                           m->bf16_rows ? m->gate_b + (size_t)r0 * m->width : NULL};
     }
     cpu_matmul_grouped(m->mm, m->groups, g);
     run_rows(m, T, combine_task);
@@ -200,7 +211,8 @@ CpuMoe *cpu_moe_create(ThreadPool *pool, CpuMatmul *mm, const ModelConfig *c, in
     size_t H = (size_t)m->hidden, W = (size_t)m->width;
     /* One block for all: its size is what the carving below adds up to. */
     size_t floats = T * E + rows + rows * (2 * H + 2 * W), ints = 2 * E + 1 + 3 * rows;
-    m->memory = malloc(4 * (floats + ints) + 2 * E * sizeof(MatmulGroup) + 64 * 16);
+    size_t halves = rows * (H + W);
+    m->memory = malloc(4 * (floats + ints) + 2 * halves + 2 * E * sizeof(MatmulGroup) + 64 * 18);
     if (!m->memory) {
         free(m);
         error_set(err, "out of memory (expert activations for %d tokens)", max_tokens);
@@ -213,6 +225,8 @@ CpuMoe *cpu_moe_create(ThreadPool *pool, CpuMatmul *mm, const ModelConfig *c, in
     m->gate = carve(&at, rows * W, sizeof(float));
     m->up = carve(&at, rows * W, sizeof(float));
     m->y = carve(&at, rows * H, sizeof(float));
+    m->xb = carve(&at, rows * H, sizeof(uint16_t));
+    m->gate_b = carve(&at, rows * W, sizeof(uint16_t));
     m->ids = carve(&at, rows, sizeof(int32_t));
     m->offset = carve(&at, E + 1, sizeof(int32_t));
     m->fill = carve(&at, E, sizeof(int32_t));

@@ -119,7 +119,7 @@ Test(cpu_matmul_small, multi_and_grouped) {
     MatmulGroup groups[G];
     for (int i = 0; i < G; i++) {
         for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
-        groups[i] = (MatmulGroup){x[i], ms[i], &t[i].w, y[i]};
+        groups[i] = (MatmulGroup){x[i], ms[i], &t[i].w, y[i], NULL};
     }
     cpu_matmul_grouped(mm, groups, G);
     for (int i = 0; i < G; i++)
