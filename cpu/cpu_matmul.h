@@ -60,7 +60,9 @@ void cpu_matmul_multi(CpuMatmul *mm, const float *x, int M, const Weight *const 
 /* One product of cpu_matmul_grouped: y[M, w->rows] = x[M, w->cols] . w^T.
  * xb, when set, is x as bf16 (the caller rounded it): with a bf16 weight on
  * a CPU with bf16 dot products the product then runs on cpu_matmul_bf16's
- * kernel (x is not read), elsewhere on x, which must hold the same values. */
+ * kernel and x is not read (it may be NULL where the caller knows that:
+ * bf16_dot_kernel(cpu_isa_active()) set); elsewhere on x, which must then
+ * hold the same values. */
 typedef struct MatmulGroup {
     const float *x;
     int M;

@@ -8,11 +8,11 @@
  * -> each token's weighted sum of its k rows.
  *
  * Under bf16 matmul inputs (--dtype bfloat16) the gathered rows and the
- * SiLU-and-mul results are rounded to bf16 where they are written. With
- * AVX512-BF16 they are also stored as bf16, and the experts' products run on
- * the bf16 dot kernel (cpu_matmul_bf16.h) at twice the float32 FMA rate;
- * elsewhere the grouped matmul's float32 kernels compute the same products
- * from the rounded float32 rows.
+ * SiLU-and-mul results are rounded to bf16 where they are written: with
+ * AVX512-BF16 (and bf16 experts) stored as bf16, and the experts' products
+ * run on the bf16 dot kernel (cpu_matmul_bf16.h) at twice the float32 FMA
+ * rate; elsewhere stored as rounded float32, from which the grouped
+ * matmul's float32 kernels compute the same products.
  */
 #include "cpu_moe.h"
 
@@ -45,7 +45,7 @@ struct CpuMoe {
     float *out;
     int tokens;
     bool round_inputs; /* bf16 matmul inputs: round x and the SiLU-and-mul rows */
-    bool bf16_rows;    /* ...and keep bf16 copies for the dot kernel */
+    bool bf16_rows;    /* ...as bf16 copies only, for the dot kernel (bf16_rows_apply) */
     CpuIsa isa;
 };
 
@@ -87,9 +87,9 @@ static void gather_task(void *ctx, int task, int thread) {
     for (int r = r0; r < r1; r++) {
         float *x = m->x + (size_t)r * m->hidden;
         const float *h = m->h + (size_t)m->source[r] * m->hidden;
-        if (m->round_inputs) bf16_round_in_f32(x, h, (size_t)m->hidden);
-        else memcpy(x, h, sizeof(float) * (size_t)m->hidden);
         if (m->bf16_rows) bf16_round_rows(m->isa, m->xb + (size_t)r * m->hidden, h, (size_t)m->hidden);
+        else if (m->round_inputs) bf16_round_in_f32(x, h, (size_t)m->hidden);
+        else memcpy(x, h, sizeof(float) * (size_t)m->hidden);
     }
 }
 
@@ -101,8 +101,8 @@ static void silu_task(void *ctx, int task, int thread) {
     size_t w = (size_t)m->width;
     float *g = m->gate + (size_t)r0 * w;
     silu_mul(g, m->up + (size_t)r0 * w, (size_t)(r1 - r0) * w);
-    if (m->round_inputs) bf16_round_in_f32(g, g, (size_t)(r1 - r0) * w);
     if (m->bf16_rows) bf16_round_rows(m->isa, m->gate_b + (size_t)r0 * w, g, (size_t)(r1 - r0) * w);
+    else if (m->round_inputs) bf16_round_in_f32(g, g, (size_t)(r1 - r0) * w);
 }
 
 /* out[t] = sum over its choices j, in order, of weight * its expert's row. */
@@ -126,6 +126,19 @@ static void combine_task(void *ctx, int task, int thread) {
 
 static void run_rows(CpuMoe *m, int rows, ThreadTaskFn fn) {
     thread_pool_run(m->pool, (rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, fn, m);
+}
+
+/* Whether the experts' products all run on the bf16 dot kernel, so that
+ * the rounded rows are needed as bf16 only (not also as float32). */
+static bool bf16_rows_apply(const CpuMoe *m, const LayerWeights *L) {
+    if (!m->round_inputs || !bf16_dot_kernel(m->isa)) return false;
+    for (int e = 0; e < m->experts; e++) {
+        const ExpertWeights *x = &L->experts[e];
+        if (x->gate_proj.type != WEIGHT_BF16 || x->up_proj.type != WEIGHT_BF16 ||
+            x->down_proj.type != WEIGHT_BF16)
+            return false;
+    }
+    return true;
 }
 
 /* ---- the layer ---------------------------------------------------------------------------- */
@@ -157,14 +170,14 @@ void cpu_moe(CpuMoe *m, float *out, const float *h, int T, const LayerWeights *L
     m->tokens = T;
     m->round_inputs = cpu_matmul_bf16_inputs(m->mm);
     m->isa = cpu_isa_active();
-    m->bf16_rows = m->round_inputs && bf16_dot_kernel(m->isa) != NULL;
+    m->bf16_rows = bf16_rows_apply(m, L);
     run_rows(m, T * k, gather_task);
     /* An expert no token chose gets no product: its weights are not read. */
     int g = 0;
     for (int e = 0; e < E; e++) {
         int r0 = m->offset[e], n = m->offset[e + 1] - r0;
         if (n == 0) continue;
-        const float *x = m->x + (size_t)r0 * m->hidden;
+        const float *x = m->bf16_rows ? NULL : m->x + (size_t)r0 * m->hidden;
         const uint16_t *xb = m->bf16_rows ? m->xb + (size_t)r0 * m->hidden : NULL;
         m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].gate_proj, m->gate + (size_t)r0 * m->width, xb};
         m->groups[g++] = (MatmulGroup){x, n, &L->experts[e].up_proj, m->up + (size_t)r0 * m->width, xb};
@@ -175,7 +188,7 @@ void cpu_moe(CpuMoe *m, float *out, const float *h, int T, const LayerWeights *L
     for (int e = 0; e < E; e++) {
         int r0 = m->offset[e], n = m->offset[e + 1] - r0;
         if (n > 0)
-            m->groups[g++] = (MatmulGroup){m->gate + (size_t)r0 * m->width, n,
+            m->groups[g++] = (MatmulGroup){m->bf16_rows ? NULL : m->gate + (size_t)r0 * m->width, n,
                                            &L->experts[e].down_proj, m->y + (size_t)r0 * m->hidden,
                                            m->bf16_rows ? m->gate_b + (size_t)r0 * m->width : NULL};
     }
