@@ -94,15 +94,17 @@ Test(cpu_matmul_small, auto_choice) {
 
 /* cpu_matmul_multi and cpu_matmul_grouped reach the same kernel: q/k/v-like
  * products sharing one input, and MoE-like products with their own inputs
- * and row counts (all on the gemm, 1 row included) in one loop. */
+ * and row counts (all on the gemm, 1 row included) in one loop, at every
+ * SIMD level (the other tests of the grouped path run at the best one); the
+ * last two groups share an input, as a MoE layer's gate and up do. */
 Test(cpu_matmul_small, multi_and_grouped) {
     Error err = {0};
     ThreadPool *pool = thread_pool_create(2, &err);
     cr_assert(pool, "%s", err.msg);
     CpuMatmul *mm = cpu_matmul_create(pool, 40, 200, &err);
     cr_assert(mm, "%s", err.msg);
-    enum { K = 200, G = 4 };
-    int rows[G] = {300, 33, 33, 7}, ms[G] = {12, 1, 5, 40};
+    enum { K = 200, G = 6 };
+    int rows[G] = {300, 33, 33, 7, 50, 17}, ms[G] = {12, 1, 5, 40, 40, 40};
     TestWeight t[G];
     float *x[G], *y[G];
     for (int i = 0; i < G; i++) {
@@ -111,19 +113,26 @@ Test(cpu_matmul_small, multi_and_grouped) {
         y[i] = malloc(sizeof(float) * 40 * rows[i]);
         cr_assert(x[i] && y[i]);
         for (size_t j = 0; j < (size_t)40 * K; j++) x[i][j] = matmul_uniform();
-        for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
     }
-    const Weight *ws[3] = {&t[0].w, &t[1].w, &t[2].w};
-    cpu_matmul_multi(mm, x[0], 12, ws, y, 3);
-    for (int i = 0; i < 3; i++) check_matmul_reference(y[i], x[0], 12, &t[i], 5e-7, "multi", cpu_isa_active());
-    MatmulGroup groups[G];
-    for (int i = 0; i < G; i++) {
-        for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
-        groups[i] = (MatmulGroup){x[i], ms[i], &t[i].w, y[i], NULL};
+    memcpy(x[5], x[4], sizeof(float) * 40 * K);
+    CpuIsa best = cpu_isa_active();
+    for (int isa = CPU_ISA_SCALAR; isa <= (int)cpu_isa_detect(); isa++) {
+        cr_assert(cpu_isa_set((CpuIsa)isa) == 0);
+        for (int i = 0; i < G; i++)
+            for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
+        const Weight *ws[3] = {&t[0].w, &t[1].w, &t[2].w};
+        cpu_matmul_multi(mm, x[0], 12, ws, y, 3);
+        for (int i = 0; i < 3; i++) check_matmul_reference(y[i], x[0], 12, &t[i], 5e-7, "multi", (CpuIsa)isa);
+        MatmulGroup groups[G];
+        for (int i = 0; i < G; i++) {
+            for (size_t j = 0; j < (size_t)40 * rows[i]; j++) y[i][j] = NAN;
+            groups[i] = (MatmulGroup){i == 5 ? x[4] : x[i], ms[i], &t[i].w, y[i], NULL};
+        }
+        cpu_matmul_grouped(mm, groups, G);
+        for (int i = 0; i < G; i++)
+            check_matmul_reference(y[i], x[i], ms[i], &t[i], 5e-7, "grouped", (CpuIsa)isa);
     }
-    cpu_matmul_grouped(mm, groups, G);
-    for (int i = 0; i < G; i++)
-        check_matmul_reference(y[i], x[i], ms[i], &t[i], 5e-7, "grouped", cpu_isa_active());
+    cpu_isa_set(best);
     for (int i = 0; i < G; i++) {
         free_test_weight(&t[i]);
         free(x[i]);
