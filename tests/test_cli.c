@@ -184,6 +184,18 @@ Test(cli, device_selection) {
     }
     free(out);
     free(err);
+    /* the CPU's decode attention needs neither: it reports its read rate
+     * beside the plain read of the same rows */
+    rc = run_nanovllm("bench --attention --device cpu --num-seqs 3 --input-len 300 --json", &out, &err);
+    cr_expect_eq(rc, 0, "%s", err);
+    cr_expect(strstr(out, "\"fraction_of_block_read\"") && strstr(out, "\"context\": 300"), "%s", out);
+    free(out);
+    free(err);
+    rc = run_nanovllm("bench --attention --device cpu --num-seqs 1000 --input-len 40000", &out, &err);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(err, "GB of cache"), "%s", err);
+    free(out);
+    free(err);
 }
 
 /* --dtype reaches the CPU runner (its start-up line says what the matmuls

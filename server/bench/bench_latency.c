@@ -13,52 +13,14 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "cpu/cpu_matmul.h"
 #include "cpu/thread_pool.h"
 #include "engine/base/log.h"
+#include "server/bench/bench_limits.h"
 
 /* ---- the machine's limits, measured in the same run ---------------------- */
-
-typedef struct StreamJob {
-    const uint64_t *data;
-    size_t words_per_task;
-    uint64_t sums[64];
-} StreamJob;
-
-static void stream_task(void *ctx, int task, int thread) {
-    StreamJob *j = ctx;
-    const uint64_t *p = j->data + (size_t)task * j->words_per_task;
-    uint64_t acc = 0;
-    for (size_t i = 0; i < j->words_per_task; i++) acc ^= p[i];
-    j->sums[thread % 64] ^= acc;
-}
-
-/* Bytes per second of reading `bytes` of memory once, with the CPU runner's
- * threads, from huge pages: the best case of decode's weight read (best of
- * 3 passes over a buffer the size of the weights, so caches cannot hold it). */
-static double stream_bandwidth(ThreadPool *pool, size_t bytes) {
-    enum { TASKS = 64 };
-    size_t words = bytes / sizeof(uint64_t) / TASKS * TASKS;
-    void *mem = mmap(NULL, words * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) return 0;
-    madvise(mem, words * sizeof(uint64_t), MADV_HUGEPAGE);
-    memset(mem, 1, words * sizeof(uint64_t));
-    StreamJob job = {mem, words / TASKS, {0}};
-    double best = 1e30;
-    for (int pass = 0; pass < 3; pass++) {
-        double t0 = now_seconds();
-        thread_pool_run(pool, TASKS, stream_task, &job);
-        double dt = now_seconds() - t0;
-        if (dt < best) best = dt;
-    }
-    munmap(mem, words * sizeof(uint64_t));
-    return (double)(words * sizeof(uint64_t)) / best;
-}
 
 /* float32 GFLOP/s of prefill's matmul path on a Qwen3-0.6B-sized projection. */
 static double sgemm_gflops(ThreadPool *pool, Error *err) {
@@ -195,7 +157,7 @@ int bench_latency(const ModelWeights *w, Runner *runner, double load_seconds,
     ThreadPool *pool = thread_pool_create(runner->options.num_threads, err);
     if (pool) {
         res.stream_bytes = (size_t)res.size.bytes_per_token;
-        res.bandwidth = stream_bandwidth(pool, res.stream_bytes);
+        res.bandwidth = memory_read_bandwidth(pool, res.stream_bytes);
         res.gflops = sgemm_gflops(pool, err);
         thread_pool_destroy(pool);
     }

@@ -28,6 +28,7 @@
 #include "cpu/cpu_matmul.h"
 #include "cpu/thread_pool.h"
 #include "engine/base/log.h"
+#include "server/bench/bench_limits.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -111,13 +112,7 @@ static double fma_peak(ThreadPool *pool, CpuIsa isa, bool bf16) {
     PeakJob job = {isa, bf16, {0}};
     int threads = thread_pool_size(pool), lanes = bf16 ? 32 : peak_lanes(isa);
     long iters = isa >= CPU_ISA_AVX2 ? PEAK_ITERS / lanes : PEAK_ITERS / 16;
-    double best = 1e30;
-    for (int pass = 0; pass < 3; pass++) {
-        double t0 = now_seconds();
-        thread_pool_run(pool, threads, peak_task, &job);
-        double dt = now_seconds() - t0;
-        if (dt < best) best = dt;
-    }
+    double best = bench_fastest_run(pool, threads, peak_task, &job, 3);
     return (double)threads * (double)iters * 12.0 * lanes * 2.0 / best;
 }
 

@@ -6,13 +6,15 @@
  * through the engine; with --device null, the engine's own cost per step.
  * --latency (bench_latency.h): one prefill and single-stream decode beside
  * the machine's limits. --matmul (bench_matmul.h): the CPU matmul
- * strategies. --attention (bench_attention.h): the GPU's decode attention.
+ * strategies. --attention (bench_attention.h): decode attention, the GPU's or
+ * (--device cpu) the CPU's.
  * --structured (bench_structured.h): structured outputs' compile and mask
  * costs over the model's vocabulary, and constrained generation beside free.
  */
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli_args.h"
 #include "commands.h"
@@ -47,7 +49,8 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_BENCH_INPUT_LEN) ", " DEFAULT_TEXT(DEFAULT_BENCH_OUTPUT_LEN) ")\n"
     "  --matmul                      time the matmul strategies instead\n"
     "  --attention                   time the GPU's decode attention (--num-seqs sequences of\n"
-    "                                --input-len tokens) against its copy bandwidth\n"
+    "                                --input-len tokens) against its copy bandwidth; with\n"
+    "                                --device cpu the CPU's, against reads of the same rows\n"
     "structured outputs:\n"
     "  --structured                  compile and per-token mask times of a JSON schema, a regex\n"
     "                                and a choice over the model's vocabulary, then --num-seqs\n"
@@ -191,7 +194,11 @@ int command_bench(int argc, char **argv) {
         fprintf(stderr, "nanovllm bench: %s\n%s", err.msg, USAGE);
         return 2;
     }
-    int rc = a.mode == BENCH_ATTENTION
+    bool cpu = strcmp(a.runner.device, "cpu") == 0;
+    int rc = a.mode == BENCH_ATTENTION && cpu
+                 ? bench_attention_cpu(a.num_seqs, a.input_len, a.runner.block_size,
+                                       a.runner.kv_cache_dtype, a.runner.num_threads, a.json, &err)
+             : a.mode == BENCH_ATTENTION
                  ? bench_attention(a.num_seqs, a.input_len, a.runner.block_size, a.json, &err)
              : a.mode == BENCH_MATMUL  ? bench_matmul(a.runner.num_threads, &err)
              : a.mode == BENCH_LATENCY    ? run_latency(&a, &err)
