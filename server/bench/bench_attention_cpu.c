@@ -134,7 +134,7 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     qsort(t_att, REPS, sizeof(double), cmp_double);
     qsort(t_read, REPS, sizeof(double), cmp_double);
     double att_s = t_att[REPS / 2], read_s = t_read[REPS / 2];
-    double flat = memory_read_bandwidth(pool, kv_bytes > (256 << 20) ? (size_t)kv_bytes : (size_t)256 << 20);
+    double flat = memory_read_bandwidth(pool, (size_t)kv_bytes);
     double att_rate = kv_bytes / att_s, read_rate = kv_bytes / read_s;
     const char *isa = cpu_isa_name(cpu_isa_active());
     int threads = thread_pool_size(pool);
@@ -155,9 +155,9 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
         puts(text);
         free(text);
     } else {
-        printf("cpu (%d threads, %s kernels), %s KV cache: decode attention, %d sequences x %d tokens, "
+        printf("cpu (%d threads, %s kernels), %s KV cache: decode attention, %d sequence%s x %d tokens, "
                "%d layers (16/8 heads x 128, block %d), median of %d\n", threads, isa,
-               bf16 ? "bf16" : "float32", num_seqs, input_len, LAYERS, block_size, REPS);
+               bf16 ? "bf16" : "float32", num_seqs, num_seqs == 1 ? "" : "s", input_len, LAYERS, block_size, REPS);
         printf("  attention          %8.2f ms per step, %.0f MB of K/V: %.1f GB/s\n", att_s * 1e3,
                kv_bytes / 1e6, att_rate / 1e9);
         printf("  same rows read     %8.2f ms: %.1f GB/s (attention at %.0f%%)\n", read_s * 1e3,

@@ -38,6 +38,7 @@ static void stream_task(void *ctx, int task, int thread) {
 
 double memory_read_bandwidth(ThreadPool *pool, size_t bytes) {
     enum { TASKS = 64 };
+    if (bytes < MEMORY_PROBE_MIN_BYTES) bytes = MEMORY_PROBE_MIN_BYTES;
     size_t words = bytes / sizeof(uint64_t) / TASKS * TASKS;
     void *mem = mmap(NULL, words * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

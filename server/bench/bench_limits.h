@@ -13,8 +13,10 @@
 #include "cpu/thread_pool.h"
 
 /* Bytes per second of reading `bytes` of memory once with the pool's threads,
- * from huge pages: the best of 3 passes over a fresh buffer of that size (make
- * it larger than the caches). 0 if the buffer cannot be mapped. */
+ * from huge pages: the best of 3 passes over a fresh buffer of that size, or
+ * of MEMORY_PROBE_MIN_BYTES if that is more (the caches must not hold it: an
+ * earlier development host had a 480 MB L3). 0 if it cannot be mapped. */
+#define MEMORY_PROBE_MIN_BYTES ((size_t)1 << 30)
 double memory_read_bandwidth(ThreadPool *pool, size_t bytes);
 
 /* Seconds of the fastest of `passes` runs of thread_pool_run(pool, num_tasks,
