@@ -31,6 +31,11 @@
  * and 64 sequences at 160, at the plain read of the same rows (`bench
  * --attention --device cpu`; cpu/PERFORMANCE.md). */
 #define PREFETCH_BYTES 8192
+/* The cache lines of [p, p + bytes), into L2. */
+SIMD_INLINE void prefetch_span(const void *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) prefetch_l2((const char *)p + off);
+}
+
 /* Heads handled per pass of a SIMD kernel: their accumulators stay in registers. */
 #define MAX_G 8
 /* K rows per pass of the score kernels for small groups (the reductions
@@ -88,11 +93,6 @@ static void pv_scalar_bf16(float *acc, const float *p, int lds, int G, int D, co
  * live in registers. */
 #define UNROLL _Pragma("GCC unroll 8")
 
-/* Brings a row into L2 ahead of use (SSE, so baseline x86-64). */
-INLINE void prefetch_row(const void *row, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)row + off, _MM_HINT_T1);
-}
-
 /* Rows between the one being read and the one prefetched. */
 INLINE int prefetch_rows(size_t row_bytes) {
     size_t rows = PREFETCH_BYTES / row_bytes;
@@ -114,7 +114,7 @@ AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, 
             const char *row[QK_ROWS];
             UNROLL for (int r = 0; r < QK_ROWS; r++) {
                 row[r] = (const char *)k + (size_t)(j + r) * stride * esz;
-                if (j + r + pfr < n) prefetch_row(row[r] + pfr * stride * esz, (size_t)D * esz);
+                if (j + r + pfr < n) prefetch_span(row[r] + pfr * stride * esz, (size_t)D * esz);
             }
             __m512 acc[QK_ROWS][4]; /* all set: G may be a run-time value here */
             UNROLL for (int r = 0; r < QK_ROWS; r++)
@@ -139,7 +139,7 @@ AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, 
     }
     for (; j < n; j++) {
         const char *row = (const char *)k + (size_t)j * stride * esz;
-        if (j + pfr < n) prefetch_row(row + pfr * stride * esz, (size_t)D * esz);
+        if (j + pfr < n) prefetch_span(row + pfr * stride * esz, (size_t)D * esz);
         __m512 acc[MAX_G];
         for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
         for (int e = 0; e < D16; e += 16) {
@@ -164,8 +164,8 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
     for (; j + 2 <= n; j += 2) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz, *r1 = r0 + stride * esz;
         if (j + 2 + pfr < n) {
-            prefetch_row(r0 + pfr * stride * esz, (size_t)D * esz);
-            prefetch_row(r1 + pfr * stride * esz, (size_t)D * esz);
+            prefetch_span(r0 + pfr * stride * esz, (size_t)D * esz);
+            prefetch_span(r1 + pfr * stride * esz, (size_t)D * esz);
         }
         __m512 p0[MAX_G], p1[MAX_G];
         for (int g = 0; g < G; g++) {
@@ -245,7 +245,7 @@ AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, cons
             const char *row[QK_ROWS];
             UNROLL for (int r = 0; r < QK_ROWS; r++) {
                 row[r] = (const char *)k + (size_t)(j + r) * stride * esz;
-                if (j + r + pfr < n) prefetch_row(row[r] + pfr * stride * esz, (size_t)D * esz);
+                if (j + r + pfr < n) prefetch_span(row[r] + pfr * stride * esz, (size_t)D * esz);
             }
             __m256 acc[QK_ROWS][2]; /* all set: G may be a run-time value here */
             UNROLL for (int r = 0; r < QK_ROWS; r++)
@@ -270,7 +270,7 @@ AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, cons
     }
     for (; j < n; j++) {
         const char *row = (const char *)k + (size_t)j * stride * esz;
-        if (j + pfr < n) prefetch_row(row + pfr * stride * esz, (size_t)D * esz);
+        if (j + pfr < n) prefetch_span(row + pfr * stride * esz, (size_t)D * esz);
         __m256 acc[MAX_G];
         for (int g = 0; g < G; g++) acc[g] = _mm256_setzero_ps();
         for (int e = 0; e < D8; e += 8) {
@@ -293,8 +293,8 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
     for (; j + 2 <= n; j += 2) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz, *r1 = r0 + stride * esz;
         if (j + 2 + pfr < n) {
-            prefetch_row(r0 + pfr * stride * esz, (size_t)D * esz);
-            prefetch_row(r1 + pfr * stride * esz, (size_t)D * esz);
+            prefetch_span(r0 + pfr * stride * esz, (size_t)D * esz);
+            prefetch_span(r1 + pfr * stride * esz, (size_t)D * esz);
         }
         __m256 p0[MAX_G], p1[MAX_G];
         for (int g = 0; g < G; g++) {
@@ -369,9 +369,8 @@ static void kernels(CpuIsa isa, bool bf16, QkFn *qk, PvFn *pv) {
 }
 
 /* The first PREFETCH_BYTES of a stream of `bytes`, into L2. */
-static inline void prefetch_start(const void *p, size_t bytes) {
-    size_t n = bytes < PREFETCH_BYTES ? bytes : PREFETCH_BYTES;
-    for (size_t off = 0; off < n; off += 64) __builtin_prefetch((const char *)p + off, 0, 2);
+static void prefetch_start(const void *p, size_t bytes) {
+    prefetch_span(p, bytes < PREFETCH_BYTES ? bytes : PREFETCH_BYTES);
 }
 
 void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, int k0, int k1,

@@ -150,7 +150,7 @@ static void widen_scalar(float *dst, const uint16_t *src, size_t n) {
 /* Prefetches the bytes one step (64 weights) will need PREFETCH_BYTES from
  * now: the hardware prefetcher alone leaves DRAM bandwidth unused on a
  * single sequential stream (measured: +7% decode). Into L1, unlike the
- * GEMM kernels' prefetch_weights (cpu_simd.h says why). */
+ * GEMM kernels' prefetch_l2 (cpu_simd.h says why). */
 INLINE void prefetch_ahead(const void *w, int bf16, size_t i) {
     const char *p = (const char *)w + i * (bf16 ? 2 : 4) + PREFETCH_BYTES;
     for (int off = 0; off < 64 * (bf16 ? 2 : 4); off += 64) __builtin_prefetch(p + off, 0, 3);

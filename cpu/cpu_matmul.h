@@ -73,8 +73,8 @@ typedef struct MatmulGroup {
 
 /* Every product of the list, each with its own input (a MoE layer's
  * experts): those few enough rows for the row kernels or the small-batch
- * GEMM share one parallel
- * loop (one wake-up of the pool for all of them), the others run as
+ * GEMM, and every one on the bf16 dot kernel (xb), share one parallel loop
+ * (one wake-up of the pool for all of them); the others run as
  * cpu_matmul_multi, consecutive ones sharing an input together. */
 void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count);
 

@@ -74,9 +74,9 @@ BF16 INLINE void tile(float *y, int ldy, const uint16_t *x, int ldx, const uint1
     for (; k + 32 <= K; k += 32) {
         if (pf == PF_AHEAD) {
             size_t off = wrap((size_t)k * 2 + PREFETCH_BYTES, K, nr);
-            UNROLL for (int j = 0; j < nr; j++) prefetch_weights((const char *)wr[j] + off);
+            UNROLL for (int j = 0; j < nr; j++) prefetch_l2((const char *)wr[j] + off);
         } else if (pf == PF_NEXT_STRIP) {
-            UNROLL for (int j = 0; j < nr; j++) prefetch_weights(wr[j] + (size_t)nr * K + k);
+            UNROLL for (int j = 0; j < nr; j++) prefetch_l2(wr[j] + (size_t)nr * K + k);
         }
         __m512i wv[NR];
         UNROLL for (int j = 0; j < nr; j++) wv[j] = _mm512_loadu_si512(wr[j] + k);
@@ -139,8 +139,8 @@ BF16 INLINE void row(float *y, const uint16_t *x, const uint16_t *w, int K, int 
     int k = 0;
     for (; k + 32 <= K; k += 32) {
         if ((k & 63) == 0) {
-            prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES);
-            prefetch_weights((const char *)(wr + k) + ROW_PREFETCH_BYTES + 64);
+            prefetch_l2((const char *)(wr + k) + ROW_PREFETCH_BYTES);
+            prefetch_l2((const char *)(wr + k) + ROW_PREFETCH_BYTES + 64);
         }
         acc = dot(acc, _mm512_loadu_si512(x + k), _mm512_loadu_si512(wr + k));
     }

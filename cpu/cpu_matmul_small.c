@@ -72,7 +72,7 @@ AVX512 INLINE void tile512(float *y, int ldy, const float *x, int ldx, const voi
         /* One 64-byte line per row every 32 bf16 (16 f32) weights. */
         if (pf && (!bf16 || (k & 31) == 0)) {
             size_t off = (size_t)k * esz + PREFETCH_BYTES;
-            UNROLL for (int j = 0; j < NR; j++) prefetch_weights(wb + base[j] * esz + wrap(off, K, NR, esz));
+            UNROLL for (int j = 0; j < NR; j++) prefetch_l2(wb + base[j] * esz + wrap(off, K, NR, esz));
         }
         __m512 wv[NR512];
         UNROLL for (int j = 0; j < NR; j++) wv[j] = widen16(w, bf16, base[j] + k);
@@ -165,7 +165,7 @@ AVX2 INLINE void tile256(float *y, int ldy, const float *x, int ldx, const void 
         /* One 64-byte line per row every 32 bf16 (16 f32) weights. */
         if (pf && (k & (bf16 ? 31 : 15)) == 0) {
             size_t off = (size_t)k * esz + PREFETCH_BYTES;
-            UNROLL for (int j = 0; j < NR; j++) prefetch_weights(wb + base[j] * esz + wrap(off, K, NR, esz));
+            UNROLL for (int j = 0; j < NR; j++) prefetch_l2(wb + base[j] * esz + wrap(off, K, NR, esz));
         }
         __m256 wv[NR256];
         UNROLL for (int j = 0; j < NR; j++) wv[j] = widen8(w, bf16, base[j] + k);

@@ -19,8 +19,9 @@
 
 #define SIMD_INLINE static inline __attribute__((always_inline))
 
-/* Software prefetch of the weights that the small-batch GEMM and the bf16
- * dot kernel stream from memory: into L2 (prefetcht1), not L1. Measured on
+/* Software prefetch of what the small-batch GEMM and the bf16 dot kernel
+ * (weights) and the decode attention (K/V rows) stream from memory: into
+ * L2 (prefetcht1), not L1. Measured on
  * Zen 4 with `bench --matmul`, alternating builds: 4-row GEMMs 1.5x faster
  * (lm_head 14.0 -> 8.1 ms AVX2, 11.9 -> 7.9 ms AVX-512: at the memory read
  * rate), 16 rows 10-35% faster, 64 rows up to 8%, the bf16 kernel's
@@ -28,7 +29,7 @@
  * buffers for the whole DRAM latency. The float32 row kernels
  * (cpu_matmul.c) keep L1 prefetches: there L2 ones measured slower at 2
  * rows of K >= 2048 and no better at 1. */
-#define prefetch_weights(addr) __builtin_prefetch((addr), 0, 2)
+#define prefetch_l2(addr) __builtin_prefetch((addr), 0, 2)
 
 /* Element i of a bf16 (bf16 != 0) or float32 array, as float32. */
 SIMD_INLINE float widen_at(const void *base, int bf16, size_t i) {
