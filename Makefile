@@ -1,6 +1,7 @@
 # nanovllm - build, test, sanitizers, benchmark.
 #
-#   make              build/nanovllm (server/) and build/libnanovllm.a (engine/, cpu/, cuda/)
+#   make              build/nanovllm (cli/, server/) and build/libnanovllm.a (every other room:
+#                     base/ text/ structured/ chat/ model/ engine/ cpu/ cuda/)
 #   make test         the Criterion suite (and the binary it drives)
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
@@ -19,13 +20,13 @@ CUDA    ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 WARN     = -Wall -Wextra -Werror
-# Includes across folders name the path from the repository root ("engine/base/error.h").
+# Includes across folders name the path from the repository root ("base/error.h").
 CFLAGS  += -std=c11 -D_GNU_SOURCE -O3 -g -pthread -I. $(WARN) -MMD -MP $(EXTRA_CFLAGS)
 LDLIBS   = -lmicrohttpd -luv -ljansson -lpcre2-8 -lutf8proc -lopenblas -lxxhash -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
-LIB_SRC  = $(wildcard engine/*.c engine/*/*.c cpu/*.c)
-BIN_SRC  = $(wildcard server/*.c server/*/*.c)
+LIB_SRC  = $(wildcard base/*.c text/*/*.c structured/*.c chat/*.c chat/*/*.c model/*.c engine/*.c cpu/*.c)
+BIN_SRC  = $(wildcard server/*/*.c cli/*.c cli/*/*.c)
 TEST_SRC = $(wildcard tests/*.c)
 
 ifeq ($(CUDA),1)
@@ -42,8 +43,6 @@ endif
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 BIN_OBJ  = $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
-# The server's pieces that tests link directly (they are not in the library).
-PARSER_OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/chat_output/*.c))
 
 .PHONY: all test asan bench fuzz docker-test clean
 
@@ -65,7 +64,7 @@ $(BUILD)/libnanovllm.a: $(LIB_OBJ)
 $(BUILD)/nanovllm: $(BIN_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/test_nanovllm: $(TEST_OBJ) $(PARSER_OBJ) $(BUILD)/libnanovllm.a
+$(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcriterion $(LDLIBS) -o $@
 
 # Tests find the binary through NANOVLLM_BIN and the fixtures relative to here.
@@ -95,32 +94,30 @@ docker-test: $(BUILD)/nanovllm
 # build-fuzz/fuzz_structured, seeded with schemas, regexes and GBNF grammars,
 # each input a kind byte then the text: see tests/fuzz/fuzz_structured.c)
 FUZZ_CC  ?= clang-14
-FUZZ_SRC  = $(wildcard engine/tokenizer/*.c engine/jinja/*.c) engine/base/error.c engine/base/byte_buf.c \
-            engine/base/read_file.c
-FUZZ_HDR  = $(wildcard engine/tokenizer/*.h engine/jinja/*.h engine/base/*.h)
+FUZZ_BASE = base/error.c base/byte_buf.c base/read_file.c
+FUZZ_SRC  = $(wildcard text/tokenizer/*.c text/jinja/*.c) $(FUZZ_BASE)
+FUZZ_HDR  = $(wildcard text/tokenizer/*.h text/jinja/*.h base/*.h)
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -pthread -I. $(WARN) -fsanitize=fuzzer,address,undefined \
              -fno-sanitize-recover=all
-# token_vocab_new reads a Tokenizer: the tokenizer library, less its chat template (Jinja).
-STRUCTURED_FUZZ_SRC = $(wildcard engine/structured/*.c) \
-                      $(filter-out engine/tokenizer/chat_template.c,$(wildcard engine/tokenizer/*.c)) \
-                      engine/base/error.c engine/base/byte_buf.c engine/base/read_file.c
-CHAT_OUTPUT_FUZZ_SRC = $(wildcard server/chat_output/*.c) $(filter-out engine/tokenizer/chat_template.c,$(wildcard engine/tokenizer/*.c)) \
-                       engine/base/error.c engine/base/byte_buf.c engine/base/read_file.c
+# token_vocab_new reads a Tokenizer: the grammar engine stands on the tokenizer library.
+# Tool-call formats write grammars, so the chat-output parser brings the grammar engine too.
+STRUCTURED_FUZZ_SRC = $(wildcard structured/*.c chat/tool_calls/*.c text/tokenizer/*.c) $(FUZZ_BASE)
+CHAT_OUTPUT_FUZZ_SRC = $(wildcard chat/chat_output*.c) $(STRUCTURED_FUZZ_SRC)
 fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured build-fuzz/fuzz_chat_output
 
 build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
-build-fuzz/fuzz_jinja: tests/fuzz/fuzz_jinja.c $(wildcard engine/jinja/*.c) $(FUZZ_HDR)
+build-fuzz/fuzz_jinja: tests/fuzz/fuzz_jinja.c $(wildcard text/jinja/*.c) $(FUZZ_HDR)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_jinja.c $(wildcard engine/jinja/*.c) -ljansson -lutf8proc -lm -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_jinja.c $(wildcard text/jinja/*.c) -ljansson -lutf8proc -lm -o $@
 
-build-fuzz/fuzz_structured: tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) $(FUZZ_HDR) $(wildcard engine/structured/*.h)
+build-fuzz/fuzz_structured: tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) $(FUZZ_HDR) $(wildcard structured/*.h chat/tool_calls/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
-build-fuzz/fuzz_chat_output: tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) $(FUZZ_HDR) $(wildcard server/chat_output/*.h)
+build-fuzz/fuzz_chat_output: tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) $(FUZZ_HDR) $(wildcard chat/*.h chat/tool_calls/*.h structured/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "engine/base/error.h"
+#include "error.h"
 
 /* A regular file of at most 1 GiB: *data malloc'ed and NUL-terminated after
  * its *size bytes. Errors name the path. */

@@ -2,8 +2,8 @@
  * chat_output.c - the chat-output parser's state machine (see
  * chat_output.h): where reasoning ends, where content is, where a tool
  * call starts and stops, what is held back and what is released. The
- * bodies of tool calls are read elsewhere (hermes_tool_call.c,
- * xml_tool_call.c); this file only cuts them out.
+ * bodies of tool calls are read elsewhere (hermes.c,
+ * qwen3_xml.c); this file only cuts them out.
  *
  * Input is appended to one buffer; each feed runs the states over it and
  * keeps only what cannot be released yet: a suffix that may be the start

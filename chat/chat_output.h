@@ -36,9 +36,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/byte_buf.h"
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "base/byte_buf.h"
+#include "chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 typedef struct ChatOutputOptions {
     bool parse_reasoning; /* split <think>...</think> off (--reasoning-parser qwen3) */

@@ -1,8 +1,8 @@
 /*
  * chat_output_internal.h - what the chat-output state machine
  * (chat_output.c) asks of the files that read one tool-call body: the
- * Hermes JSON body (hermes_tool_call.c), the Qwen3-Coder XML body
- * (xml_tool_call.c), and the helpers both share (tool_call_json.c: the
+ * Hermes JSON body (hermes.c), the Qwen3-Coder XML body
+ * (qwen3_xml.c), and the helpers both share (tool_call_json.c: the
  * request's tool list and compact JSON text of the arguments).
  *
  * A body parser returns 1 with *name and *arguments (malloc'ed: the
@@ -18,7 +18,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "engine/base/byte_buf.h"
+#include "base/byte_buf.h"
 
 /* Room for a rejection's reason (the delta's rejected_reason is smaller and
  * takes a prefix of it). */

@@ -1,7 +1,7 @@
 /*
  * chat_template.c - a chat request to prompt text (see chat_template.h):
  * the request checked and shaped as vLLM shapes it, the template chosen as
- * transformers chooses it, rendered by engine/jinja, and
+ * transformers chooses it, rendered by text/jinja, and
  * continue_final_message cut as transformers cuts it.
  *
  * A folder without a template gets ChatML written as a Jinja template
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/jinja/jinja.h"
+#include "text/jinja/jinja.h"
 
 static const char CHATML_TEMPLATE[] =
     "{%- if tools %}{{ raise_exception('tools need a chat template, and the model folder has "

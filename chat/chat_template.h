@@ -1,7 +1,7 @@
 /*
  * chat_template.h - OpenAI-style chat requests to prompt text, with the
  * model folder's own chat template run by the Jinja interpreter
- * (engine/jinja), as vLLM and transformers run it.
+ * (text/jinja), as vLLM and transformers run it.
  *
  * A ChatTemplate is compiled once (at start-up, or per request for a
  * trusted per-request template) and is then read-only: any number of
@@ -24,8 +24,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "engine/base/error.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "base/error.h"
+#include "text/tokenizer/tokenizer.h"
 
 /* How a message's `content` reaches the template (vLLM's
  * --chat-template-content-format). A string stays a string in every format;

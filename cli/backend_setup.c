@@ -1,8 +1,8 @@
 /*
- * model_setup.c - checkpoint + backend choice + runner start-up, with
- * logging (see model_setup.h).
+ * backend_setup.c - checkpoint + backend choice + runner start-up, with
+ * logging (see backend_setup.h).
  */
-#include "model_setup.h"
+#include "backend_setup.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +11,7 @@
 #include "cpu/null_runner.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_runner.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 static void write_note(char *note, size_t size, const char *text) {
     if (note && size) snprintf(note, size, "%s", text);
@@ -112,3 +112,5 @@ void loaded_model_close(LoadedModel *m) {
     model_weights_free(&m->weights);
     memset(m, 0, sizeof *m);
 }
+
+const ModelLoader backend_model_loader = {loaded_model_open, loaded_model_close};

@@ -1,5 +1,5 @@
 /*
- * model_setup.h - where the program is assembled: every command that runs
+ * backend_setup.h - where the program is assembled: every command that runs
  * the model (serve, generate, bench) loads the checkpoint, chooses a backend
  * and creates its runner here, and logs what was chosen (model, device,
  * dtype, KV capacity) and how long it took. The engine itself never knows
@@ -10,15 +10,11 @@
 
 #include "engine/runner.h"
 
-typedef struct LoadedModel {
-    ModelWeights weights;
-    Runner *runner;
-    double load_seconds; /* config + checkpoint + runner creation */
-} LoadedModel;
-
 int loaded_model_open(LoadedModel *m, const char *model_dir, const RunnerOptions *opts,
                       Error *err);
 void loaded_model_close(LoadedModel *m);
+/* The two above, for the server (api_server.h). */
+extern const ModelLoader backend_model_loader;
 
 /* The runner for opts->device: "cpu", "cuda", "null" (no computation:
  * the engine's own cost), or "auto", which takes the GPU when one is usable

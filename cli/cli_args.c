@@ -12,8 +12,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "engine/base/log.h"
-#include "engine/base/read_file.h"
+#include "base/log.h"
+#include "base/read_file.h"
 
 int parse_int_arg(const char *flag, const char *text, long lo, long hi, int *out, Error *err) {
     char *end;

@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "config/defaults.h"
-#include "engine/base/byte_buf.h"
-#include "engine/base/error.h"
+#include "base/byte_buf.h"
+#include "base/error.h"
 #include "engine/runner.h"
 
 int parse_int_arg(const char *flag, const char *text, long lo, long hi, int *out, Error *err);

@@ -1,6 +1,6 @@
 /*
  * cli_bench.c - `nanovllm bench`: its flags, and which benchmark of
- * server/bench/ runs on what.
+ * cli/bench/ runs on what.
  *
  * Default (throughput, bench_throughput.h): nano-vllm's bench.py workload
  * through the engine; with --device null, the engine's own cost per step.
@@ -19,12 +19,12 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "config/defaults.h"
-#include "server/bench/bench_attention.h"
-#include "server/bench/bench_latency.h"
-#include "server/bench/bench_matmul.h"
-#include "server/bench/bench_structured.h"
-#include "server/bench/bench_throughput.h"
-#include "server/model_setup.h"
+#include "cli/bench/bench_attention.h"
+#include "cli/bench/bench_latency.h"
+#include "cli/bench/bench_matmul.h"
+#include "cli/bench/bench_structured.h"
+#include "cli/bench/bench_throughput.h"
+#include "backend_setup.h"
 
 /* Rows of --structured's generation comparison unless --num-seqs says. */
 #define STRUCTURED_BENCH_NUM_SEQS 32

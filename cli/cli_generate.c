@@ -8,7 +8,7 @@
  * chat (--chat: a chat request's JSON) is rendered with the model's chat
  * template first, and --json then also shows each answer as the server's
  * message would: content, reasoning_content and tool_calls
- * (server/chat_output/).
+ * (chat/).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -24,11 +24,11 @@
 #include "commands.h"
 #include "config/defaults.h"
 #include "engine/engine.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/base/read_file.h"
-#include "engine/tokenizer/chat_template.h"
-#include "server/chat_output/chat_output.h"
-#include "server/model_setup.h"
+#include "text/tokenizer/tokenizer.h"
+#include "base/read_file.h"
+#include "chat/chat_template.h"
+#include "chat/chat_output.h"
+#include "backend_setup.h"
 
 static const char USAGE[] =
     "usage: nanovllm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --chat FILE) [options]\n";

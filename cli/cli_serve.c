@@ -11,8 +11,9 @@
 #include <string.h>
 
 #include "cli_args.h"
+#include "backend_setup.h"
 #include "commands.h"
-#include "server/api_server.h"
+#include "server/openai/api_server.h"
 
 static const char USAGE[] = "usage: nanovllm serve --model DIR [options]\n";
 
@@ -61,7 +62,8 @@ int command_serve(int argc, char **argv) {
         {"reasoning-parser", required_argument, 0, 'R'}, {"tool-call-parser", required_argument, 0, 'P'},
         {"enable-auto-tool-choice", no_argument, 0, 'A'}, {"scheduling-policy", required_argument, 0, 'S'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
-    ApiServerOptions o = {.host = DEFAULT_HOST,
+    ApiServerOptions o = {.loader = backend_model_loader,
+                          .host = DEFAULT_HOST,
                           .port = DEFAULT_PORT,
                           .max_queued_requests = DEFAULT_MAX_QUEUED_REQUESTS,
                           .max_body_bytes = (size_t)DEFAULT_MAX_BODY_MIB << 20,

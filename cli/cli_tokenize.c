@@ -17,11 +17,11 @@
 
 #include "cli_args.h"
 #include "commands.h"
-#include "engine/base/byte_buf.h"
-#include "engine/base/log.h"
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "server/bench/bench_tokenizer.h"
+#include "base/byte_buf.h"
+#include "base/log.h"
+#include "chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
+#include "cli/bench/bench_tokenizer.h"
 
 static const char USAGE[] =
     "usage: nanovllm tokenize --model DIR [--chat [--chat-template FILE|TEXT]] [--json] < input\n";

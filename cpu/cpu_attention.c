@@ -28,9 +28,9 @@
 #include "cpu_attention_decode.h"
 #include "cpu_matmul_bf16.h"
 #include "cpu_ops.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/base/half.h"
-#include "engine/base/row_max.h"
+#include "base/cpu_isa.h"
+#include "base/half.h"
+#include "base/row_max.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -17,8 +17,8 @@
 
 #include "cpu_ops.h"
 #include "cpu_simd.h"
-#include "engine/base/half.h"
-#include "engine/base/row_max.h"
+#include "base/half.h"
+#include "base/row_max.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

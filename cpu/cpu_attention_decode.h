@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/base/cpu_isa.h"
+#include "base/cpu_isa.h"
 
 /* Where one KV head's keys and values are, in the CPU cache's head-major
  * blocks ([num_blocks, num_kv_heads, block_size, head_dim]): the row of

@@ -30,7 +30,7 @@
 #include "cpu_matmul_bf16.h"
 #include "cpu_matmul_small.h"
 #include "cpu_simd.h"
-#include "engine/base/half.h"
+#include "base/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -28,8 +28,8 @@
 #include <stdbool.h>
 
 #include "thread_pool.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/model/model_weights.h"
+#include "base/cpu_isa.h"
+#include "model/model_weights.h"
 
 typedef struct CpuMatmul CpuMatmul;
 

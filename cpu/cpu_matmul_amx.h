@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model/model_weights.h"
+#include "model/model_weights.h"
 
 /* Shapes the tile kernel handles: bf16 weights, rows % 16 == 0, cols % 32 == 0. */
 bool amx_supports(const Weight *w);

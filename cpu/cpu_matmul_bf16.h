@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/cpu_isa.h"
+#include "base/cpu_isa.h"
 
 /* y[m * ldy + n] = sum_k x[m * ldx + k] * w[n * K + k] for m in [0, M) and
  * n in [n0, n1); x and w are bf16, sums in float32. */

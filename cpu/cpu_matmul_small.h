@@ -14,8 +14,8 @@
 #ifndef NANOVLLM_CPU_MATMUL_SMALL_H
 #define NANOVLLM_CPU_MATMUL_SMALL_H
 
-#include "engine/base/cpu_isa.h"
-#include "engine/model/model_weights.h"
+#include "base/cpu_isa.h"
+#include "model/model_weights.h"
 
 /* y[m * ldy + n] = sum_k x[m * ldx + k] * w[n * K + k] for m in [0, M),
  * n in [n0, n1): the same contract as the row kernels of cpu_matmul.c. */

@@ -23,7 +23,7 @@
 
 #include "cpu_matmul.h"
 #include "thread_pool.h"
-#include "engine/model/model_weights.h"
+#include "model/model_weights.h"
 
 typedef struct CpuMoe CpuMoe;
 

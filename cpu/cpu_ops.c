@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "cpu_simd.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/base/half.h"
+#include "base/cpu_isa.h"
+#include "base/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model/model_weights.h"
+#include "model/model_weights.h"
 
 /* out = x / sqrt(mean(x^2) + eps) * w over n values; out may alias x. */
 void rmsnorm(float *out, const float *x, const float *w, int n, float eps);

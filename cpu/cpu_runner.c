@@ -25,9 +25,9 @@
 #include "cpu_ops.h"
 #include "cpu_weights.h"
 #include "thread_pool.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/base/half.h"
-#include "engine/base/log.h"
+#include "base/cpu_isa.h"
+#include "base/half.h"
+#include "base/log.h"
 
 /* Where a step's time goes, kept when NANOVLLM_PROFILE is set and printed
  * when the runner is destroyed (for tuning; see cpu/PERFORMANCE.md). */

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/half.h"
+#include "base/half.h"
 
 #define SIMD_INLINE static inline __attribute__((always_inline))
 

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 
 #include "thread_pool.h"
-#include "engine/model/model_weights.h"
+#include "model/model_weights.h"
 
 typedef struct CpuWeights {
     LayerWeights *layers;   /* the model's layers with matrices repointed */

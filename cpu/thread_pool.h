@@ -10,7 +10,7 @@
 #ifndef NANOVLLM_THREAD_POOL_H
 #define NANOVLLM_THREAD_POOL_H
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 typedef struct ThreadPool ThreadPool;
 

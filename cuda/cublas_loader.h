@@ -15,7 +15,7 @@
 #include <cublas_api.h>
 
 extern "C" {
-#include "engine/base/error.h"
+#include "base/error.h"
 }
 
 typedef struct CublasApi {

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 typedef struct CudaAttentionBench {
     char device[128];

@@ -12,7 +12,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "engine/base/error.h"
+#include "base/error.h"
 }
 
 static inline int cuda_fail(Error *err, const char *what, cudaError_t code) {

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 #ifdef __cplusplus
 extern "C" {

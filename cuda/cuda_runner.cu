@@ -40,7 +40,7 @@
 #include "cuda_weights.h"
 
 extern "C" {
-#include "engine/base/log.h"
+#include "base/log.h"
 #include "engine/sampler.h"
 }
 

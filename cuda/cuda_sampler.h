@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#include "engine/base/error.h"
+#include "base/error.h"
 #include "engine/sampler.h"
 
 /* One row's sampling parameters, as the kernel reads them. */

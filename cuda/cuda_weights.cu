@@ -15,9 +15,9 @@
 #include "cuda_kernels.h"
 
 extern "C" {
-#include "engine/base/half.h"
+#include "base/half.h"
 }
-#include "engine/model/dummy_weights.h"
+#include "model/dummy_weights.h"
 
 #define ALIGN 256
 #define CONVERT_SLICE (1u << 22) /* values per f32 -> bf16 slice */

@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#include "engine/model/model_weights.h"
+#include "model/model_weights.h"
 
 typedef struct CudaLayerWeights {
     float *input_norm, *post_attention_norm; /* [hidden] */

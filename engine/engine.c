@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "scheduler.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 typedef struct Request {
     uint64_t id;

@@ -33,8 +33,8 @@
 #include "runner.h"
 #include "sampling_params.h"
 #include "scheduler.h"
-#include "engine/structured/constraint.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "structured/constraint.h"
+#include "text/tokenizer/tokenizer.h"
 
 typedef enum FinishReason {
     FINISH_NONE,   /* not finished */
@@ -77,7 +77,7 @@ typedef struct EngineRequest {
     const char *const *stop;
     int num_stop;
     bool keep_special_tokens; /* in the text; default: left out, as HF's skip_special_tokens */
-    /* Structured outputs (engine/structured/constraint.h): every sample's
+    /* Structured outputs (structured/constraint.h): every sample's
      * tokens are masked to the constraint, which the engine references for
      * the request's life. NULL: free text. constraint_after: a token id
      * after which the constraint starts (a reasoning model's </think>), or

@@ -2,7 +2,7 @@
  * runner.c - what every backend shares: default options, their resolution
  * against the model, and the checks of a batch. Which backend runs is not
  * decided here: the program that assembles engine and backends chooses
- * (server/model_setup.c).
+ * (cli/backend_setup.c).
  */
 #include "runner.h"
 

@@ -10,7 +10,7 @@
  * numbers. Sampling happens inside the runner (logits never leave the
  * device), with the semantics of sampler.h. Both backends (cpu/ and cuda/)
  * fill the same vtable, so nothing above this file knows which one runs; the
- * program that assembles them chooses (server/model_setup.c).
+ * program that assembles them chooses (cli/backend_setup.c).
  *
  * KV blocks (both backends): the token at position p of a sequence lives
  * at offset p % block_size of block block_table[p / block_size]. Inside a
@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "sampler.h"
-#include "engine/model/model_weights.h"
+#include "model/model_weights.h"
 
 typedef struct RunnerSeq {
     const int32_t *tokens;      /* the new tokens of this step */
@@ -80,7 +80,7 @@ typedef struct RunnerOptions {
     int num_threads;               /* CPU threads, 0 = one per core */
     KvCacheDtype kv_cache_dtype;   /* auto (default), bf16 or f32 (CUDA: bf16 only) */
     ComputeDtype dtype;            /* auto (default), bf16 or f32 (CUDA: bf16 only) */
-    /* Where the weights come from, for whoever loads them (server/model_setup.c),
+    /* Where the weights come from, for whoever loads them (cli/backend_setup.c),
      * not the backends: "auto" (the checkpoint) or "dummy" (random, from
      * config.json alone: model_weights_load_dummy), as vLLM's --load-format. */
     const char *load_format;
@@ -131,5 +131,19 @@ void runner_destroy(Runner *r);
 /* Checks a batch against the model and the runner's limits; both backends
  * call it first, so a bad batch is an error and never an out-of-bounds access. */
 int runner_validate_batch(const Runner *r, const RunnerBatch *batch, Error *err);
+
+/* A checkpoint and the runner made for it. Which backend makes it is the
+ * program's choice (cli/backend_setup.h: serve, generate and bench); the
+ * server is handed the loader, so it depends on no backend. */
+typedef struct LoadedModel {
+    ModelWeights weights;
+    Runner *runner;
+    double load_seconds; /* config + checkpoint + runner creation */
+} LoadedModel;
+
+typedef struct ModelLoader {
+    int (*open)(LoadedModel *m, const char *model_dir, const RunnerOptions *opts, Error *err);
+    void (*close)(LoadedModel *m); /* also after a failed open */
+} ModelLoader;
 
 #endif

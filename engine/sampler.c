@@ -21,8 +21,8 @@
 
 #include "philox.h"
 #include "sampler_math.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/base/row_max.h"
+#include "base/cpu_isa.h"
+#include "base/row_max.h"
 
 int sampler_scratch_init(SamplerScratch *s, int vocab, Error *err) {
     memset(s, 0, sizeof *s);

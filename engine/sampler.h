@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #include "sampling_params.h"
-#include "engine/base/error.h"
+#include "base/error.h"
 
 /* What the sampler needs to know about the sequence besides its logits. */
 typedef struct SampleInput {

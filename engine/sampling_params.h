@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 #define MAX_TOP_LOGPROBS 20 /* OpenAI's limit for top_logprobs */
 #define MAX_STOP_TOKEN_IDS 64

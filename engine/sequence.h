@@ -13,9 +13,9 @@
 
 #include "block_manager.h"
 #include "sampling_params.h"
-#include "engine/base/byte_buf.h"
-#include "engine/structured/token_matcher.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "base/byte_buf.h"
+#include "structured/token_matcher.h"
+#include "text/tokenizer/tokenizer.h"
 
 typedef enum SeqStatus { SEQ_WAITING, SEQ_RUNNING, SEQ_FINISHED } SeqStatus;
 

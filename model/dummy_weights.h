@@ -39,7 +39,7 @@ DUMMY_FN float dummy_value(uint64_t key, uint64_t i, float amplitude) {
     return u * amplitude;                         /* one rounding */
 }
 
-/* bf16 of a float, round to nearest even (engine/base/half.h's rule; no NaN here). */
+/* bf16 of a float, round to nearest even (base/half.h's rule; no NaN here). */
 DUMMY_FN uint16_t dummy_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);

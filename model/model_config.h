@@ -16,7 +16,7 @@
 
 #include <stdbool.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 #define MODEL_MAX_EOS_IDS 8
 #define MODEL_MAX_LAYERS 1024

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "dummy_weights.h"
-#include "engine/base/half.h"
+#include "base/half.h"
 
 static void *own(ModelWeights *w, size_t bytes, Error *err) {
     void **owned = realloc(w->owned, sizeof *owned * (size_t)(w->num_owned + 1));

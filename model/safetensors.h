@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 #define TENSOR_MAX_DIMS 8
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""gen_special_casing.py - writes engine/jinja/jinja_special_casing.h: the code
+"""gen_special_casing.py - writes text/jinja/jinja_special_casing.h: the code
 points whose Python str.upper()/title() is more than one code point (Unicode's
 unconditional SpecialCasing.txt mappings: "ß".upper() == "SS"). utf8proc maps one
 code point to one, so the interpreter looks these up first. U+0130's lower() and
 the final sigma are handled in jinja_strings.c.
 
-    python3 scripts/gen_special_casing.py > engine/jinja/jinja_special_casing.h
+    python3 scripts/gen_special_casing.py > text/jinja/jinja_special_casing.h
 """
 import unicodedata
 

@@ -7,7 +7,7 @@ transformers uses for chat templates (or the fact that it raises).
 
 Needs Jinja2 (any 3.1.x; not a dependency of the build or the tests: the
 test reads the file). tests/test_jinja.c renders every case with
-engine/jinja and compares byte for byte; for a raising case it expects an
+text/jinja and compares byte for byte; for a raising case it expects an
 error whose message contains `error` (Python's own message, when the
 interpreter words it the same, else a chosen part of it).
 """

@@ -13,7 +13,7 @@
 #include "gbnf.h"
 #include "json_schema.h"
 #include "regex.h"
-#include "tool_calls.h"
+#include "chat/tool_calls/forced_calls.h"
 
 #define MAX_CHOICES 10000
 

@@ -1,6 +1,6 @@
 /*
  * constraint.h - what a request asks its output to match, compiled once and
- * shared: the front door of engine/structured/.
+ * shared: the front door of structured/.
  *
  * A constraint is one of: a JSON Schema, any JSON object, a regular
  * expression, a list of choices, a GBNF grammar, tool calls. constraint_cache_get()
@@ -26,7 +26,7 @@ typedef enum ConstraintKind {
     CONSTRAINT_REGEX,       /* text: the pattern; the whole output matches it */
     CONSTRAINT_CHOICE,      /* text: a JSON array of strings; the output is one of them */
     CONSTRAINT_GRAMMAR,     /* text: GBNF */
-    CONSTRAINT_TOOL_CALLS,  /* text: a tool-call spec, JSON (tool_calls.h) */
+    CONSTRAINT_TOOL_CALLS,  /* text: a tool-call spec, JSON (forced_calls.h) */
 } ConstraintKind;
 
 typedef struct Constraint Constraint;

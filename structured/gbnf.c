@@ -9,8 +9,8 @@
  * ever collide with one written later in the text. Line numbers are counted
  * only when an error needs one.
  */
-#include "engine/structured/gbnf.h"
-#include "engine/tokenizer/utf8.h"
+#include "gbnf.h"
+#include "text/tokenizer/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  */
 #include "grammar_internal.h"
 
-#include "engine/tokenizer/utf8.h"
+#include "text/tokenizer/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>

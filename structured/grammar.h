@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 typedef struct Grammar Grammar;
 typedef int32_t GExpr; /* an expression of one Grammar; G_ERROR after a failure */

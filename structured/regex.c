@@ -10,8 +10,8 @@
  * same text differently ([]a], {,3}, \0 followed by a digit) the pattern is
  * refused too: we cannot know which one the caller meant.
  */
-#include "engine/structured/regex.h"
-#include "engine/tokenizer/utf8.h"
+#include "regex.h"
+#include "text/tokenizer/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>

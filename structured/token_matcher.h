@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "grammar.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 /* The bytes of every token id, sorted for prefix walks. Immutable, shared. */
 typedef struct TokenVocab TokenVocab;

@@ -15,7 +15,7 @@
 
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_kernels.h"
-#include "engine/base/half.h"
+#include "base/half.h"
 
 static inline void require_gpu(void) {
     char why[256];

@@ -12,7 +12,7 @@
 
 #include "cpu/cpu_runner.h"
 #include "engine/runner.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 #define TINY_MODEL "tests/fixtures/tiny-qwen3"
 #define TINY_GOLDEN "tests/fixtures/tiny-qwen3-golden"

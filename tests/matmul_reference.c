@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "engine/base/half.h"
+#include "base/half.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 

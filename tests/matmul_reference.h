@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
-#include "engine/base/cpu_isa.h"
-#include "engine/model/model_weights.h"
+#include "base/cpu_isa.h"
+#include "model/model_weights.h"
 
 /* Uniform in [-1, 1) from a fixed xorshift64 sequence. */
 float matmul_uniform(void);

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/structured/grammar.h"
+#include "structured/grammar.h"
 
 #define STRS(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define EXPRS(...) ((GExpr[]){__VA_ARGS__}), (int)(sizeof((GExpr[]){__VA_ARGS__}) / sizeof(GExpr))

@@ -1,5 +1,5 @@
 /*
- * test_chat_output.c - the chat-output parser (server/chat_output/): a
+ * test_chat_output.c - the chat-output parser (chat/): a
  * table of answers, each with the reasoning, content, tool calls and
  * rejections it must give, checked whole and then cut every way a stream
  * can cut it (two pieces at every byte, one byte per feed, random cuts,
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "server/chat_output/chat_output.h"
+#include "chat/chat_output.h"
 
 /* ---- the table ------------------------------------------------------------ */
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "helpers.h"
 
 static Tokenizer *tok;

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "helpers.h"
 
 #define TEMPLATES "tests/fixtures/chat-templates"

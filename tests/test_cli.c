@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/base/cpu_isa.h"
+#include "base/cpu_isa.h"
 #include "helpers.h"
 #include "cuda/cuda_device.h"
 

@@ -14,8 +14,8 @@
 
 #include "cpu/cpu_attention.h"
 #include "cpu/cpu_attention_decode.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/base/half.h"
+#include "base/cpu_isa.h"
+#include "base/half.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float uniform(void) { /* xorshift64, uniform in [-1, 1) */

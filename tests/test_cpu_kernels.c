@@ -13,9 +13,9 @@
 #include "cpu/cpu_matmul.h"
 #include "cpu/cpu_matmul_amx.h"
 #include "cpu/cpu_ops.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/base/half.h"
-#include "engine/base/row_max.h"
+#include "base/cpu_isa.h"
+#include "base/half.h"
+#include "base/row_max.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float uniform(void) { /* xorshift64, uniform in [-1, 1) */

@@ -13,7 +13,7 @@
 
 #include "cpu/cpu_matmul.h"
 #include "cpu/cpu_matmul_bf16.h"
-#include "engine/base/half.h"
+#include "base/half.h"
 #include "matmul_reference.h"
 
 /* Relative to sum |x w|: the float32 kernels meet 5e-7; vdpbf16ps rounds

@@ -15,7 +15,7 @@
 #include "helpers.h"
 #include "cpu/cpu_runner.h"
 #include "engine/engine.h"
-#include "engine/structured/constraint.h"
+#include "structured/constraint.h"
 
 #define MAX_SAMPLES 3
 #define MAX_OUT 80

@@ -15,7 +15,7 @@
 #include "cpu/cpu_runner.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
-#include "engine/structured/gbnf.h"
+#include "structured/gbnf.h"
 
 #define MAX_SAMPLES 4
 #define MAX_OUT 96

@@ -1,5 +1,5 @@
 /*
- * test_gbnf.c - GBNF text into grammars (engine/structured/gbnf.h), through
+ * test_gbnf.c - GBNF text into grammars (structured/gbnf.h), through
  * the public path: text -> Grammar -> grammar_compile -> matching whole
  * texts. Real grammars (JSON, arithmetic), each construct of the dialect,
  * and errors with the line they point at.
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/structured/gbnf.h"
+#include "structured/gbnf.h"
 
 #define TEXTS(...) ((const char *const[]){__VA_ARGS__, NULL})
 

@@ -1,5 +1,5 @@
 /*
- * test_grammar_compile.c - the grammar compiler (engine/structured/grammar.h)
+ * test_grammar_compile.c - the grammar compiler (structured/grammar.h)
  * through compiled_grammar_match, the base of the token-mask oracle in
  * test_token_matcher.c: random grammars against an independent Earley
  * recognizer, hand-written predicates, equivalent grammars written
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/structured/grammar.h"
+#include "structured/grammar.h"
 #include "structured_test_helpers.h"
 
 /* ---- an independent Earley recognizer ------------------------------------------ */

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/jinja/jinja.h"
+#include "text/jinja/jinja.h"
 #include "helpers.h"
 
 #define JINJA_CASES "tests/fixtures/jinja/cases.jsonl"

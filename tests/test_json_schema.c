@@ -1,5 +1,5 @@
 /*
- * test_json_schema.c - JSON Schema into grammars (engine/structured/json_schema.h),
+ * test_json_schema.c - JSON Schema into grammars (structured/json_schema.h),
  * through the public path: schema text -> Grammar -> grammar_compile ->
  * matching whole JSON texts. Each keyword with texts it must accept and
  * texts it must refuse; integer and number ranges checked exhaustively
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/structured/json_schema.h"
+#include "structured/json_schema.h"
 
 #define TEXTS(...) ((const char *const[]){__VA_ARGS__, NULL})
 

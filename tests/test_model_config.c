@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "engine/model/model_config.h"
+#include "model/model_config.h"
 
 #define BASE_FIELDS                                                                               \
     "\"model_type\": \"qwen3\", \"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 1000, " \

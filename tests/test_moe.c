@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cpu/cpu_moe.h"
-#include "engine/base/half.h"
+#include "base/half.h"
 #include "engine/engine.h"
 #include "helpers.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_regex.c - regular expressions into grammars (engine/structured/regex.h),
+ * test_regex.c - regular expressions into grammars (structured/regex.h),
  * through the public path: pattern -> Grammar -> grammar_compile -> matching
  * whole texts. Each construct with texts it must and must not match, both
  * modes (full match and JSON Schema's search), both encodings (UTF-8 and
@@ -9,7 +9,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "engine/structured/regex.h"
+#include "structured/regex.h"
 
 #define TEXTS(...) ((const char *const[]){__VA_ARGS__, NULL})
 

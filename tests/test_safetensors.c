@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "engine/base/half.h"
-#include "engine/model/safetensors.h"
+#include "base/half.h"
+#include "model/safetensors.h"
 
 static char *dir;
 static void setup(void) { dir = make_temp_dir(); }

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "sampler_cases.h"
-#include "engine/base/cpu_isa.h"
+#include "base/cpu_isa.h"
 #include "engine/philox.h"
 #include "engine/sampler.h"
 #include "engine/sampler_math.h"

@@ -1,5 +1,5 @@
 /*
- * test_token_matcher.c - token masks (engine/structured/token_matcher.h)
+ * test_token_matcher.c - token masks (structured/token_matcher.h)
  * against a brute-force oracle.
  *
  * The oracle: after the text P accepted so far, a token with bytes b is
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/structured/grammar.h"
-#include "engine/structured/token_matcher.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "structured/grammar.h"
+#include "structured/token_matcher.h"
+#include "text/tokenizer/tokenizer.h"
 #include "structured_test_helpers.h"
 
 /* ---- text buffers ---------------------------------------------------------- */

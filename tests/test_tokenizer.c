@@ -13,12 +13,12 @@
 #include <utf8proc.h>
 
 #include "helpers.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/tokenizer_internal.h"
-#include "engine/tokenizer/unicode9_assigned.h"
-#include "engine/tokenizer/unicode_nfc.h"
-#include "engine/tokenizer/unicode_props.h"
-#include "engine/tokenizer/utf8.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer_internal.h"
+#include "text/tokenizer/unicode9_assigned.h"
+#include "text/tokenizer/unicode_nfc.h"
+#include "text/tokenizer/unicode_props.h"
+#include "text/tokenizer/utf8.h"
 
 static uint64_t rng_state;
 static uint32_t rnd(uint32_t n) {

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 #include "helpers.h"
 
 static bool ids_equal(const int32_t *ids, size_t n, json_t *want) {

@@ -11,10 +11,10 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "engine/tokenizer/bpe.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/tokenizer_internal.h"
-#include "engine/tokenizer/utf8.h"
+#include "text/tokenizer/bpe.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer_internal.h"
+#include "text/tokenizer/utf8.h"
 
 /* The 256 byte tokens (ids 0..255, GPT-2 alphabet), then merges:
  * h+e=he 256, l+l=ll 257, he+ll=hell 258, Ġ+w=Ġw 259, hell+o=hello 260, 1+2=12 261. */

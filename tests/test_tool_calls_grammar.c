@@ -1,6 +1,6 @@
 /*
  * test_tool_calls_grammar.c - the grammar of forced tool calls
- * (engine/structured/tool_calls.h) through compiled_grammar_match: the
+ * (chat/tool_calls/forced_calls.h) through compiled_grammar_match: the
  * texts a chat template's format allows (Hermes JSON, Qwen3-Coder XML),
  * one call or several, and the ones it must refuse (an unknown function,
  * arguments outside the schema, a second call when one is asked, a
@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "engine/structured/tool_calls.h"
+#include "chat/tool_calls/forced_calls.h"
 #include "structured_test_helpers.h"
 
 static const char SPEC_TOOLS[] =

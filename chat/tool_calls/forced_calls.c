@@ -1,16 +1,16 @@
 /*
- * tool_calls.c - the grammar of forced tool calls (see tool_calls.h): the
+ * forced_calls.c - the grammar of forced tool calls (see forced_calls.h): the
  * fixed text of the call format around each tool's arguments, which the
  * JSON Schema compiler (json_schema.h) builds, one rule per tool, in the
  * same grammar.
  */
-#include "tool_calls.h"
+#include "forced_calls.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_schema.h"
+#include "structured/json_schema.h"
 
 #define MAX_TOOLS 256
 

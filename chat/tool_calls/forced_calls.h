@@ -1,5 +1,5 @@
 /*
- * tool_calls.h - tool_choice "required" or a named function as a grammar:
+ * forced_calls.h - tool_choice "required" or a named function as a grammar:
  * the answer is one or more tool calls written the way the chat template
  * taught the model to write them, each naming one of the offered
  * functions, with arguments its JSON Schema accepts.
@@ -23,7 +23,7 @@
 
 #include <jansson.h>
 
-#include "grammar.h"
+#include "structured/grammar.h"
 
 /* Defines the rules and sets the root; 0, or -1 with grammar_error(g). */
 int tool_calls_to_grammar(Grammar *g, const json_t *spec);

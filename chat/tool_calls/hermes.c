@@ -1,5 +1,5 @@
 /*
- * hermes_tool_call.c - one Hermes-style tool call body, the JSON object
+ * hermes.c - one Hermes-style tool call body, the JSON object
  * between <tool_call> and </tool_call> that Qwen3's own template (and
  * Hermes, Qwen2.5, QwQ) teaches: {"name": "...", "arguments": {...}}.
  *
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_output_internal.h"
+#include "chat/chat_output_internal.h"
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 

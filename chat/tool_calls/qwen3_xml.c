@@ -1,5 +1,5 @@
 /*
- * xml_tool_call.c - one Qwen3-Coder tool call body, the XML-like text
+ * qwen3_xml.c - one Qwen3-Coder tool call body, the XML-like text
  * between <tool_call> and </tool_call> that Qwen3-Coder's template teaches:
  *
  *     <function=NAME>
@@ -24,8 +24,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "chat_output_internal.h"
-#include "engine/tokenizer/utf8.h"
+#include "chat/chat_output_internal.h"
+#include "text/tokenizer/utf8.h"
 
 typedef struct Cursor {
     const char *p, *end;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_output_internal.h"
+#include "chat/chat_output_internal.h"
 
 const json_t *tool_call_find_function(const json_t *tools, const char *name) {
     if (!json_is_array(tools)) return NULL;

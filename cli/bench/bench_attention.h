@@ -12,7 +12,7 @@
 
 #include <stdbool.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 #include "engine/runner.h"
 
 int bench_attention(int num_seqs, int input_len, int block_size, bool json, Error *err);

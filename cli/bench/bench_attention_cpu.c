@@ -23,9 +23,9 @@
 
 #include "cpu/cpu_attention.h"
 #include "cpu/thread_pool.h"
-#include "engine/base/cpu_isa.h"
-#include "engine/base/log.h"
-#include "server/bench/bench_limits.h"
+#include "base/cpu_isa.h"
+#include "base/log.h"
+#include "bench_limits.h"
 
 enum { LAYERS = 28, HEADS = 16, KV_HEADS = 8, HEAD_DIM = 128 }; /* Qwen3-0.6B */
 #define REPS 11

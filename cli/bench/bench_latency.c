@@ -17,8 +17,8 @@
 
 #include "cpu/cpu_matmul.h"
 #include "cpu/thread_pool.h"
-#include "engine/base/log.h"
-#include "server/bench/bench_limits.h"
+#include "base/log.h"
+#include "bench_limits.h"
 
 /* ---- the machine's limits, measured in the same run ---------------------- */
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "engine/base/log.h"
+#include "base/log.h"
 
 double bench_fastest_run(ThreadPool *pool, int num_tasks, ThreadTaskFn fn, void *ctx, int passes) {
     double best = 1e30;

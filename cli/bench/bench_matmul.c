@@ -27,8 +27,8 @@
 
 #include "cpu/cpu_matmul.h"
 #include "cpu/thread_pool.h"
-#include "engine/base/log.h"
-#include "server/bench/bench_limits.h"
+#include "base/log.h"
+#include "bench_limits.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -7,7 +7,7 @@
 #ifndef NANOVLLM_BENCH_MATMUL_H
 #define NANOVLLM_BENCH_MATMUL_H
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 /* num_threads 0: one per core. Prints a table on stdout. */
 int bench_matmul(int num_threads, Error *err);

@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/base/log.h"
-#include "engine/structured/constraint.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "base/log.h"
+#include "structured/constraint.h"
+#include "text/tokenizer/tokenizer.h"
 
 #define COMPILE_RUNS 5            /* fresh compiles timed, at most... */
 #define COMPILE_BUDGET_SECONDS 3.0 /* ...and at least 3 once this much time is spent */

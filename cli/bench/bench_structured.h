@@ -1,6 +1,6 @@
 /*
  * bench_structured.h - `nanovllm bench --structured`: what structured
- * outputs (engine/structured/) cost over a model's full vocabulary.
+ * outputs (structured/) cost over a model's full vocabulary.
  *
  * Three measurements, one table: compiling a constraint (fresh, and a hit
  * in the constraint cache), the per-token mask and accept steps of a

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "bench_workload.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 typedef struct Progress {
     long output_tokens;

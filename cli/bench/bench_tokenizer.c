@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/base/byte_buf.h"
-#include "engine/base/log.h"
-#include "engine/tokenizer/pretokenizer.h"
-#include "engine/tokenizer/unicode9_assigned.h"
-#include "engine/tokenizer/utf8.h"
+#include "base/byte_buf.h"
+#include "base/log.h"
+#include "text/tokenizer/pretokenizer.h"
+#include "text/tokenizer/unicode9_assigned.h"
+#include "text/tokenizer/utf8.h"
 
 /* ---- deterministic text ---- */
 

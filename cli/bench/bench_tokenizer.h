@@ -10,9 +10,9 @@
 
 #include <jansson.h>
 
-#include "engine/base/error.h"
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "base/error.h"
+#include "chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 typedef struct TokenizerBenchArgs {
     int megabytes;          /* generated text size */

@@ -1,5 +1,5 @@
 /*
- * http_front.c - the front door (see http_front.h).
+ * connection_gate.c - the front door (see connection_gate.h).
  *
  * A waiting connection is in one of three states:
  *   WAITING  polled for readable; each wake-up peeks at what has arrived
@@ -16,7 +16,7 @@
  * The tick also enforces the header deadline and resumes accepting after
  * the process ran out of descriptors.
  */
-#include "http_front.h"
+#include "connection_gate.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -28,7 +28,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "engine/base/log.h"
+#include "base/log.h"
 
 #define TICK_MS 20
 #define LINGER_SECONDS 1.0

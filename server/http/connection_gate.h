@@ -1,5 +1,5 @@
 /*
- * http_front.h - the front door: every connection passes here before
+ * connection_gate.h - the front door: every connection passes here before
  * libmicrohttpd sees it.
  *
  * libmicrohttpd 0.9.75 draws too few lines itself: it answers a malformed
@@ -29,7 +29,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 /* ---- the header block check (pure, for the tests too) ------------------------------------ */
 

@@ -13,7 +13,7 @@
  * after on_closed. A client that disconnects while suspended gets on_closed
  * at once (the watcher), and the exchange is freed once MHD has noticed.
  *
- * MHD listens on nothing itself: the front door (http_front.c) accepts,
+ * MHD listens on nothing itself: the front door (connection_gate.c) accepts,
  * checks the header block and hands the socket over. The body deadline is
  * checked here, by a timer over the exchanges still receiving: libmicrohttpd
  * only has an idle timeout, which a body trickling a byte a minute never
@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine/base/log.h"
+#include "base/log.h"
 
 #define STREAM_BLOCK (16 * 1024)
 

@@ -19,7 +19,7 @@
  * behind it can be aborted. A client that only shut its sending side
  * (half-close, legal once the request is sent) is not gone: it still reads.
  *
- * Every connection passes the front door first (http_front.h): it is
+ * Every connection passes the front door first (connection_gate.h): it is
  * answered there if its header block is malformed, too large, too slow or
  * over the connection limit. Every response closes its connection, so
  * every request passes the front door. A body must arrive within
@@ -32,8 +32,8 @@
 #include <stddef.h>
 #include <uv.h>
 
-#include "engine/base/error.h"
-#include "http_front.h"
+#include "base/error.h"
+#include "connection_gate.h"
 
 typedef struct HttpServer HttpServer;
 typedef struct HttpExchange HttpExchange;

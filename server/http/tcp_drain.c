@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "engine/base/log.h"
+#include "base/log.h"
 
 /* The states of include/net/tcp_states.h in which our FIN awaits its ACK. */
 enum { TCP_FIN_WAIT1 = 4, TCP_LAST_ACK = 9, TCP_LISTEN = 10, TCP_CLOSING = 11 };

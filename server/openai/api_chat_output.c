@@ -1,6 +1,6 @@
 /*
  * api_chat_output.c - between the engine's text and a chat response: each
- * choice's text goes through its parser (server/chat_output/), which
+ * choice's text goes through its parser (chat/), which
  * splits reasoning and tool calls off the content, and the calls it
  * releases become OpenAI's tool_calls entries, each with a fresh id. Only
  * chats with reasoning parsing on or tools in play have a parser; other
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api_internal.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 int api_chat_output_begin(ApiRequest *r) {
     if (r->kind != API_CHAT) return 0;

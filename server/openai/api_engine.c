@@ -9,7 +9,7 @@
  * both under events_lock, the only lock here - and wakes the loop with
  * uv_async_send. The loop takes the whole dirty list at once, brings each
  * request's counts and metrics up to date with its events and hands them to
- * the response writer (api_response.c). Choices are numbered
+ * the response writer (api_send.c). Choices are numbered
  * prompt * n + sample, as OpenAI numbers them.
  */
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 
 #include "api_internal.h"
 #include "config/defaults.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 /* ---- submission (loop) ---------------------------------------------------------------------- */
 

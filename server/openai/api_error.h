@@ -10,7 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 typedef struct ApiError {
     unsigned status;  /* HTTP status */

@@ -17,7 +17,7 @@
  *   api_engine.c    (loop)        max_tokens settled, submitted to the engine;
  *                   (engine)      each output copied into an event, loop woken;
  *                   (loop)        events replayed onto their requests;
- *   api_response.c  (loop)        SSE chunks, or the whole body at the end;
+ *   api_send.c  (loop)        SSE chunks, or the whole body at the end;
  *   api_request.c   (loop)        the request freed once its client is done.
  * /tokenize and /detokenize (api_tokenize.c) stop after preparation.
  */
@@ -32,16 +32,15 @@
 #include "api_error.h"
 #include "api_parse.h"
 #include "api_server.h"
-#include "http_server.h"
+#include "server/http/http_server.h"
 #include "metrics.h"
-#include "model_setup.h"
-#include "openai_response.h"
-#include "chat_output/chat_output.h"
-#include "engine/base/byte_buf.h"
+#include "openai_json.h"
+#include "chat/chat_output.h"
+#include "base/byte_buf.h"
 #include "engine/engine.h"
-#include "engine/structured/constraint.h"
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "structured/constraint.h"
+#include "chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 typedef enum Route {
     ROUTE_NONE,
@@ -228,7 +227,7 @@ void api_abort(ApiRequest *r);                               /* loop: the client
 void api_on_engine_output(const EngineOutput *o, void *user); /* engine thread */
 void api_on_wake(uv_async_t *wake);                           /* loop: replays the events */
 
-/* api_response.c: what the client receives (loop) */
+/* api_send.c: what the client receives (loop) */
 void api_response_event(ApiRequest *r, const ApiEvent *ev);
 void api_respond_json(ApiRequest *r, unsigned status, json_t *body);
 void api_respond_error(ApiRequest *r, const ApiError *e);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "api_error.h"
-#include "engine/model/model_config.h"
+#include "model/model_config.h"
 #include "engine/sampling_params.h"
 
 #define MAX_STOP_STRINGS 16

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "api_internal.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 Route api_route_find(const char *path) {
     static const struct {

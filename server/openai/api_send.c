@@ -1,17 +1,17 @@
 /*
- * api_response.c - what the client of a request receives: OpenAI error
+ * api_send.c - what the client of a request receives: OpenAI error
  * bodies, the request's log line, and for generation requests either SSE
  * chunks as the events come (a role chunk opening each chat choice, text
  * and logprobs, a finish chunk, the usage chunk, [DONE]) or one JSON body
  * once the last choice has finished. The JSON shapes themselves are built
- * by openai_response.c.
+ * by openai_json.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 /* ---- answers of every route ------------------------------------------------------------------ */
 

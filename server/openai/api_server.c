@@ -22,8 +22,8 @@
 
 #include "api_internal.h"
 #include "config/defaults.h"
-#include "engine/base/log.h"
-#include "tcp_drain.h"
+#include "base/log.h"
+#include "server/http/tcp_drain.h"
 
 /* After the grace period, how long the final events may take to reach clients. */
 #define SHUTDOWN_FLUSH_SECONDS 2.0
@@ -223,7 +223,7 @@ static void on_dropped(void *ctx, HttpDrop why, const char *detail) {
 
 static void load_run(uv_work_t *w) {
     ApiServer *s = w->data;
-    s->load_rc = loaded_model_open(&s->model, s->opts.model_dir, &s->opts.runner, &s->load_err);
+    s->load_rc = s->opts.loader.open(&s->model, s->opts.model_dir, &s->opts.runner, &s->load_err);
     if (s->load_rc) return;
     const ModelConfig *c = &s->model.weights.config;
     s->tok = tokenizer_load(s->opts.model_dir, c->vocab_size, &s->load_err);
@@ -404,7 +404,7 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     constraint_cache_free(s->constraints);
     token_vocab_free(s->vocab);
     tokenizer_free(s->tok);
-    loaded_model_close(&s->model);
+    if (s->opts.loader.close) s->opts.loader.close(&s->model);
     pthread_mutex_destroy(&s->events_lock);
     free(s);
     if (rc == 0) log_info("stopped");

@@ -16,7 +16,7 @@
 
 #include "engine/runner.h"
 #include "engine/scheduler.h"
-#include "engine/tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 /* --reasoning-parser: AUTO splits <think>...</think> off chat answers when
  * the tokenizer has both tags (Qwen3), QWEN3 insists, NONE never. */
@@ -43,6 +43,7 @@ typedef struct ApiServerOptions {
     ChatToolCallFormat tool_call_parser;
     SchedulingPolicy scheduling_policy; /* --scheduling-policy */
     RunnerOptions runner;
+    ModelLoader loader; /* checkpoint + backend: the program's choice (cli/backend_setup.h) */
 } ApiServerOptions;
 
 /* Serves until SIGINT or SIGTERM; returns 0 after a clean shutdown, -1 if

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api_internal.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 typedef struct Found {
     int kind; /* ConstraintKind, -1 none */

@@ -4,14 +4,14 @@
  * they decide downstream - the constraint that forces calls for
  * tool_choice "required" or a named function (compiled with the request's
  * other constraints, api_structured.c), and how each answer's text is split
- * into reasoning, content and tool calls (server/chat_output/).
+ * into reasoning, content and tool calls (chat/).
  */
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
 #include "api_internal.h"
-#include "engine/base/log.h"
+#include "base/log.h"
 
 #define MAX_TOOLS 256
 
@@ -65,7 +65,7 @@ static int parse_tool_choice(const json_t *v, OpenAIParams *p, ApiError *err) {
     return 0;
 }
 
-/* The spec tool_calls.h compiles: the offered (or the named) functions in
+/* The spec forced_calls.h compiles: the offered (or the named) functions in
  * the template's format. A new reference. */
 static json_t *forced_calls_spec(const OpenAIParams *p, ChatToolCallFormat format) {
     json_t *list = json_array();

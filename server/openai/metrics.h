@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "engine/engine.h"
-#include "http_front.h"
+#include "server/http/connection_gate.h"
 
 #define HISTOGRAM_MAX_BUCKETS 24
 

@@ -1,7 +1,7 @@
 /*
- * openai_response.c - OpenAI JSON shapes (see openai_response.h).
+ * openai_json.c - OpenAI JSON shapes (see openai_json.h).
  */
-#include "openai_response.h"
+#include "openai_json.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * openai_response.h - OpenAI response bodies: completions, chat, their SSE
+ * openai_json.h - OpenAI response bodies: completions, chat, their SSE
  * chunks, logprobs, usage, errors, models.
  *
  * Pure builders (jansson in, JSON text out); the server decides when to
@@ -14,7 +14,7 @@
 
 #include "api_error.h"
 #include "engine/engine.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 typedef enum ApiKind { API_COMPLETION, API_CHAT } ApiKind;
 
@@ -27,7 +27,7 @@ typedef struct ChoiceOut {
     FinishReason finish;  /* FINISH_NONE: not finished */
     const char *stop_str; /* the stop string that ended it, or NULL */
     json_t *logprobs;     /* NULL: "logprobs": null; stolen */
-    /* Chat with its answer parsed (server/chat_output/): */
+    /* Chat with its answer parsed (chat/): */
     bool parsed;            /* content is null when empty; message has reasoning_content */
     const char *reasoning;  /* reasoning_content (stream: its delta) */
     size_t reasoning_len;

@@ -1,6 +1,6 @@
 /*
  * fuzz_chat_output.c - libFuzzer target for the chat-answer parser
- * (server/chat_output/, make fuzz): a model's answer is untrusted text.
+ * (chat/, make fuzz): a model's answer is untrusted text.
  *
  * Input: one option byte (reasoning on/off, starts in reasoning, Hermes /
  * Qwen3-XML / no tool parsing, tools given or not), one split byte, then
@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "server/chat_output/chat_output.h"
+#include "chat/chat_output.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

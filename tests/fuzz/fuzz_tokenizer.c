@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/unicode_nfc.h"
-#include "engine/tokenizer/utf8.h"
+#include "chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/unicode_nfc.h"
+#include "text/tokenizer/utf8.h"
 
 static Tokenizer *tok;
 static ChatTemplate *chat;

@@ -17,7 +17,7 @@
 #include "unicode_nfc.h"
 #include "unicode_props.h"
 #include "utf8.h"
-#include "engine/base/byte_buf.h"
+#include "base/byte_buf.h"
 
 static int trie_node(TokenTrie *t, unsigned char byte) {
     if (array_reserve((void **)&t->nodes, &t->cap, t->count + 1, sizeof *t->nodes)) return -1;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 typedef struct AddedToken {
     char *content; /* UTF-8, as in tokenizer.json */

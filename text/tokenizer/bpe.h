@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/byte_buf.h"
-#include "engine/base/error.h"
+#include "base/byte_buf.h"
+#include "base/error.h"
 
 typedef struct MergeSlot {
     uint64_t pair; /* left id << 32 | right id; all ones (rank UINT32_MAX) when empty */

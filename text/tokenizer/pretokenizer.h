@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 typedef enum {
     PRETOK_WHOLE,  /* no pre-tokenizer regex: the text is one word */

@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/base/read_file.h"
+#include "base/read_file.h"
 #include "tokenizer_internal.h"
 #include "tokenizer_json.h"
 #include "unicode_props.h"

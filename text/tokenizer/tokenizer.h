@@ -1,6 +1,6 @@
 /*
  * tokenizer.h - the tokenizer library's front door: everything text in and
- * out of the model. Nothing outside engine/tokenizer/ needs another of its
+ * out of the model. Nothing outside text/tokenizer/ needs another of its
  * headers but chat_template.h (tests and benchmarks of its internals
  * excepted).
  *
@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/byte_buf.h"
-#include "engine/base/error.h"
+#include "base/byte_buf.h"
+#include "base/error.h"
 
 /* ---- tokenizer ------------------------------------------------------------- */
 

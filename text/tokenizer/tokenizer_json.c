@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "utf8.h"
-#include "engine/base/byte_buf.h"
+#include "base/byte_buf.h"
 
 typedef struct Scan {
     const char *p, *end;

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/error.h"
+#include "base/error.h"
 
 typedef struct JsonSpan {
     const char *p; /* NULL when the key is absent */

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/byte_buf.h"
+#include "base/byte_buf.h"
 
 /* Reusable work memory for unicode_nfc (one per thread). */
 typedef struct NfcScratch {

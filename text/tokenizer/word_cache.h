@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/base/byte_buf.h"
+#include "base/byte_buf.h"
 
 #define WORD_CACHE_MAX_WORD 255 /* longer words are rarely repeated */
 
