@@ -3,7 +3,7 @@
  *
  * Each works on one row (a token's vector) or a range of rows, so the CPU
  * runner can hand row ranges to its thread pool. float32 throughout; the
- * formulas are those of Hugging Face's Qwen3 (and ../shared/tools/qwen3_ref.py).
+ * formulas are those of Hugging Face's Qwen3 (and scripts/qwen3_ref.py).
  * The ones that run over whole activations or attention scores (norms,
  * SiLU, softmax) have AVX-512 and AVX2 versions chosen at run time (cpu_isa.h); the
  * exponential there is a Cephes-style polynomial accurate to ~1 ulp.

@@ -4,7 +4,7 @@
  * float32 activations (rounded to bf16 at each matmul's input under --dtype
  * bfloat16), a float32 or bf16 KV cache (--kv-cache-dtype), bf16 (or f32)
  * weights. Always built, always tested; with --dtype float32 it must agree
- * with the numpy reference (../shared/tools/qwen3_ref.py) to float32
+ * with the numpy reference (scripts/qwen3_ref.py) to float32
  * precision, with bfloat16 within the golden README's bf16 rule.
  */
 #ifndef NANOVLLM_CPU_RUNNER_H

@@ -7,17 +7,15 @@
 #   scripts/bench_cpu.sh [MODEL_DIR] [extra nanovllm bench flags...]
 #
 # MODEL_DIR defaults to build/qwen3-0.6b-random, generated on first use with
-# ../shared/tools/make_random_qwen3.py (numpy; 1.2 GB; about 15 s).
+# scripts/make_random_qwen3.py (numpy; 1.2 GB; about 15 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-build/qwen3-0.6b-random}
 shift || true
-SHARED=${SHARED:-../shared}
 
 if [ ! -f "$MODEL/model.safetensors" ]; then
   echo "generating $MODEL (random Qwen3-0.6B weights)..." >&2
-  /usr/bin/python3 "$SHARED/tools/make_random_qwen3.py" --preset qwen3-0.6b --out "$MODEL" \
-    --tokenizer-dir tests/fixtures/tiny-qwen3 >&2
+  /usr/bin/python3 scripts/make_random_qwen3.py --preset qwen3-0.6b --out "$MODEL" >&2
 fi
 [ -x build/nanovllm ] || make -j"$(nproc)" build/nanovllm >&2
 

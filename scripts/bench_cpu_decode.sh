@@ -14,12 +14,11 @@
 # (default build/nanovllm). To measure what an AVX2-only CPU would do on a
 # newer one, cap both our kernels and OpenBLAS's (prefill, prefill
 # attention): NANOVLLM_CPU_ISA=avx2 OPENBLAS_CORETYPE=Haswell. MODEL_DIR defaults to build/qwen3-0.6b-random,
-# generated on first use with ../shared/tools/make_random_qwen3.py.
+# generated on first use with scripts/make_random_qwen3.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-build/qwen3-0.6b-random}
 shift || true
-SHARED=${SHARED:-../shared}
 ROUNDS=${ROUNDS:-3}
 BIN=${NANOVLLM:-build/nanovllm}
 THREAD_FLAGS=()
@@ -27,8 +26,7 @@ THREAD_FLAGS=()
 
 if [ ! -f "$MODEL/model.safetensors" ]; then
   echo "generating $MODEL (random Qwen3-0.6B weights)..." >&2
-  /usr/bin/python3 "$SHARED/tools/make_random_qwen3.py" --preset qwen3-0.6b --out "$MODEL" \
-    --tokenizer-dir tests/fixtures/tiny-qwen3 >&2
+  /usr/bin/python3 scripts/make_random_qwen3.py --preset qwen3-0.6b --out "$MODEL" >&2
 fi
 [ -x "$BIN" ] || make -j"$(nproc)" "$BIN" >&2
 

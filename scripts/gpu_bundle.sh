@@ -2,7 +2,7 @@
 # gpu_bundle.sh - builds nanovllm and its test binary with CUDA and puts them,
 # with the shared libraries they need that a GPU machine may lack, into
 # gpu-bundle/ (git-ignored), for scripts/gpu_check.sh on a machine that has a
-# GPU but none of our Debian packages (see ../shared/DESIGN.md, last section).
+# GPU but none of our Debian packages (see docs/DESIGN.md, "The GPU checks").
 #
 #   scripts/gpu_bundle.sh        then carry gpu-bundle/ and run scripts/gpu_check.sh
 #

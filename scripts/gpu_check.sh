@@ -9,7 +9,7 @@
 # 1. the CUDA tests (kernels against CPU references, the tiny model's golden
 #    logits and greedy tokens, CPU vs GPU batches, the engine under forced
 #    preemption, graphs vs eager, the GPU sampler vs the CPU sampler);
-# 2. a full-size random Qwen3-0.6B (scripts/make_random_model.py): logits of
+# 2. a full-size random Qwen3-0.6B (scripts/make_random_qwen3.py): logits of
 #    three prompts and the CPU's greedy continuations on the GPU vs the CPU
 #    runner vs Hugging Face transformers where installed, and free-running
 #    greedy tokens GPU vs CPU (scripts/compare_logits.py);
@@ -82,7 +82,8 @@ fi
 
 MODEL=$WORK/qwen3-0.6b-random
 if want compare || want figures; then
-    [ -f "$MODEL/model.safetensors" ] || "$PY" scripts/make_random_model.py "$MODEL" > "$OUT/make_model.log" 2>&1 \
+    [ -f "$MODEL/model.safetensors" ] || "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b --out "$MODEL" \
+        > "$OUT/make_model.log" 2>&1 \
         || row "random 0.6B model" FAIL "make_model.log"
 fi
 
