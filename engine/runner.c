@@ -40,14 +40,6 @@ KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model) {
     return model_is_bf16(model) ? KV_CACHE_BF16 : KV_CACHE_F32;
 }
 
-const char *kv_cache_dtype_name(KvCacheDtype d) {
-    return d == KV_CACHE_BF16 ? "bfloat16" : d == KV_CACHE_F32 ? "float32" : "auto";
-}
-
-const char *compute_dtype_name(ComputeDtype d) {
-    return d == COMPUTE_BF16 ? "bfloat16" : d == COMPUTE_F32 ? "float32" : "auto";
-}
-
 int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err) {
     if (o->max_model_len == 0) o->max_model_len = c->max_position_embeddings;
     if (o->block_size < 1 || (o->block_size & (o->block_size - 1)) != 0)

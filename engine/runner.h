@@ -110,10 +110,6 @@ struct Runner {
  * dummy weights are bf16); bf16 and f32 stay as they are. */
 KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model);
 
-/* "auto", "bfloat16", "float32" (the flag's spelling). */
-const char *kv_cache_dtype_name(KvCacheDtype d);
-const char *compute_dtype_name(ComputeDtype d);
-
 /* True if the model's weights are bf16 (the config's torch_dtype, else the
  * loaded embedding's type): what auto means for both dtypes above. */
 bool model_is_bf16(const ModelWeights *model);

@@ -90,8 +90,6 @@ typedef struct CompiledGrammar CompiledGrammar;
 CompiledGrammar *grammar_compile(const Grammar *g, Error *err);
 void compiled_grammar_free(CompiledGrammar *cg);
 
-/* Bytes of memory the compiled grammar holds (for cache budgets). */
-size_t compiled_grammar_bytes(const CompiledGrammar *cg);
 int compiled_grammar_num_states(const CompiledGrammar *cg);
 
 /* For tests and tools: 1 when the whole text is in the language, 0 when

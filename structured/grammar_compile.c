@@ -753,5 +753,4 @@ void compiled_grammar_free(CompiledGrammar *cg) {
     free(cg);
 }
 
-size_t compiled_grammar_bytes(const CompiledGrammar *cg) { return cg->bytes; }
 int compiled_grammar_num_states(const CompiledGrammar *cg) { return cg->num_states; }

@@ -280,7 +280,6 @@ JValue *jv_dict_get_str(const JDict *d, const char *key);
 bool jv_truthy(JValue v);
 bool jv_equal(JValue a, JValue b);
 int jv_compare(JRender *r, JValue a, JValue b); /* <0, 0, >0; raises for unordered types */
-bool jv_is_str(JValue v);
 const char *jv_type_name(JValue v);  /* Python's: "str", "int", "dict", ... */
 const char *jv_owner_name(JValue v); /* Jinja2's: "str object", "None", ... */
 _Noreturn void jv_raise_undefined(JRender *r, JValue u);

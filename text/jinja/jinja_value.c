@@ -180,8 +180,6 @@ void jv_dict_set(JRender *r, JDict *d, JValue key, JValue val) {
 
 /* ---- Python's semantics ------------------------------------------------------------------------ */
 
-bool jv_is_str(JValue v) { return v.type == JT_STR; }
-
 bool jv_truthy(JValue v) {
     switch (v.type) {
     case JT_UNDEFINED:
