@@ -394,7 +394,6 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->base.device = "cpu";
     r->base.model = model;
     r->cfg = *c;
-    r->profile = getenv("NANOVLLM_PROFILE") != NULL;
     r->base.num_kv_blocks = (int)num_blocks;
     r->base.kv_cache_bytes = num_blocks * block_bytes;
     r->kv_bf16 = o.kv_cache_dtype == KV_CACHE_BF16;
@@ -406,14 +405,17 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     if (kv == MAP_FAILED) {
         error_set(err, "cannot reserve %zu bytes of KV cache: %s", r->base.kv_cache_bytes,
                   strerror(errno));
-        free(r);
-        return NULL;
+        goto fail;
     }
     r->kv = kv;
     /* No MADV_HUGEPAGE here, unlike the weights: a sequence touches a few
      * KB of each block per layer, and a huge page would zero 2 MiB around it
      * on first touch (measured: 32 short requests 196 -> 235 tokens/s without
      * it; single-stream attention no faster with it). */
+
+    /* Set past the mapping: once set, cpu_destroy (the cleanup of a failure
+     * below included) prints the profile. */
+    r->profile = getenv("NANOVLLM_PROFILE") != NULL;
 
     size_t T = (size_t)o.max_num_batched_tokens, H = (size_t)c->hidden_size;
     size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
@@ -438,35 +440,23 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->sample_rows = malloc(sizeof(int) * max_logit_rows);
     r->inv_freq = malloc(sizeof(double) * (size_t)(c->head_dim / 2));
     if (!ok || !r->slots || !r->tokens || !r->logit_rows || !r->sample_rows || !r->inv_freq) {
-        cpu_destroy(&r->base);
         error_set(err, "out of memory (activations for %zu tokens)", T);
-        return NULL;
+        goto fail;
     }
     rope_inv_freq(r->inv_freq, c->head_dim, c->rope_theta);
 
     r->pool = thread_pool_create(o.num_threads, err);
-    if (!r->pool) {
-        cpu_destroy(&r->base);
-        return NULL;
-    }
+    if (!r->pool) goto fail;
     o.num_threads = thread_pool_size(r->pool);
     r->base.options.num_threads = o.num_threads; /* cpu_destroy frees one sampler per thread */
     r->samplers = calloc((size_t)o.num_threads, sizeof *r->samplers);
     if (!r->samplers) {
-        cpu_destroy(&r->base);
         error_set(err, "out of memory");
-        return NULL;
+        goto fail;
     }
-    for (int i = 0; i < o.num_threads; i++) {
-        if (sampler_scratch_init(&r->samplers[i], c->vocab_size, err)) {
-            cpu_destroy(&r->base);
-            return NULL;
-        }
-    }
-    if (cpu_weights_init(&r->weights, model, r->pool, err)) {
-        cpu_destroy(&r->base);
-        return NULL;
-    }
+    for (int i = 0; i < o.num_threads; i++)
+        if (sampler_scratch_init(&r->samplers[i], c->vocab_size, err)) goto fail;
+    if (cpu_weights_init(&r->weights, model, r->pool, err)) goto fail;
     int max_cols = (int)(H > Q ? H : Q);
     if ((int)I > max_cols) max_cols = (int)I;
     if (c->moe_intermediate_size > max_cols) max_cols = c->moe_intermediate_size;
@@ -478,10 +468,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     if (r->attention) cpu_attention_set_bf16_inputs(r->attention, o.dtype == COMPUTE_BF16);
     if (r->matmul && r->attention && c->num_experts > 0)
         r->moe = cpu_moe_create(r->pool, r->matmul, c, (int)T, err);
-    if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) {
-        cpu_destroy(&r->base);
-        return NULL;
-    }
+    if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) goto fail;
     r->base.options = o;
     /* A level capped below the CPU's (NANOVLLM_CPU_ISA, to measure what an
      * older CPU would do) does not cap OpenBLAS, which prefill and prefill
@@ -498,4 +485,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
              r->weights.memory ? "in huge pages" : "mapped in place",
              r->kv_bf16 ? "bf16" : "float32");
     return &r->base;
+
+fail:
+    cpu_destroy(&r->base);
+    return NULL;
 }
