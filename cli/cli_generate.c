@@ -374,57 +374,53 @@ int command_generate(int argc, char **argv) {
         fprintf(stderr, "nanovllm generate: %s\n%s", err.msg, USAGE);
         return 2;
     }
-    LoadedModel m;
-    if (loaded_model_open(&m, a.model_dir, &a.runner, &err)) {
-        fprintf(stderr, "nanovllm generate: %s\n", err.msg);
-        free(prompt);
-        return 1;
-    }
-    int status = 1, vocab = m.weights.config.vocab_size;
-    Error tok_err = {0};
-    Tokenizer *tok = open_tokenizer(&a, vocab, &tok_err);
+    /* From here on every path ends at `done`, which releases whatever was made. */
+    int status = 1;
+    LoadedModel m; /* loaded_model_close is safe after a failed open */
+    Tokenizer *tok = NULL;
     json_t *chat_request = NULL;
     ChatTemplate *ct = NULL;
     char *chat_text = NULL;
+    Result r = {0};
+    Engine *e = NULL;
+    if (loaded_model_open(&m, a.model_dir, &a.runner, &err)) {
+        fprintf(stderr, "nanovllm generate: %s\n", err.msg);
+        goto done;
+    }
+    int vocab = m.weights.config.vocab_size;
+    Error tok_err = {0};
+    tok = open_tokenizer(&a, vocab, &tok_err);
     if (tok && a.chat_file) chat_text = render_chat(a.chat_file, tok, &chat_request, &ct, &tok_err);
     const char *text = a.prompt_text ? a.prompt_text : chat_text;
     if ((!tok && tok_err.msg[0]) || (a.chat_file && !chat_text) ||
         (text && encode_prompt(tok, text, &prompt, &prompt_len, &tok_err))) {
         fprintf(stderr, "nanovllm generate: %s\n", tok_err.msg);
-        free(chat_text);
-        json_decref(chat_request);
-        chat_template_free(ct);
-        tokenizer_free(tok);
-        loaded_model_close(&m);
-        free(prompt);
-        return 1;
+        goto done;
     }
     for (int i = 0; i < prompt_len; i++) {
         if (prompt[i] >= vocab) {
             fprintf(stderr, "nanovllm generate: --prompt-ids: token id %d is outside the "
                             "vocabulary [0, %d)\n%s", prompt[i], vocab, USAGE);
             status = 2;
-            break;
+            goto done;
         }
     }
-    Result r = {0};
-    Engine *e = NULL;
-    if (status != 2) {
-        r.samples = calloc((size_t)a.sampling.n, sizeof *r.samples);
-        for (int i = 0; r.samples && i < a.sampling.n; i++)
-            if (!(r.samples[i].ids = malloc(sizeof(int32_t) * (size_t)a.sampling.max_tokens))) break;
-        e = engine_create(&m.weights, m.runner, &err);
-        if (!r.samples || !r.samples[a.sampling.n - 1].ids)
-            fprintf(stderr, "nanovllm generate: out of memory\n");
-        else if (!e || (a.dump_logits && dump_prompt_logits(m.runner, prompt, prompt_len,
-                                                            a.dump_logits, &err)) ||
-                 run(e, &a, prompt, prompt_len, &r, &err))
-            fprintf(stderr, "nanovllm generate: %s\n", err.msg);
-        else if (print_result(&a, tok, prompt, prompt_len, &r, &(ChatContext){ct, chat_request, prompt, prompt_len}))
-            fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
-        else
-            status = 0;
-    }
+    r.samples = calloc((size_t)a.sampling.n, sizeof *r.samples);
+    for (int i = 0; r.samples && i < a.sampling.n; i++)
+        if (!(r.samples[i].ids = malloc(sizeof(int32_t) * (size_t)a.sampling.max_tokens))) break;
+    e = engine_create(&m.weights, m.runner, &err);
+    if (!r.samples || !r.samples[a.sampling.n - 1].ids)
+        fprintf(stderr, "nanovllm generate: out of memory\n");
+    else if (!e || (a.dump_logits && dump_prompt_logits(m.runner, prompt, prompt_len,
+                                                        a.dump_logits, &err)) ||
+             run(e, &a, prompt, prompt_len, &r, &err))
+        fprintf(stderr, "nanovllm generate: %s\n", err.msg);
+    else if (print_result(&a, tok, prompt, prompt_len, &r, &(ChatContext){ct, chat_request, prompt, prompt_len}))
+        fprintf(stderr, "nanovllm generate: cannot write the result to stdout\n");
+    else
+        status = 0;
+
+done:
     engine_destroy(e);
     for (int i = 0; r.samples && i < a.sampling.n; i++) free(r.samples[i].ids);
     free(r.samples);
