@@ -54,8 +54,8 @@ static int init_sequence(Request *r, int index) {
     return 0;
 }
 
-void emit(Request *r, Sequence *s, bool has_token, int32_t token,
-          const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text) {
+void engine_emit(Request *r, Sequence *s, bool has_token, int32_t token,
+                 const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text) {
     EngineOutput out = {
         .request_id = r->id,
         .sample_index = s->sample_index,
@@ -82,13 +82,13 @@ static void unlink_live(Engine *e, Request *r) {
 
 /* Ends one sample: out of the scheduler, blocks released, the user told. The
  * request goes when its last sample has. */
-void finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
-            FinishReason reason, const Error *error, Text text) {
+void engine_finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
+                   FinishReason reason, const Error *error, Text text) {
     Request *r = s->owner;
     scheduler_remove(e->sched, s);
     if (reason == FINISH_ABORT || reason == FINISH_ERROR) r->closed = true;
     r->num_live--;
-    emit(r, s, has_token, token, lp, reason, error, text);
+    engine_emit(r, s, has_token, token, lp, reason, error, text);
     if (r->num_live == 0 && (r->closed || r->num_started == r->params.n)) {
         unlink_live(e, r);
         free_request(r);
@@ -98,7 +98,7 @@ void finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleL
 /* The other samples of a request start from the first one's prompt blocks:
  * all its full blocks except one holding the last prompt token, which each
  * sample recomputes to get its own logits (never writing a shared block). */
-void fork_samples(Engine *e, Request *r) {
+void engine_fork_samples(Engine *e, Request *r) {
     Sequence *first = &r->seqs[0];
     int k = (r->prompt_len - 1) / e->block_size;
     if (k > first->blocks.num_hashed) k = first->blocks.num_hashed;
@@ -111,7 +111,7 @@ void fork_samples(Engine *e, Request *r) {
             r->closed = true;
             r->seqs[i].status = SEQ_FINISHED; /* in no queue yet */
             static const Error oom = {"out of memory", ERROR_INTERNAL};
-            finish(e, &r->seqs[i], false, 0, NULL, FINISH_ERROR, &oom, NO_TEXT);
+            engine_finish(e, &r->seqs[i], false, 0, NULL, FINISH_ERROR, &oom, NO_TEXT);
             return;
         }
         r->seqs[i].num_computed = k * e->block_size;

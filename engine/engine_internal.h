@@ -79,7 +79,7 @@ struct Engine {
 };
 
 /* Text an output delivers: data[0, len), and the stop string that ended the
- * sample or -1 (engine_text.c's next_text). */
+ * sample or -1 (engine_text.c's engine_next_text). */
 typedef struct Text {
     const char *data;
     size_t len;
@@ -91,30 +91,30 @@ static const Text NO_TEXT = {NULL, 0, -1};
 /* ---- engine.c: a request's samples ---------------------------------------- */
 
 /* One output to the request's callback; the sample goes on unless `finish`. */
-void emit(Request *r, Sequence *s, bool has_token, int32_t token,
-          const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text);
+void engine_emit(Request *r, Sequence *s, bool has_token, int32_t token,
+                 const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text);
 /* Ends one sample (and its request after the last); r may be freed. */
-void finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
-            FinishReason reason, const Error *error, Text text);
+void engine_finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
+                   FinishReason reason, const Error *error, Text text);
 /* Starts samples 1..n-1 from sample 0's prompt blocks, once it has its first token. */
-void fork_samples(Engine *e, Request *r);
+void engine_fork_samples(Engine *e, Request *r);
 
 /* ---- engine_text.c: when a sample ends, and its text ---------------------- */
 
 /* Why the new token ends the sample (end id, length), or FINISH_NONE. */
-FinishReason stop_reason(const Engine *e, const Sequence *s, int32_t token);
+FinishReason engine_stop_reason(const Engine *e, const Sequence *s, int32_t token);
 /* The new token's text to deliver, stop strings applied; `ending`: all of it. */
-Text next_text(Engine *e, Sequence *s, int32_t token, bool ending);
+Text engine_next_text(Engine *e, Sequence *s, int32_t token, bool ending);
 /* Drops the first n held bytes, once delivered. */
-void consume_held(Sequence *s, size_t n);
+void engine_consume_held(Sequence *s, size_t n);
 
 /* ---- engine_masks.c: allowed-token masks ---------------------------------- */
 
 /* Row i's mask from the sample's constraint; NULL marks the sample to end. */
-uint32_t *constraint_mask(Engine *e, Sequence *s, int i);
+uint32_t *engine_constraint_mask(Engine *e, Sequence *s, int i);
 /* Row i's mask (or `allowed`) with the end ids banned, while under min_tokens. */
-const uint32_t *min_tokens_mask(Engine *e, Sequence *s, int i, uint32_t *allowed);
+const uint32_t *engine_min_tokens_mask(Engine *e, Sequence *s, int i, uint32_t *allowed);
 /* Moves the sample's matcher past its new token; -1 if it does not fit. */
-int constraint_advance(Engine *e, Sequence *s, int32_t token, Error *err);
+int engine_constraint_advance(Engine *e, Sequence *s, int32_t token, Error *err);
 
 #endif

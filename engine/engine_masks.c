@@ -36,7 +36,7 @@ static uint32_t *mask_row(Engine *e, Sequence *s, int i) {
 
 /* Row i's mask of allowed tokens; NULL (every token) when the constraint
  * cannot go on, which marks the sample to end with an error instead. */
-uint32_t *constraint_mask(Engine *e, Sequence *s, int i) {
+uint32_t *engine_constraint_mask(Engine *e, Sequence *s, int i) {
     int words = token_mask_words(e->model->config.vocab_size);
     uint32_t *mask = mask_row(e, s, i);
     if (!mask) return NULL;
@@ -61,7 +61,7 @@ uint32_t *constraint_mask(Engine *e, Sequence *s, int i) {
  * constraint wins over min_tokens, and end_forced lets that end id end the
  * sample); a vocabulary of nothing but end ids is left to them. NULL (and
  * mask_failed) when out of memory. */
-const uint32_t *min_tokens_mask(Engine *e, Sequence *s, int i, uint32_t *allowed) {
+const uint32_t *engine_min_tokens_mask(Engine *e, Sequence *s, int i, uint32_t *allowed) {
     int vocab = e->model->config.vocab_size, words = token_mask_words(vocab);
     uint32_t *mask = allowed;
     if (!mask) {
@@ -88,7 +88,7 @@ const uint32_t *min_tokens_mask(Engine *e, Sequence *s, int i, uint32_t *allowed
 }
 
 /* Moves the sample's matcher past its new token; -1 if it does not fit. */
-int constraint_advance(Engine *e, Sequence *s, int32_t token, Error *err) {
+int engine_constraint_advance(Engine *e, Sequence *s, int32_t token, Error *err) {
     if (s->constraint_waiting) {
         if (token == ((Request *)s->owner)->constraint_after) s->constraint_waiting = false;
         return 0;

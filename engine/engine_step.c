@@ -42,7 +42,7 @@ static void take_intake(Engine *e) {
                 Sequence *s = &r->seqs[k];
                 if (s->status == SEQ_FINISHED) continue;
                 bool last = r->num_live == 1;
-                finish(e, s, false, 0, NULL, FINISH_ABORT, NULL, NO_TEXT);
+                engine_finish(e, s, false, 0, NULL, FINISH_ABORT, NULL, NO_TEXT);
                 if (last) break; /* r is freed */
             }
             break;
@@ -77,13 +77,13 @@ static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch
         s->end_forced = false;
         uint32_t *allowed = NULL;
         if (s->matcher && !s->constraint_waiting) {
-            allowed = constraint_mask(e, s, i);
+            allowed = engine_constraint_mask(e, s, i);
             if (!allowed) continue; /* the sample ends with an error: nothing to ban */
         }
         /* vLLM's MinTokensLogitsProcessor: the end ids are banned while the
          * output so far is shorter than min_tokens */
         e->batch_seqs[i].sample.allowed = sequence_num_output(s) < s->params->min_tokens
-                                              ? min_tokens_mask(e, s, i, allowed)
+                                              ? engine_min_tokens_mask(e, s, i, allowed)
                                               : allowed;
     }
     *batch = (RunnerBatch){.seqs = e->batch_seqs, .num_seqs = so->num_seqs,
@@ -103,33 +103,33 @@ static void postprocess(Engine *e, const SchedulerOutput *so) {
         Error constraint_err;
         if (s->mask_failed) {
             static const Error oom = {"out of memory (a token mask)", ERROR_INTERNAL};
-            finish(e, s, false, 0, NULL, FINISH_ERROR, &oom, NO_TEXT);
+            engine_finish(e, s, false, 0, NULL, FINISH_ERROR, &oom, NO_TEXT);
             continue;
         }
         if (s->constraint_failed) {
             error_set_kind(&constraint_err, ERROR_INVALID,
                            "structured output: the constraint cannot go on (too ambiguous a grammar, or "
                            "no token of this model's vocabulary continues it; the server log says which)");
-            finish(e, s, false, 0, NULL, FINISH_ERROR, &constraint_err, NO_TEXT);
+            engine_finish(e, s, false, 0, NULL, FINISH_ERROR, &constraint_err, NO_TEXT);
             continue;
         }
-        if (s->matcher && constraint_advance(e, s, token, &constraint_err) < 0) {
-            finish(e, s, false, 0, NULL, FINISH_ERROR, &constraint_err, NO_TEXT);
+        if (s->matcher && engine_constraint_advance(e, s, token, &constraint_err) < 0) {
+            engine_finish(e, s, false, 0, NULL, FINISH_ERROR, &constraint_err, NO_TEXT);
             continue;
         }
         s->tokens[s->num_tokens++] = token;
         e->generation_tokens++;
         if (s->sample_index == 0 && r->num_started < r->params.n && !r->closed)
-            fork_samples(e, r);
+            engine_fork_samples(e, r);
         const SampleLogprobs *lp = r->params.logprobs >= 0 ? &e->logprobs[i] : NULL;
-        FinishReason reason = stop_reason(e, s, token);
-        Text text = next_text(e, s, token, reason != FINISH_NONE);
+        FinishReason reason = engine_stop_reason(e, s, token);
+        Text text = engine_next_text(e, s, token, reason != FINISH_NONE);
         if (text.stop_string >= 0) reason = FINISH_STOP;
         if (reason != FINISH_NONE) {
-            finish(e, s, true, token, lp, reason, NULL, text);
+            engine_finish(e, s, true, token, lp, reason, NULL, text);
         } else {
-            emit(r, s, true, token, lp, FINISH_NONE, NULL, text);
-            consume_held(s, text.len);
+            engine_emit(r, s, true, token, lp, FINISH_NONE, NULL, text);
+            engine_consume_held(s, text.len);
         }
     }
 }
@@ -165,7 +165,7 @@ int engine_step(Engine *e, Error *err) {
                        "%d tokens there are (%d tokens so far)",
                        block_manager_num_blocks(e->bm), e->block_size, s->num_tokens);
         s->status = SEQ_FINISHED; /* the scheduler already released it */
-        finish(e, s, false, 0, NULL, FINISH_ERROR, &too_long, NO_TEXT);
+        engine_finish(e, s, false, 0, NULL, FINISH_ERROR, &too_long, NO_TEXT);
     }
     int rc = 0;
     if (so.num_seqs > 0) {
@@ -177,7 +177,7 @@ int engine_step(Engine *e, Error *err) {
             for (int i = 0; i < so.num_seqs; i++) {
                 Sequence *s = so.seqs[i].seq;
                 if (s->status != SEQ_FINISHED)
-                    finish(e, s, false, 0, NULL, FINISH_ERROR, &runner_err, NO_TEXT);
+                    engine_finish(e, s, false, 0, NULL, FINISH_ERROR, &runner_err, NO_TEXT);
             }
             if (err) *err = runner_err;
             rc = -1;

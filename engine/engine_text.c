@@ -1,8 +1,8 @@
 /*
  * engine_text.c - when a sample ends and what text it delivers: the end ids,
- * max_tokens and min_tokens (stop_reason), and each new token's text through
+ * max_tokens and min_tokens (engine_stop_reason), and each new token's text through
  * the sample's detokenizer, with what may begin a stop string held back and
- * a stop string found cutting the text (next_text). Apart because stop
+ * a stop string found cutting the text (engine_next_text). Apart because stop
  * strings are the engine's one piece of text handling, with vLLM's rules.
  */
 #include "engine_internal.h"
@@ -16,7 +16,7 @@ static bool may_end(const Sequence *s) {
     return sequence_num_output(s) >= s->params->min_tokens || s->end_forced;
 }
 
-FinishReason stop_reason(const Engine *e, const Sequence *s, int32_t token) {
+FinishReason engine_stop_reason(const Engine *e, const Sequence *s, int32_t token) {
     const SamplingParams *p = s->params;
     if (may_end(s)) {
         if (!p->ignore_eos && model_config_is_eos(&e->model->config, token)) return FINISH_STOP;
@@ -37,7 +37,7 @@ FinishReason stop_reason(const Engine *e, const Sequence *s, int32_t token) {
  * looked for (an earlier one would have been found earlier, except in text
  * from before min_tokens), and none while the output has at most min_tokens
  * tokens. */
-Text next_text(Engine *e, Sequence *s, int32_t token, bool ending) {
+Text engine_next_text(Engine *e, Sequence *s, int32_t token, bool ending) {
     Request *r = s->owner;
     if (!e->tok) return NO_TEXT;
     const char *piece;
@@ -72,7 +72,7 @@ Text next_text(Engine *e, Sequence *s, int32_t token, bool ending) {
 }
 
 /* Drops the delivered start of the held text. */
-void consume_held(Sequence *s, size_t n) {
+void engine_consume_held(Sequence *s, size_t n) {
     if (n == 0) return;
     memmove(s->held.data, s->held.data + n, s->held.len - n);
     s->held.len -= n;

@@ -54,7 +54,7 @@ typedef struct SampleInput {
     int output_len;
     /* A bitmask over the vocabulary (bit t of word t / 32 set: token t
      * allowed), or NULL for every token: structured outputs' constraint and
-     * min_tokens' banned end ids (engine.c). Applied first, before
+     * min_tokens' banned end ids (engine_masks.c). Applied first, before
      * logit_bias, logprobs and penalties: a disallowed token's logit becomes
      * -inf. */
     const uint32_t *allowed;
