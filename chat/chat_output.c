@@ -1,9 +1,10 @@
 /*
  * chat_output.c - the chat-output parser's state machine (see
  * chat_output.h): where reasoning ends, where content is, where a tool
- * call starts and stops, what is held back and what is released. The
- * bodies of tool calls are read elsewhere (hermes.c,
- * qwen3_xml.c); this file only cuts them out.
+ * call starts and stops, what is held back and what is released. A call
+ * is cut out by its format's tags and its body handed to the format's
+ * reader (tool_call_format.h; "<tool_call>" and "</tool_call>" below stand
+ * for the format's tags, which may be others).
  *
  * Input is appended to one buffer; each feed runs the states over it and
  * keeps only what cannot be released yet: a suffix that may be the start
@@ -35,15 +36,11 @@
 #include <string.h>
 
 #include "chat_output.h"
-#include "chat_output_internal.h"
+#include "chat/tool_calls/tool_call_json.h"
 
 #define TAG(s) s, sizeof s - 1
 #define THINK_OPEN "<think>"
 #define THINK_CLOSE "</think>"
-#define CALL_OPEN "<tool_call>"
-#define CALL_CLOSE "</tool_call>"
-#define CALL_OPEN_LEN (sizeof CALL_OPEN - 1)
-#define CALL_CLOSE_LEN (sizeof CALL_CLOSE - 1)
 
 /* A tool-call body longer than this is rejected without being parsed (and
  * without being held: it streams out as content). */
@@ -67,8 +64,9 @@ typedef struct Stream {
 struct ChatOutputParser {
     const json_t *tools;
     bool starts_in_reasoning;
-    ChatToolCallFormat format;
-    bool parse_calls; /* HERMES or QWEN3_XML */
+    const ToolCallFormat *format; /* NULL: calls are not parsed */
+    const char *call_open, *call_close; /* the format's tags */
+    size_t call_open_len, call_close_len;
     bool trim;        /* any parsing at all; otherwise a pure pass-through */
     bool failed;      /* out of memory once: unusable */
     State state;
@@ -148,17 +146,15 @@ static int reject(ChatOutputParser *p, ChatOutputDelta *out, int n, const char *
  * or content. 0 or -1 (out of memory). */
 static int close_call(ChatOutputParser *p, ChatOutputDelta *out, const char *s, size_t len) {
     int n = ++p->blocks;
-    const char *body = s + CALL_OPEN_LEN;
-    size_t body_len = len - CALL_OPEN_LEN - CALL_CLOSE_LEN;
+    const char *body = s + p->call_open_len;
+    size_t body_len = len - p->call_open_len - p->call_close_len;
     char why[TOOL_CALL_WHY_SIZE], *name = NULL, *arguments = NULL;
     int rc;
     if (body_len > MAX_CALL_BODY) {
         tool_call_why(why, sizeof why, "longer than %zu bytes", MAX_CALL_BODY);
         rc = 0;
-    } else if (p->format == CHAT_TOOL_CALLS_HERMES) {
-        rc = hermes_tool_call_parse(body, body_len, &name, &arguments, why);
     } else {
-        rc = xml_tool_call_parse(body, body_len, p->tools, &name, &arguments, why);
+        rc = p->format->read_call(body, body_len, p->tools, &name, &arguments, why);
     }
     if (rc < 0) return -1;
     if (rc == 1 && p->tools && !json_is_null(p->tools) && !tool_call_find_function(p->tools, name)) {
@@ -208,39 +204,39 @@ static int run(ChatOutputParser *p, ChatOutputDelta *out) {
             pos = len - h;
             goto held;
         case ST_CONTENT:
-            if (!p->parse_calls) {
+            if (!p->format) {
                 if (put_content(p, out, b + pos, len - pos)) return -1;
                 pos = len;
                 goto held;
             }
-            if ((e = memmem(b + pos, len - pos, TAG(CALL_OPEN)))) {
+            if ((e = memmem(b + pos, len - pos, p->call_open, p->call_open_len))) {
                 if (put_content(p, out, b + pos, (size_t)(e - b) - pos)) return -1;
                 pos = (size_t)(e - b);
-                p->scan = pos + CALL_OPEN_LEN;
+                p->scan = pos + p->call_open_len;
                 p->state = ST_CALL;
                 continue;
             }
-            h = partial_tag(b + pos, len - pos, TAG(CALL_OPEN));
+            h = partial_tag(b + pos, len - pos, p->call_open, p->call_open_len);
             if (put_content(p, out, b + pos, len - pos - h)) return -1;
             pos = len - h;
             goto held;
         case ST_CALL: {
             /* pos stays at "<tool_call>" until the block is decided. */
-            if ((e = memmem(b + p->scan, len - p->scan, TAG(CALL_CLOSE)))) {
-                size_t end = (size_t)(e - b) + CALL_CLOSE_LEN;
+            if ((e = memmem(b + p->scan, len - p->scan, p->call_close, p->call_close_len))) {
+                size_t end = (size_t)(e - b) + p->call_close_len;
                 if (close_call(p, out, b + pos, end - pos)) return -1;
                 pos = end;
                 p->state = ST_CONTENT;
                 continue;
             }
-            size_t body = pos + CALL_OPEN_LEN;
-            /* A "</tool_call>" not found whole starts at len - 11 or later. */
-            p->scan = len - body > CALL_CLOSE_LEN - 1 ? len - (CALL_CLOSE_LEN - 1) : body;
+            size_t body = pos + p->call_open_len, close_len = p->call_close_len;
+            /* A "</tool_call>" not found whole starts at len - (its length - 1) or later. */
+            p->scan = len - body > close_len - 1 ? len - (close_len - 1) : body;
             if (p->scan - body > MAX_CALL_BODY) {
                 /* The body is already longer than the limit, wherever it ends. */
                 char why[TOOL_CALL_WHY_SIZE];
                 tool_call_why(why, sizeof why, "longer than %zu bytes", MAX_CALL_BODY);
-                h = partial_tag(b + body, len - body, TAG(CALL_CLOSE));
+                h = partial_tag(b + body, len - body, p->call_close, close_len);
                 if (reject(p, out, ++p->blocks, why, b + pos, len - h - pos)) return -1;
                 pos = len - h;
                 p->state = ST_CALL_TOO_LONG;
@@ -248,14 +244,14 @@ static int run(ChatOutputParser *p, ChatOutputDelta *out) {
             goto held;
         }
         case ST_CALL_TOO_LONG:
-            if ((e = memmem(b + pos, len - pos, TAG(CALL_CLOSE)))) {
-                size_t end = (size_t)(e - b) + CALL_CLOSE_LEN;
+            if ((e = memmem(b + pos, len - pos, p->call_close, p->call_close_len))) {
+                size_t end = (size_t)(e - b) + p->call_close_len;
                 if (put_content(p, out, b + pos, end - pos)) return -1;
                 pos = end;
                 p->state = ST_CONTENT;
                 continue;
             }
-            h = partial_tag(b + pos, len - pos, TAG(CALL_CLOSE));
+            h = partial_tag(b + pos, len - pos, p->call_close, p->call_close_len);
             if (put_content(p, out, b + pos, len - pos - h)) return -1;
             pos = len - h;
             goto held;
@@ -278,9 +274,13 @@ ChatOutputParser *chat_output_parser_new(const ChatOutputOptions *o) {
     if (!p) return NULL;
     p->tools = o->tools;
     p->format = o->tool_format;
-    p->parse_calls =
-        o->tool_format == CHAT_TOOL_CALLS_HERMES || o->tool_format == CHAT_TOOL_CALLS_QWEN3_XML;
-    p->trim = o->parse_reasoning || p->parse_calls;
+    if (p->format) {
+        p->call_open = p->format->call_open;
+        p->call_close = p->format->call_close;
+        p->call_open_len = strlen(p->call_open);
+        p->call_close_len = strlen(p->call_close);
+    }
+    p->trim = o->parse_reasoning || p->format != NULL;
     p->starts_in_reasoning = o->parse_reasoning && o->starts_in_reasoning;
     p->state = o->parse_reasoning ? ST_START : ST_CONTENT;
     return p;
@@ -317,7 +317,12 @@ int chat_output_finish(ChatOutputParser *p, ChatOutputDelta *out) {
     case ST_REASONING: rc = put_reasoning(p, out, b, len); break;
     case ST_CONTENT:
     case ST_CALL_TOO_LONG: rc = put_content(p, out, b, len); break;
-    case ST_CALL: rc = reject(p, out, ++p->blocks, "unclosed <tool_call>", b, len); break;
+    case ST_CALL: {
+        char why[TOOL_CALL_WHY_SIZE];
+        tool_call_why(why, sizeof why, "unclosed %s", p->call_open);
+        rc = reject(p, out, ++p->blocks, why, b, len);
+        break;
+    }
     case ST_DONE: break;
     }
     p->buf.len = 0;

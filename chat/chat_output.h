@@ -1,8 +1,9 @@
 /*
  * chat_output.h - a chat answer's text split the way OpenAI's API returns
  * it: reasoning (<think>...</think>) into reasoning_content, tool calls
- * (<tool_call>...</tool_call>, in the format the chat template taught the
- * model) into tool_calls, the rest into content.
+ * (<tool_call>...</tool_call>, or whatever tags the format the chat
+ * template taught the model puts around a call: tool_call_format.h) into
+ * tool_calls, the rest into content.
  *
  * Incremental, for streams: text is fed piece by piece as the engine
  * delivers it, and each feed releases only what can no longer change
@@ -37,7 +38,7 @@
 #include <stdint.h>
 
 #include "base/byte_buf.h"
-#include "chat_template.h"
+#include "chat/tool_calls/tool_call_format.h"
 #include "text/tokenizer/tokenizer.h"
 
 typedef struct ChatOutputOptions {
@@ -47,12 +48,12 @@ typedef struct ChatOutputOptions {
      * </think> ends it. Otherwise reasoning starts only with a <think> at
      * the very start of the output (after whitespace). */
     bool starts_in_reasoning;
-    ChatToolCallFormat tool_format; /* CHAT_TOOL_CALLS_NONE: no tool-call parsing */
+    const ToolCallFormat *tool_format; /* NULL: no tool-call parsing */
     /* The request's "tools" (OpenAI's list of {"type": "function",
      * "function": {"name", "parameters"}}), borrowed for the parser's
      * life: the names a call may use (NULL or JSON null: any name), and
-     * (Qwen3 XML format) the parameter types that turn a value's text
-     * into JSON. */
+     * (formats whose values are raw text, Qwen3 XML) the parameter types
+     * that turn a value's text into JSON. */
     const json_t *tools;
 } ChatOutputOptions;
 

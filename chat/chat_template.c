@@ -32,7 +32,8 @@ struct ChatTemplate {
     JinjaTemplate *main;     /* NULL when the folder has only a "tool_use" template */
     JinjaTemplate *tool_use; /* for requests with tools; NULL: main */
     ChatContentFormat format;
-    ChatToolCallFormat tool_calls;
+    bool takes_tools;
+    const ToolCallFormat *tool_calls; /* NULL: none, or not known */
 };
 
 int chat_content_format_parse(const char *name, ChatContentFormat *out) {
@@ -43,13 +44,6 @@ int chat_content_format_parse(const char *name, ChatContentFormat *out) {
             return 0;
         }
     return -1;
-}
-
-static ChatToolCallFormat detect_tool_call_format(const char *text) {
-    if (!text || !strstr(text, "tools")) return CHAT_TOOL_CALLS_NONE;
-    if (strstr(text, "<function=")) return CHAT_TOOL_CALLS_QWEN3_XML;
-    if (strstr(text, "<tool_call>")) return CHAT_TOOL_CALLS_HERMES;
-    return CHAT_TOOL_CALLS_OTHER;
 }
 
 static JinjaTemplate *compile(const char *text, const char *what, Error *err) {
@@ -82,8 +76,10 @@ ChatTemplate *chat_template_new(const Tokenizer *t, const char *text, ChatConten
         chat_template_free(ct);
         return NULL;
     }
-    ct->tool_calls = main_text == CHATML_TEMPLATE ? CHAT_TOOL_CALLS_NONE
-                     : detect_tool_call_format(tool_text ? tool_text : main_text);
+    /* The tool_use template, when there is one, is the one tools reach. */
+    const char *with_tools = tool_text ? tool_text : main_text;
+    ct->takes_tools = main_text != CHATML_TEMPLATE && with_tools && strstr(with_tools, "tools");
+    ct->tool_calls = ct->takes_tools ? tool_call_format_taught_by(with_tools) : NULL;
     return ct;
 }
 
@@ -94,7 +90,9 @@ void chat_template_free(ChatTemplate *ct) {
     free(ct);
 }
 
-ChatToolCallFormat chat_template_tool_call_format(const ChatTemplate *ct) { return ct->tool_calls; }
+bool chat_template_takes_tools(const ChatTemplate *ct) { return ct->takes_tools; }
+
+const ToolCallFormat *chat_template_tool_call_format(const ChatTemplate *ct) { return ct->tool_calls; }
 
 double chat_template_clock(void) {
     const char *fixed = getenv("SOURCE_DATE_EPOCH");

@@ -22,9 +22,11 @@
 #define NANOVLLM_CHAT_TEMPLATE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/error.h"
+#include "chat/tool_calls/tool_call_format.h"
 #include "text/tokenizer/tokenizer.h"
 
 /* How a message's `content` reaches the template (vLLM's
@@ -46,15 +48,6 @@ typedef enum ChatContentFormat {
 /* "auto" | "string" | "openai" | "verbatim"; -1 otherwise. */
 int chat_content_format_parse(const char *name, ChatContentFormat *out);
 
-/* How the template asks the model to write tool calls, so that the parser
- * reading the answer can match it. */
-typedef enum ChatToolCallFormat {
-    CHAT_TOOL_CALLS_NONE,      /* the template renders no tools */
-    CHAT_TOOL_CALLS_HERMES,    /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> */
-    CHAT_TOOL_CALLS_QWEN3_XML, /* <tool_call>\n<function=name>\n<parameter=p>\n...</tool_call> */
-    CHAT_TOOL_CALLS_OTHER,     /* some other format (Llama's, Mistral's, ...) */
-} ChatToolCallFormat;
-
 typedef struct ChatTemplate ChatTemplate;
 
 /* Compiles a template. text NULL: the tokenizer's own (its "default", and
@@ -67,7 +60,15 @@ ChatTemplate *chat_template_new(const Tokenizer *t, const char *text, ChatConten
                                 const char **warning, Error *err);
 void chat_template_free(ChatTemplate *ct);
 
-ChatToolCallFormat chat_template_tool_call_format(const ChatTemplate *ct);
+/* Whether the template renders a request's tools, and so teaches the model
+ * some way to write tool calls. */
+bool chat_template_takes_tools(const ChatTemplate *ct);
+
+/* The way it teaches, so that the parser reading the answer can match it:
+ * the format tool_call_format.h detects in the template's text, or NULL
+ * (it takes no tools, or writes calls in a format not known here:
+ * Llama's, Mistral's, ...). */
+const ToolCallFormat *chat_template_tool_call_format(const ChatTemplate *ct);
 
 /* Renders a chat request object {messages, tools?, documents?,
  * add_generation_prompt?, continue_final_message?, chat_template_kwargs?}.

@@ -218,7 +218,7 @@ static json_t *chat_message(const Tokenizer *tok, const ChatTemplate *ct, const 
     int last = chat_prompt_last_think_tag(tok, prompt, prompt_len, NULL);
     ChatOutputOptions o = {.parse_reasoning = tokenizer_token_to_id(tok, "</think>", 8) >= 0,
                            .starts_in_reasoning = last == 1,
-                           .tool_format = has_tools ? chat_template_tool_call_format(ct) : CHAT_TOOL_CALLS_NONE,
+                           .tool_format = has_tools ? chat_template_tool_call_format(ct) : NULL,
                            .tools = has_tools ? tools : NULL};
     ChatOutputParser *p = chat_output_parser_new(&o);
     ChatOutputDelta d = {0};

@@ -13,6 +13,7 @@
 #include "cli_args.h"
 #include "backend_setup.h"
 #include "commands.h"
+#include "chat/tool_calls/tool_call_format.h"
 #include "server/openai/api_server.h"
 
 static const char USAGE[] = "usage: nanovllm serve --model DIR [options]\n";
@@ -71,7 +72,7 @@ int command_serve(int argc, char **argv) {
                           .header_timeout = DEFAULT_HEADER_TIMEOUT_SECONDS,
                           .body_timeout = DEFAULT_BODY_TIMEOUT_SECONDS,
                           .max_connections = DEFAULT_MAX_CONNECTIONS,
-                          .tool_call_parser = CHAT_TOOL_CALLS_OTHER,
+                          .tool_call_parser_auto = true,
                           .runner = runner_default_options()};
     Error err = {0};
     int rc = 0;
@@ -113,12 +114,10 @@ int command_serve(int argc, char **argv) {
             else rc = error_set(&err, "--reasoning-parser: '%s' is not qwen3 or none", optarg);
             break;
         case 'P':
-            if (strcmp(optarg, "auto") == 0) o.tool_call_parser = CHAT_TOOL_CALLS_OTHER;
-            else if (strcmp(optarg, "hermes") == 0) o.tool_call_parser = CHAT_TOOL_CALLS_HERMES;
-            else if (strcmp(optarg, "qwen3_xml") == 0 || strcmp(optarg, "qwen3_coder") == 0)
-                o.tool_call_parser = CHAT_TOOL_CALLS_QWEN3_XML;
-            else if (strcmp(optarg, "none") == 0) o.tool_call_parser = CHAT_TOOL_CALLS_NONE;
-            else rc = error_set(&err, "--tool-call-parser: '%s' is not auto, hermes, qwen3_xml, qwen3_coder or none", optarg);
+            o.tool_call_parser_auto = strcmp(optarg, "auto") == 0;
+            o.tool_call_parser = tool_call_format_named(optarg);
+            if (!o.tool_call_parser_auto && !o.tool_call_parser && strcmp(optarg, "none") != 0)
+                rc = error_set(&err, "--tool-call-parser: '%s' is not auto, hermes, qwen3_xml, qwen3_coder or none", optarg);
             break;
         case 'S':
             if (strcmp(optarg, "fcfs") == 0) o.scheduling_policy = SCHEDULING_FCFS;

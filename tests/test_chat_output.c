@@ -21,10 +21,10 @@
 
 #define R true  /* parse_reasoning */
 #define NO false
-#define HERMES CHAT_TOOL_CALLS_HERMES
-#define XML CHAT_TOOL_CALLS_QWEN3_XML
-#define NONE CHAT_TOOL_CALLS_NONE
-#define OTHER CHAT_TOOL_CALLS_OTHER
+#define HERMES (&tool_call_format_hermes)
+#define XML (&tool_call_format_qwen3_xml)
+#define NONE NULL
+#define OTHER NULL /* a format not known here reaches the parser as no format */
 
 static const char WEATHER_TOOLS[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
@@ -44,7 +44,7 @@ static const char XML_TOOLS[] =
 typedef struct Case {
     const char *name;
     bool reasoning, starts_in_reasoning;
-    ChatToolCallFormat format;
+    const ToolCallFormat *format;
     const char *tools; /* JSON text; NULL: no list (any name) */
     const char *text;
     const char *want_reasoning, *want_content;
@@ -396,7 +396,7 @@ static void run_text(const ChatOutputOptions *o, const char *text, ChatOutputDel
     chat_output_parser_free(p);
 }
 
-static void expect_reason(ChatToolCallFormat format, const char *text, const char *reason) {
+static void expect_reason(const ToolCallFormat *format, const char *text, const char *reason) {
     json_t *tools = json_loads(format == XML ? XML_TOOLS : WEATHER_TOOLS, 0, NULL);
     cr_assert(tools);
     ChatOutputOptions o = {.parse_reasoning = true, .tool_format = format, .tools = tools};

@@ -218,7 +218,8 @@ Test(chat_template, named_templates_and_fallback) {
                   "<|im_start|>assistant\n");
     expect_error(f.ct, "{\"messages\": [" HI "], \"tools\": [{\"type\": \"function\"}]}",
                  "tools need a chat template");
-    cr_expect_eq(chat_template_tool_call_format(f.ct), CHAT_TOOL_CALLS_NONE);
+    cr_expect_null(chat_template_tool_call_format(f.ct));
+    cr_expect_not(chat_template_takes_tools(f.ct));
     close_folder(&f);
 }
 

@@ -216,15 +216,16 @@ Test(chat_template_fixtures, default_content_format_where_it_changes_nothing) {
 Test(chat_template_fixtures, tool_call_formats) {
     static const struct {
         const char *model;
-        ChatToolCallFormat format;
+        const ToolCallFormat *format; /* NULL: none known */
+        bool takes_tools;
     } want[] = {
-        {"Qwen-Qwen3-0.6B", CHAT_TOOL_CALLS_HERMES},
-        {"Qwen-Qwen2.5-7B-Instruct", CHAT_TOOL_CALLS_HERMES},
-        {"Qwen-QwQ-32B", CHAT_TOOL_CALLS_HERMES},
-        {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", CHAT_TOOL_CALLS_HERMES},
-        {"Qwen3-Coder", CHAT_TOOL_CALLS_QWEN3_XML},
-        {"meta-llama-Llama-3.1-8B-Instruct", CHAT_TOOL_CALLS_OTHER},
-        {"google-gemma-2-2b-it", CHAT_TOOL_CALLS_NONE},
+        {"Qwen-Qwen3-0.6B", &tool_call_format_hermes, true},
+        {"Qwen-Qwen2.5-7B-Instruct", &tool_call_format_hermes, true},
+        {"Qwen-QwQ-32B", &tool_call_format_hermes, true},
+        {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", &tool_call_format_hermes, true},
+        {"Qwen3-Coder", &tool_call_format_qwen3_xml, true},
+        {"meta-llama-Llama-3.1-8B-Instruct", NULL, true}, /* a format not known here */
+        {"google-gemma-2-2b-it", NULL, false},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const Model *m = NULL;
@@ -237,7 +238,43 @@ Test(chat_template_fixtures, tool_call_formats) {
         ChatTemplate *ct = chat_template_new(t, NULL, CHAT_CONTENT_AUTO, NULL, &err);
         cr_assert(ct, "%s", err.msg);
         cr_expect_eq(chat_template_tool_call_format(ct), want[i].format, "%s", m->name);
+        cr_expect_eq(chat_template_takes_tools(ct), want[i].takes_tools, "%s", m->name);
         chat_template_free(ct);
         tokenizer_free(t);
     }
+}
+
+/* The registry on the templates' text alone: each format found where its
+ * template writes it, in the registry's order (Qwen3-Coder's template
+ * writes <tool_call> as well as <function=), none in Llama 3.1's JSON
+ * calls; and the names --tool-call-parser takes. */
+Test(tool_call_formats, registry_detects_each_format_from_its_template) {
+    static const struct {
+        const char *model;
+        const ToolCallFormat *format;
+    } want[] = {
+        {"Qwen-Qwen3-0.6B", &tool_call_format_hermes},
+        {"Qwen3-Coder", &tool_call_format_qwen3_xml},
+        {"meta-llama-Llama-3.1-8B-Instruct", NULL},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char path[4096];
+        FORMAT(path, TEMPLATES "/%s/template.jinja", want[i].model);
+        char *text = read_text(path);
+        cr_assert(text, "%s", path);
+        cr_expect(strstr(text, "tools"), "%s renders tools", want[i].model);
+        cr_expect_eq(tool_call_format_taught_by(text), want[i].format, "%s", want[i].model);
+        free(text);
+    }
+    cr_expect_eq(tool_call_format_named("hermes"), &tool_call_format_hermes);
+    cr_expect_eq(tool_call_format_named("qwen3_xml"), &tool_call_format_qwen3_xml);
+    cr_expect_eq(tool_call_format_named("qwen3_coder"), &tool_call_format_qwen3_xml);
+    cr_expect_null(tool_call_format_named("auto"));
+    cr_expect_null(tool_call_format_named("none"));
+    size_t n = 0;
+    for (const ToolCallFormat *f; (f = tool_call_format_at(n)); n++) {
+        cr_expect(f->name && f->call_open && f->call_close && f->taught_by && f->read_call, "format %zu", n);
+        cr_expect_eq(tool_call_format_named(f->name), f, "%s", f->name);
+    }
+    cr_expect_eq(n, 2);
 }

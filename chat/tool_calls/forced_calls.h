@@ -5,21 +5,15 @@
  * functions, with arguments its JSON Schema accepts.
  *
  * The spec (the constraint's text, so the cache keys on it) is JSON:
- *   {"format": "hermes" | "qwen3_xml",
+ *   {"format": the name of a tool-call format (tool_call_format.h),
  *    "tools": [{"name": "...", "parameters": {JSON Schema}}, ...],
  *    "max_calls": 1 | 0 (no limit)}
- * hermes:    <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
- * qwen3_xml: <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n
- *            ...</function>\n</tool_call>
  * Calls are separated by "\n"; up to two newlines may come first (what a
- * reasoning model writes after </think>). In the XML form the parameters
- * come in the schema's order, each required one present, and a value is
- * JSON by the parameter's schema except for strings, which are written
- * raw: any text without '<' (the parser on the other side reads them back
- * by type; enum and pattern on a string parameter are not enforced there).
+ * reasoning model writes after </think>). This file owns that frame; what
+ * one call looks like is its format's (call_grammar: hermes.c, qwen3_xml.c).
  */
-#ifndef NANOVLLM_TOOL_CALLS_H
-#define NANOVLLM_TOOL_CALLS_H
+#ifndef NANOVLLM_FORCED_CALLS_H
+#define NANOVLLM_FORCED_CALLS_H
 
 #include <jansson.h>
 
@@ -27,5 +21,10 @@
 
 /* Defines the rules and sets the root; 0, or -1 with grammar_error(g). */
 int tool_calls_to_grammar(Grammar *g, const json_t *spec);
+
+/* For a format's call_grammar: a tool's parameters schema (NULL or JSON
+ * null: any object) compiled into fresh rules of g; the root of those
+ * rules, or -1 with grammar_error(g) naming the tool. */
+int tool_call_arguments_rule(Grammar *g, const json_t *schema, const char *tool);
 
 #endif

@@ -1,10 +1,18 @@
 /*
- * hermes.c - one Hermes-style tool call body, the JSON object
- * between <tool_call> and </tool_call> that Qwen3's own template (and
- * Hermes, Qwen2.5, QwQ) teaches: {"name": "...", "arguments": {...}}.
+ * hermes.c - the Hermes tool-call format (tool_call_format.h), which
+ * Qwen3's own template (and Hermes, Qwen2.5, QwQ) teaches: a JSON object
+ * between <tool_call> and </tool_call>,
  *
- * Lenient where models are known to vary, strict where guessing would hand
- * a client arguments the model did not write:
+ *     <tool_call>
+ *     {"name": "NAME", "arguments": {...}}
+ *     </tool_call>
+ *
+ * A template teaches it when it writes <tool_call>. A forced call is
+ * exactly that text, the name a JSON string and the arguments JSON the
+ * tool's schema accepts.
+ *
+ * Reading a body is lenient where models are known to vary, strict where
+ * guessing would hand a client arguments the model did not write:
  *   - "arguments" may be an object, or a string holding a JSON object
  *     (some models double-encode); missing or null means no arguments,
  *     "{}"; "parameters" is read when "arguments" is absent;
@@ -18,7 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat/chat_output_internal.h"
+#include "forced_calls.h"
+#include "tool_call_format.h"
+#include "tool_call_json.h"
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -58,8 +68,9 @@ static int arguments_text(const json_t *args, char **out, char *why) {
     return rc;
 }
 
-int hermes_tool_call_parse(const char *body, size_t len, char **name, char **arguments,
-                           char why[TOOL_CALL_WHY_SIZE]) {
+static int read_call(const char *body, size_t len, const json_t *tools, char **name, char **arguments,
+                     char why[TOOL_CALL_WHY_SIZE]) {
+    (void)tools; /* JSON says each value's type itself */
     *name = *arguments = NULL;
     while (len && is_space(*body)) body++, len--;
     while (len && is_space(body[len - 1])) len--;
@@ -84,3 +95,29 @@ int hermes_tool_call_parse(const char *body, size_t len, char **name, char **arg
     json_decref(root);
     return rc;
 }
+
+static bool taught_by(const char *template_text) { return strstr(template_text, "<tool_call>") != NULL; }
+
+/* <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, the name
+ * as a JSON string. */
+static GExpr call_grammar(Grammar *g, const char *name, const json_t *parameters) {
+    int args_rule = tool_call_arguments_rule(g, parameters, name);
+    if (args_rule < 0) return G_ERROR;
+    json_t *n = json_string(name);
+    char *quoted = n ? json_dumps(n, JSON_ENCODE_ANY) : NULL;
+    json_decref(n);
+    if (!quoted) return grammar_fail(g, ERROR_INTERNAL, "out of memory");
+    GExpr parts[] = {g_str(g, "<tool_call>\n{\"name\": "), g_str(g, quoted), g_str(g, ", \"arguments\": "),
+                     g_ref(g, args_rule), g_str(g, "}\n</tool_call>")};
+    free(quoted);
+    return g_seq(g, parts, 5);
+}
+
+const ToolCallFormat tool_call_format_hermes = {
+    .name = "hermes",
+    .call_open = "<tool_call>",
+    .call_close = "</tool_call>",
+    .taught_by = taught_by,
+    .call_grammar = call_grammar,
+    .read_call = read_call,
+};

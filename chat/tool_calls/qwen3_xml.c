@@ -1,22 +1,33 @@
 /*
- * qwen3_xml.c - one Qwen3-Coder tool call body, the XML-like text
- * between <tool_call> and </tool_call> that Qwen3-Coder's template teaches:
+ * qwen3_xml.c - the Qwen3-Coder tool-call format (tool_call_format.h;
+ * --tool-call-parser qwen3_xml or qwen3_coder): XML-like text between
+ * <tool_call> and </tool_call>,
  *
+ *     <tool_call>
  *     <function=NAME>
  *     <parameter=P>
  *     VALUE
  *     </parameter>
  *     ...
  *     </function>
+ *     </tool_call>
  *
- * Values are raw text, not JSON, so the request's tool schema says what
- * each is: parameters.properties[P].type turns the text into a JSON value
- * (see convert_value). Exactly one "\n" is taken off each end of a value
- * (the template's own line breaks); the rest is the value, verbatim.
+ * A template teaches it when it writes <function= (its templates write
+ * <tool_call> too, so the registry tries this format before Hermes).
  *
- * Strict about structure: whitespace between elements is fine, but a
- * missing "<function=", an unclosed <parameter=...> or </function>, or
- * anything after </function> rejects the call (the caller releases the
+ * A forced call takes the parameters in the schema's order, each required
+ * one present, and a value is JSON by the parameter's schema except for
+ * strings, which are written raw: any text without '<' (the reader below
+ * reads them back by type; enum and pattern on a string parameter are not
+ * enforced there).
+ *
+ * Reading: values are raw text, not JSON, so the request's tool schema
+ * says what each is: parameters.properties[P].type turns the text into a
+ * JSON value (see convert_value). Exactly one "\n" is taken off each end of
+ * a value (the template's own line breaks); the rest is the value,
+ * verbatim. Strict about structure: whitespace between elements is fine,
+ * but a missing "<function=", an unclosed <parameter=...> or </function>,
+ * or anything after </function> rejects the call (the caller releases the
  * block as content). A parameter given twice keeps its last value.
  */
 #include <stdbool.h>
@@ -24,8 +35,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "chat/chat_output_internal.h"
+#include "forced_calls.h"
 #include "text/tokenizer/utf8.h"
+#include "tool_call_format.h"
+#include "tool_call_json.h"
 
 typedef struct Cursor {
     const char *p, *end;
@@ -122,8 +135,8 @@ static json_t *convert_value(const char *s, size_t n, const char *type, bool nul
     return v ? v : json_stringn(s, n);
 }
 
-int xml_tool_call_parse(const char *body, size_t len, const json_t *tools, char **name,
-                        char **arguments, char why[TOOL_CALL_WHY_SIZE]) {
+static int read_call(const char *body, size_t len, const json_t *tools, char **name, char **arguments,
+                     char why[TOOL_CALL_WHY_SIZE]) {
     *name = *arguments = NULL;
     if (!utf8_is_valid(body, len)) {
         tool_call_why(why, TOOL_CALL_WHY_SIZE, "not valid UTF-8");
@@ -194,3 +207,55 @@ oom:
     *name = NULL;
     return -1;
 }
+
+static bool taught_by(const char *template_text) { return strstr(template_text, "<function=") != NULL; }
+
+static bool is_string_schema(const json_t *schema) {
+    const json_t *type = json_object_get(schema, "type");
+    return json_is_string(type) && strcmp(json_string_value(type), "string") == 0;
+}
+
+static bool is_required(const json_t *parameters, const char *name) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(parameters, "required"), i, r)
+        if (json_is_string(r) && strcmp(json_string_value(r), name) == 0) return true;
+    return false;
+}
+
+/* <tool_call>\n<function=NAME>\n, then each parameter, then
+ * </function>\n</tool_call>. */
+static GExpr call_grammar(Grammar *g, const char *name, const json_t *parameters) {
+    GExpr body = g_seq2(g, g_str(g, "<tool_call>\n<function="), g_str(g, name));
+    body = g_seq2(g, body, g_str(g, ">\n"));
+    const json_t *props = json_object_get(parameters, "properties");
+    const char *key;
+    json_t *schema;
+    json_object_foreach((json_t *)props, key, schema) {
+        GExpr value;
+        if (is_string_schema(schema) || !json_is_object(schema)) {
+            const uint32_t lt[] = {'<', '<'};
+            value = g_repeat(g, g_codepoints_not(g, lt, 1, G_UTF8), 0, G_UNBOUNDED);
+        } else {
+            int rule = tool_call_arguments_rule(g, schema, name);
+            if (rule < 0) return G_ERROR;
+            value = g_ref(g, rule);
+        }
+        GExpr parts[] = {g_str(g, "<parameter="), g_str(g, key), g_str(g, ">\n"), value, g_str(g, "\n</parameter>\n")};
+        GExpr param = g_seq(g, parts, 5);
+        body = g_seq2(g, body, is_required(parameters, key) ? param : g_optional(g, param));
+    }
+    return g_seq2(g, body, g_str(g, "</function>\n</tool_call>"));
+}
+
+static const char *const ALIASES[] = {"qwen3_coder", NULL};
+
+const ToolCallFormat tool_call_format_qwen3_xml = {
+    .name = "qwen3_xml",
+    .aliases = ALIASES,
+    .call_open = "<tool_call>",
+    .call_close = "</tool_call>",
+    .taught_by = taught_by,
+    .call_grammar = call_grammar,
+    .read_call = read_call,
+};

@@ -1,7 +1,7 @@
 /*
- * tool_call_json.c - what both tool-call formats share: finding a function
- * in the request's "tools", writing arguments as compact JSON, and
- * formatting a rejection's reason.
+ * tool_call_json.c - what the tool-call formats' readers share
+ * (tool_call_json.h): finding a function in the request's "tools", writing
+ * arguments as compact JSON, and formatting a rejection's reason.
  *
  * The arguments are written here rather than with json_dumps because
  * jansson prints reals with 17 significant digits (0.1 becomes
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat/chat_output_internal.h"
+#include "tool_call_json.h"
 
 const json_t *tool_call_find_function(const json_t *tools, const char *name) {
     if (!json_is_array(tools)) return NULL;

@@ -16,11 +16,10 @@ int api_chat_output_begin(ApiRequest *r) {
     if (r->kind != API_CHAT) return 0;
     for (int i = 0; i < r->num_choices; i++) {
         ChatOutputOptions o = api_chat_output_options(r, i / r->params.sampling.n);
-        if (!o.parse_reasoning && o.tool_format != CHAT_TOOL_CALLS_HERMES && o.tool_format != CHAT_TOOL_CALLS_QWEN3_XML)
-            continue;
+        if (!o.parse_reasoning && !o.tool_format) continue;
         Choice *c = &r->choices[i];
         if (!(c->parser = chat_output_parser_new(&o))) return -1;
-        if (o.tool_format != CHAT_TOOL_CALLS_NONE && !(c->tool_calls = json_array())) return -1;
+        if (o.tool_format && !(c->tool_calls = json_array())) return -1;
     }
     return 0;
 }

@@ -162,7 +162,12 @@ struct ApiServer {
     TokenVocab *vocab;  /* the tokens' bytes, for structured outputs */
     ConstraintCache *constraints;
     bool reasoning;                /* chat answers split <think>...</think> off */
-    ChatToolCallFormat tool_format; /* how the template asks for tool calls (or --tool-call-parser) */
+    /* How the template asks for tool calls (or --tool-call-parser); NULL:
+     * not parsed, because the template takes no tools (or parsing is off),
+     * or because it writes them in a format not known here
+     * (tool_format_unknown). */
+    const ToolCallFormat *tool_format;
+    bool tool_format_unknown;
     int max_model_len;
     bool ready, shutting_down, stopped;
     bool cut_off; /* the grace period is over: requests were ended */

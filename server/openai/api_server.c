@@ -244,11 +244,10 @@ static void load_run(uv_work_t *w) {
     bool has_think = tokenizer_token_to_id(s->tok, "<think>", 7) >= 0 && tokenizer_token_to_id(s->tok, "</think>", 8) >= 0;
     s->reasoning = s->opts.reasoning_parser == REASONING_PARSER_QWEN3 ||
                    (s->opts.reasoning_parser == REASONING_PARSER_AUTO && has_think);
-    s->tool_format = s->opts.tool_call_parser == CHAT_TOOL_CALLS_OTHER ? chat_template_tool_call_format(s->chat)
-                                                                       : s->opts.tool_call_parser;
-    static const char *const format_names[] = {"none", "hermes", "qwen3_xml", "not parsed (unknown format)"};
+    s->tool_format = s->opts.tool_call_parser_auto ? chat_template_tool_call_format(s->chat) : s->opts.tool_call_parser;
+    s->tool_format_unknown = s->opts.tool_call_parser_auto && !s->tool_format && chat_template_takes_tools(s->chat);
     log_info("chat answers: reasoning %s; tool calls %s", s->reasoning ? "split off (<think>...</think>)" : "not split",
-             format_names[s->tool_format]);
+             s->tool_format ? s->tool_format->name : s->tool_format_unknown ? "not parsed (unknown format)" : "none");
     engine_set_scheduling_policy(s->engine, s->opts.scheduling_policy);
     if (!(s->vocab = token_vocab_new(s->tok, c->vocab_size, &s->load_err)) ||
         !(s->constraints = constraint_cache_new(s->vocab, STRUCTURED_CACHE_BYTES, &s->load_err)))

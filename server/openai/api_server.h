@@ -17,6 +17,7 @@
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "chat/chat_template.h"
+#include "chat/tool_calls/tool_call_format.h"
 
 /* --reasoning-parser: AUTO splits <think>...</think> off chat answers when
  * the tokenizer has both tags (Qwen3), QWEN3 insists, NONE never. */
@@ -37,10 +38,11 @@ typedef struct ApiServerOptions {
     ChatContentFormat chat_content_format;
     bool trust_request_chat_template; /* else a request's own "chat_template" is refused */
     ReasoningParserChoice reasoning_parser;
-    /* --tool-call-parser: how answers' tool calls are read (and forced);
-     * CHAT_TOOL_CALLS_OTHER here means "as the chat template writes them"
-     * (auto), NONE turns tool-call parsing off. */
-    ChatToolCallFormat tool_call_parser;
+    /* --tool-call-parser: how answers' tool calls are read (and forced).
+     * auto: as the chat template writes them; otherwise tool_call_parser,
+     * NULL turning tool-call parsing off. */
+    bool tool_call_parser_auto;
+    const ToolCallFormat *tool_call_parser;
     SchedulingPolicy scheduling_policy; /* --scheduling-policy */
     RunnerOptions runner;
     ModelLoader loader; /* checkpoint + backend: the program's choice (cli/backend_setup.h) */

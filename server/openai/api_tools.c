@@ -67,7 +67,7 @@ static int parse_tool_choice(const json_t *v, OpenAIParams *p, ApiError *err) {
 
 /* The spec forced_calls.h compiles: the offered (or the named) functions in
  * the template's format. A new reference. */
-static json_t *forced_calls_spec(const OpenAIParams *p, ChatToolCallFormat format) {
+static json_t *forced_calls_spec(const OpenAIParams *p, const ToolCallFormat *format) {
     json_t *list = json_array();
     size_t i;
     json_t *t;
@@ -79,8 +79,7 @@ static json_t *forced_calls_spec(const OpenAIParams *p, ChatToolCallFormat forma
         json_array_append_new(list, json_pack("{s:s, s:O}", "name", name, "parameters", params ? params : json_null()));
     }
     bool one = p->tool_choice == TOOL_CHOICE_NAMED || !p->parallel_tool_calls;
-    return json_pack("{s:s, s:o, s:i}", "format", format == CHAT_TOOL_CALLS_QWEN3_XML ? "qwen3_xml" : "hermes",
-                     "tools", list, "max_calls", one ? 1 : 0);
+    return json_pack("{s:s, s:o, s:i}", "format", format->name, "tools", list, "max_calls", one ? 1 : 0);
 }
 
 int api_parse_tools(ApiRequest *r, ApiError *err) {
@@ -121,12 +120,12 @@ int api_parse_tools(ApiRequest *r, ApiError *err) {
         return api_error(err, 400, "tool_choice", "'tool_choice' names '%s', which is not in 'tools'", p->tool_choice_name);
     if (p->tool_choice != TOOL_CHOICE_REQUIRED && p->tool_choice != TOOL_CHOICE_NAMED) return 0;
     /* Forced calls: decoding is constrained to the template's call format. */
-    ChatToolCallFormat format = r->srv->tool_format;
-    if (format != CHAT_TOOL_CALLS_HERMES && format != CHAT_TOOL_CALLS_QWEN3_XML)
+    const ToolCallFormat *format = r->srv->tool_format;
+    if (!format || !format->call_grammar)
         return api_error(err, 400, "tool_choice",
                          "'tool_choice' \"required\" or a named function needs a tool-call format the server "
                          "can force (hermes or qwen3_xml); this model's chat template has %s",
-                         format == CHAT_TOOL_CALLS_NONE ? "none" : "another one");
+                         format || r->srv->tool_format_unknown ? "another one" : "none");
     if (p->constraint_kind >= 0)
         return api_error(err, 400, "tool_choice", "'tool_choice' \"%s\" cannot be combined with '%s'",
                          p->tool_choice == TOOL_CHOICE_NAMED ? p->tool_choice_name : "required", p->constraint_field);

@@ -69,8 +69,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *text = data + 2;
     size_t n = size - 2;
     json_t *tools = (opt & 8) ? json_loads(TOOLS, 0, NULL) : NULL;
-    static const ChatToolCallFormat formats[] = {CHAT_TOOL_CALLS_HERMES, CHAT_TOOL_CALLS_QWEN3_XML, CHAT_TOOL_CALLS_NONE,
-                                                 CHAT_TOOL_CALLS_OTHER};
+    /* The last two: no format, and a format not known here (no format either). */
+    static const ToolCallFormat *const formats[] = {&tool_call_format_hermes, &tool_call_format_qwen3_xml, NULL,
+                                                    NULL};
     ChatOutputOptions o = {.parse_reasoning = opt & 1, .starts_in_reasoning = (opt & 3) == 3,
                            .tool_format = formats[(opt >> 2) & 3], .tools = tools};
     ChatOutputDelta whole = {0}, pieces = {0};
