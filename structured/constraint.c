@@ -1,6 +1,7 @@
 /*
  * constraint.c - constraints compiled from their text, reference counted,
- * and an LRU cache of them keyed by (kind, text) within a byte budget.
+ * and an LRU cache of them keyed by (kind or builder, text) within a byte
+ * budget.
  */
 #include "constraint.h"
 
@@ -13,13 +14,13 @@
 #include "gbnf.h"
 #include "json_schema.h"
 #include "regex.h"
-#include "chat/tool_calls/forced_calls.h"
 
 #define MAX_CHOICES 10000
 
 struct Constraint {
     int refs; /* atomic */
     ConstraintKind kind;
+    const ConstraintBuilder *builder; /* CONSTRAINT_BUILT's */
     TokenGrammar *tg;
     double compile_ms;
     /* cache bookkeeping (under the cache's lock) */
@@ -42,7 +43,7 @@ const char *constraint_kind_name(ConstraintKind kind) {
     case CONSTRAINT_REGEX: return "regex";
     case CONSTRAINT_CHOICE: return "choice";
     case CONSTRAINT_GRAMMAR: return "grammar";
-    case CONSTRAINT_TOOL_CALLS: return "tool_calls";
+    case CONSTRAINT_BUILT: return "built";
     }
     return "?";
 }
@@ -89,7 +90,8 @@ out:
     return rc;
 }
 
-static int build_grammar(Grammar *g, ConstraintKind kind, const char *text, size_t len, Error *err) {
+static int build_grammar(Grammar *g, ConstraintKind kind, const ConstraintBuilder *builder, const char *text,
+                         size_t len, Error *err) {
     switch (kind) {
     case CONSTRAINT_JSON_OBJECT:
     case CONSTRAINT_JSON_SCHEMA: {
@@ -108,19 +110,15 @@ static int build_grammar(Grammar *g, ConstraintKind kind, const char *text, size
     }
     case CONSTRAINT_CHOICE: return build_choice(g, text, len, err);
     case CONSTRAINT_GRAMMAR: return gbnf_to_grammar(g, text, len);
-    case CONSTRAINT_TOOL_CALLS: {
-        json_error_t jerr;
-        json_t *spec = json_loadb(text, len, 0, &jerr);
-        if (!spec) return error_set_kind(err, ERROR_INVALID, "tool calls: not valid JSON (%s)", jerr.text);
-        int rc = tool_calls_to_grammar(g, spec);
-        json_decref(spec);
-        return rc;
-    }
+    case CONSTRAINT_BUILT:
+        if (!builder) return error_set(err, "a built constraint needs its builder");
+        return builder->build(g, text, len, err);
     }
     return error_set(err, "unknown constraint kind %d", (int)kind);
 }
 
-Constraint *constraint_compile(ConstraintKind kind, const char *text, size_t len, const TokenVocab *v, Error *err) {
+static Constraint *compile(ConstraintKind kind, const ConstraintBuilder *builder, const char *text, size_t len,
+                           const TokenVocab *v, Error *err) {
     double start = now_ms();
     Grammar *g = grammar_new();
     Constraint *c = calloc(1, sizeof *c);
@@ -131,7 +129,7 @@ Constraint *constraint_compile(ConstraintKind kind, const char *text, size_t len
         goto fail;
     }
     Error build_err = {"", ERROR_INVALID};
-    if (build_grammar(g, kind, text, len, &build_err) < 0 || grammar_error(g)) {
+    if (build_grammar(g, kind, builder, text, len, &build_err) < 0 || grammar_error(g)) {
         if (grammar_error(g)) error_set_kind(err, ERROR_INVALID, "%s", grammar_error(g));
         else *err = build_err;
         goto fail;
@@ -152,7 +150,7 @@ Constraint *constraint_compile(ConstraintKind kind, const char *text, size_t len
     for (int i = 0; i < words && !any; i++) any = mask[i] != 0;
     if (!any) {
         error_set_kind(err, ERROR_INVALID, "%s: no output can satisfy the constraint with this model's vocabulary",
-                       constraint_kind_name(kind));
+                       builder ? builder->name : constraint_kind_name(kind));
         goto fail;
     }
     token_matcher_free(probe);
@@ -160,6 +158,7 @@ Constraint *constraint_compile(ConstraintKind kind, const char *text, size_t len
     grammar_free(g);
     c->refs = 1;
     c->kind = kind;
+    c->builder = builder;
     c->compile_ms = now_ms() - start;
     return c;
 fail:
@@ -169,6 +168,10 @@ fail:
     if (c) token_grammar_free(c->tg);
     free(c);
     return NULL;
+}
+
+Constraint *constraint_compile(ConstraintKind kind, const char *text, size_t len, const TokenVocab *v, Error *err) {
+    return compile(kind, NULL, text, len, v, err);
 }
 
 Constraint *constraint_ref(Constraint *c) {
@@ -184,7 +187,9 @@ void constraint_unref(Constraint *c) {
 }
 
 const TokenGrammar *constraint_grammar(const Constraint *c) { return c->tg; }
-ConstraintKind constraint_kind(const Constraint *c) { return c->kind; }
+const char *constraint_name(const Constraint *c) {
+    return c->builder ? c->builder->name : constraint_kind_name(c->kind);
+}
 double constraint_compile_ms(const Constraint *c) { return c->compile_ms; }
 
 /* ---- cache ------------------------------------------------------------------ */
@@ -211,8 +216,6 @@ void constraint_cache_free(ConstraintCache *cache) {
     free(cache);
 }
 
-const TokenVocab *constraint_cache_vocab(const ConstraintCache *cache) { return cache->v; }
-
 static void lru_unlink(ConstraintCache *cache, Constraint *c) {
     if (c->prev) c->prev->next = c->next; else cache->head = c->next;
     if (c->next) c->next->prev = c->prev; else cache->tail = c->prev;
@@ -226,20 +229,24 @@ static void lru_push_front(ConstraintCache *cache, Constraint *c) {
     cache->head = c;
 }
 
-/* The key: the kind's byte, then the text. */
-static char *make_key(ConstraintKind kind, const char *text, size_t len, size_t *key_len) {
-    char *key = malloc(len + 1);
+/* The key: the kind's byte, the builder's address (CONSTRAINT_BUILT), then
+ * the text. */
+static char *make_key(ConstraintKind kind, const ConstraintBuilder *builder, const char *text, size_t len,
+                      size_t *key_len) {
+    size_t head = 1 + (builder ? sizeof builder : 0);
+    char *key = malloc(head + len);
     if (!key) return NULL;
     key[0] = (char)('0' + kind);
-    if (len) memcpy(key + 1, text, len);
-    *key_len = len + 1;
+    if (builder) memcpy(key + 1, &builder, sizeof builder);
+    if (len) memcpy(key + head, text, len);
+    *key_len = head + len;
     return key;
 }
 
-Constraint *constraint_cache_get(ConstraintCache *cache, ConstraintKind kind, const char *text, size_t len,
-                                 bool *hit, Error *err) {
+static Constraint *cache_get(ConstraintCache *cache, ConstraintKind kind, const ConstraintBuilder *builder,
+                             const char *text, size_t len, bool *hit, Error *err) {
     size_t key_len;
-    char *key = make_key(kind, text, len, &key_len);
+    char *key = make_key(kind, builder, text, len, &key_len);
     if (hit) *hit = false;
     if (!key) {
         error_set(err, "out of memory");
@@ -260,7 +267,7 @@ Constraint *constraint_cache_get(ConstraintCache *cache, ConstraintKind kind, co
     pthread_mutex_unlock(&cache->lock);
     /* Compiled outside the lock: two requests with the same new constraint
      * may both compile it; the second copy simply replaces nothing. */
-    Constraint *c = constraint_compile(kind, text, len, cache->v, err);
+    Constraint *c = compile(kind, builder, text, len, cache->v, err);
     if (!c) {
         free(key);
         return NULL;
@@ -283,4 +290,14 @@ Constraint *constraint_cache_get(ConstraintCache *cache, ConstraintKind kind, co
     }
     pthread_mutex_unlock(&cache->lock);
     return c;
+}
+
+Constraint *constraint_cache_get(ConstraintCache *cache, ConstraintKind kind, const char *text, size_t len,
+                                 bool *hit, Error *err) {
+    return cache_get(cache, kind, NULL, text, len, hit, err);
+}
+
+Constraint *constraint_cache_get_built(ConstraintCache *cache, const ConstraintBuilder *builder, const char *text,
+                                       size_t len, bool *hit, Error *err) {
+    return cache_get(cache, CONSTRAINT_BUILT, builder, text, len, hit, err);
 }

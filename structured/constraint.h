@@ -3,7 +3,9 @@
  * shared: the front door of structured/.
  *
  * A constraint is one of: a JSON Schema, any JSON object, a regular
- * expression, a list of choices, a GBNF grammar, tool calls. constraint_cache_get()
+ * expression, a list of choices, a GBNF grammar, or a text in a language
+ * structured/ does not know, whose grammar a builder from a room above
+ * writes (chat's forced tool calls). constraint_cache_get()
  * compiles it over the model's vocabulary (grammar, automata, token
  * masks) or returns the copy compiled earlier for the same text; compiled
  * constraints are reference counted, immutable and shared by every
@@ -18,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "grammar.h"
 #include "token_matcher.h"
 
 typedef enum ConstraintKind {
@@ -26,8 +29,18 @@ typedef enum ConstraintKind {
     CONSTRAINT_REGEX,       /* text: the pattern; the whole output matches it */
     CONSTRAINT_CHOICE,      /* text: a JSON array of strings; the output is one of them */
     CONSTRAINT_GRAMMAR,     /* text: GBNF */
-    CONSTRAINT_TOOL_CALLS,  /* text: a tool-call spec, JSON (forced_calls.h) */
+    CONSTRAINT_BUILT,       /* text: what a ConstraintBuilder reads (constraint_cache_get_built) */
 } ConstraintKind;
+
+/* A constraint's grammar written by its caller from the text: build defines
+ * the rules and sets the root, returning 0, or -1 with err (or
+ * grammar_error(g)) saying why. name stands for the kind in messages and
+ * logs ("tool_calls"). The cache keys on the builder's address, so it must
+ * outlive the cache (a static const). */
+typedef struct ConstraintBuilder {
+    const char *name;
+    int (*build)(Grammar *g, const char *text, size_t len, Error *err);
+} ConstraintBuilder;
 
 typedef struct Constraint Constraint;
 
@@ -38,7 +51,8 @@ Constraint *constraint_compile(ConstraintKind kind, const char *text, size_t len
 Constraint *constraint_ref(Constraint *c);
 void constraint_unref(Constraint *c); /* NULL is fine */
 const TokenGrammar *constraint_grammar(const Constraint *c);
-ConstraintKind constraint_kind(const Constraint *c);
+/* Its kind's name, or its builder's. */
+const char *constraint_name(const Constraint *c);
 double constraint_compile_ms(const Constraint *c); /* how long compiling took */
 
 typedef struct ConstraintCache ConstraintCache;
@@ -50,6 +64,8 @@ void constraint_cache_free(ConstraintCache *cache);
  * tells whether it came from the cache. */
 Constraint *constraint_cache_get(ConstraintCache *cache, ConstraintKind kind, const char *text, size_t len,
                                  bool *hit, Error *err);
-const TokenVocab *constraint_cache_vocab(const ConstraintCache *cache);
+/* The same for a CONSTRAINT_BUILT constraint: builder writes its grammar. */
+Constraint *constraint_cache_get_built(ConstraintCache *cache, const ConstraintBuilder *builder, const char *text,
+                                       size_t len, bool *hit, Error *err);
 
 #endif

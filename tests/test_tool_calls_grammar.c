@@ -4,7 +4,8 @@
  * texts a chat template's format allows (Hermes JSON, Qwen3-Coder XML),
  * one call or several, and the ones it must refuse (an unknown function,
  * arguments outside the schema, a second call when one is asked, a
- * missing required parameter), then the spec's own errors.
+ * missing required parameter), then the spec's own errors and the
+ * builder the server hands the constraint cache (the spec as JSON text).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -118,4 +119,25 @@ Test(tool_calls_grammar, spec_errors) {
         grammar_free(g);
         json_decref(spec);
     }
+}
+
+Test(tool_calls_grammar, constraint_builder) {
+    cr_expect_str_eq(forced_tool_calls.name, "tool_calls");
+    static const char good[] = "{\"format\": \"hermes\", \"tools\": [{\"name\": \"ping\"}], \"max_calls\": 1}";
+    Grammar *g = grammar_new();
+    Error err = {"", ERROR_INVALID};
+    cr_expect_eq(forced_tool_calls.build(g, good, strlen(good), &err), 0, "%s %s", err.msg, grammar_error(g));
+    Error cerr;
+    CompiledGrammar *cg = grammar_compile(g, &cerr);
+    cr_assert_not_null(cg, "%s", cerr.msg);
+    static const char call[] = CALL("{\"name\": \"ping\", \"arguments\": {}}");
+    cr_expect(matches(cg, call));
+    compiled_grammar_free(cg);
+    grammar_free(g);
+    static const char bad[] = "{\"format\": ";
+    g = grammar_new();
+    cr_expect_eq(forced_tool_calls.build(g, bad, strlen(bad), &err), -1);
+    cr_expect_eq(err.kind, ERROR_INVALID);
+    cr_expect(strstr(err.msg, "tool calls: not valid JSON"), "%s", err.msg);
+    grammar_free(g);
 }

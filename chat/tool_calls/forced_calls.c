@@ -94,3 +94,15 @@ int tool_calls_to_grammar(Grammar *g, const json_t *spec) {
     grammar_set_root(g, root);
     return grammar_error(g) ? -1 : 0;
 }
+
+/* The spec's JSON text into the grammar (ConstraintBuilder). */
+static int build_from_text(Grammar *g, const char *text, size_t len, Error *err) {
+    json_error_t jerr;
+    json_t *spec = json_loadb(text, len, 0, &jerr);
+    if (!spec) return error_set_kind(err, ERROR_INVALID, "tool calls: not valid JSON (%s)", jerr.text);
+    int rc = tool_calls_to_grammar(g, spec);
+    json_decref(spec);
+    return rc;
+}
+
+const ConstraintBuilder forced_tool_calls = {"tool_calls", build_from_text};

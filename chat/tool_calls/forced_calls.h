@@ -17,10 +17,16 @@
 
 #include <jansson.h>
 
+#include "structured/constraint.h"
 #include "structured/grammar.h"
 
 /* Defines the rules and sets the root; 0, or -1 with grammar_error(g). */
 int tool_calls_to_grammar(Grammar *g, const json_t *spec);
+
+/* What the server hands the constraint cache for forced calls: the spec as
+ * JSON text into tool_calls_to_grammar, named "tool_calls" in messages and
+ * logs. */
+extern const ConstraintBuilder forced_tool_calls;
 
 /* For a format's call_grammar: a tool's parameters schema (NULL or JSON
  * null: any object) compiled into fresh rules of g; the root of those

@@ -126,6 +126,7 @@ struct ApiRequest {
     char *result;        /* /tokenize, /detokenize: the JSON answer */
     Constraint *constraint; /* structured outputs: a reference, or NULL */
     json_t *tool_spec;      /* tool_choice required / named: the constraint's spec */
+    const ConstraintBuilder *constraint_builder; /* with CONSTRAINT_BUILT: who writes its grammar */
     int32_t constraint_after;
 
     /* submitted */

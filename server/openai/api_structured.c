@@ -196,11 +196,14 @@ int api_prepare_constraint(ApiRequest *r) {
     if (!text) return api_error(&r->error, 500, NULL, "out of memory");
     Error e;
     bool hit;
-    r->constraint = constraint_cache_get(r->srv->constraints, (ConstraintKind)p->constraint_kind, text, len, &hit, &e);
+    ConstraintCache *cache = r->srv->constraints;
+    r->constraint = r->constraint_builder
+                        ? constraint_cache_get_built(cache, r->constraint_builder, text, len, &hit, &e)
+                        : constraint_cache_get(cache, (ConstraintKind)p->constraint_kind, text, len, &hit, &e);
     free(text);
     if (!r->constraint) return api_error_from(&r->error, e.kind, p->constraint_field, e.msg);
     if (!hit)
-        log_info("structured output: compiled a %s constraint in %.1f ms", constraint_kind_name(constraint_kind(r->constraint)),
+        log_info("structured output: compiled a %s constraint in %.1f ms", constraint_name(r->constraint),
                  constraint_compile_ms(r->constraint));
     r->constraint_after = start_after(r);
     return 0;

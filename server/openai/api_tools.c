@@ -12,6 +12,7 @@
 
 #include "api_internal.h"
 #include "base/log.h"
+#include "chat/tool_calls/forced_calls.h"
 
 #define MAX_TOOLS 256
 
@@ -130,7 +131,8 @@ int api_parse_tools(ApiRequest *r, ApiError *err) {
         return api_error(err, 400, "tool_choice", "'tool_choice' \"%s\" cannot be combined with '%s'",
                          p->tool_choice == TOOL_CHOICE_NAMED ? p->tool_choice_name : "required", p->constraint_field);
     if (!(r->tool_spec = forced_calls_spec(p, format))) return api_error(err, 500, NULL, "out of memory");
-    p->constraint_kind = CONSTRAINT_TOOL_CALLS;
+    p->constraint_kind = CONSTRAINT_BUILT;
+    r->constraint_builder = &forced_tool_calls;
     p->constraint = r->tool_spec;
     p->constraint_field = "tool_choice";
     return 0;
