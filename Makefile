@@ -2,7 +2,9 @@
 #
 #   make              build/nanovllm (cli/, server/) and build/libnanovllm.a (every other room:
 #                     base/ text/ structured/ chat/ model/ engine/ cpu/ cuda/)
-#   make test         the Criterion suite (and the binary it drives)
+#   make test         the include order of the rooms (make layers), then the Criterion suite
+#                     (and the binary it drives)
+#   make layers       scripts/check_layers.sh: every include points down the rooms' order
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
 #   make docker-test  build the CPU container image with podman, run it, check it serves
@@ -44,7 +46,7 @@ LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 BIN_OBJ  = $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test asan bench fuzz docker-test clean
+.PHONY: all test layers asan bench fuzz docker-test clean
 
 all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
 
@@ -68,8 +70,11 @@ $(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcriterion $(LDLIBS) -o $@
 
 # Tests find the binary through NANOVLLM_BIN and the fixtures relative to here.
-test: $(BUILD)/test_nanovllm $(BUILD)/nanovllm
+test: layers $(BUILD)/test_nanovllm $(BUILD)/nanovllm
 	NANOVLLM_BIN=$(BUILD)/nanovllm $(BUILD)/test_nanovllm $(TEST_ARGS)
+
+layers:
+	scripts/check_layers.sh
 
 asan: export LSAN_OPTIONS = suppressions=$(CURDIR)/tests/lsan.supp
 asan:
@@ -86,8 +91,8 @@ bench: $(BUILD)/nanovllm
 docker-test: $(BUILD)/nanovllm
 	NANOVLLM_BIN=$(BUILD)/nanovllm scripts/docker_test.sh
 
-# libFuzzer + ASan + UBSan on the tokenizer library (and the two base files it
-# stands on), on the Jinja interpreter and on structured outputs (constraint
+# libFuzzer + ASan + UBSan on the tokenizer library (and the chat templates it
+# renders), on the Jinja interpreter and on structured outputs (constraint
 # texts compiled over a synthetic vocabulary, masks walked); not part of test.
 # Run from the repository root: build-fuzz/fuzz_tokenizer -runs=N CORPUS_DIR
 # (and build-fuzz/fuzz_jinja, seeded with tests/fixtures/chat-templates/*/template.jinja;
@@ -95,17 +100,19 @@ docker-test: $(BUILD)/nanovllm
 # each input a kind byte then the text: see tests/fuzz/fuzz_structured.c)
 FUZZ_CC  ?= clang-14
 FUZZ_BASE = base/error.c base/byte_buf.c base/read_file.c
-FUZZ_SRC  = $(wildcard text/tokenizer/*.c text/jinja/*.c) $(FUZZ_BASE)
 FUZZ_HDR  = $(wildcard text/tokenizer/*.h text/jinja/*.h base/*.h)
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -pthread -I. $(WARN) -fsanitize=fuzzer,address,undefined \
              -fno-sanitize-recover=all
 # token_vocab_new reads a Tokenizer: the grammar engine stands on the tokenizer library.
-# Tool-call formats write grammars, so the chat-output parser brings the grammar engine too.
-STRUCTURED_FUZZ_SRC = $(wildcard structured/*.c chat/tool_calls/*.c text/tokenizer/*.c) $(FUZZ_BASE)
-CHAT_OUTPUT_FUZZ_SRC = $(wildcard chat/chat_output*.c) $(STRUCTURED_FUZZ_SRC)
+# Tool-call formats write grammars, so the chat-output parser brings the grammar engine too;
+# the tokenizer target renders chat templates, which detect tool-call formats.
+STRUCTURED_FUZZ_SRC = $(wildcard structured/*.c text/tokenizer/*.c) $(FUZZ_BASE)
+TOOL_CALLS_FUZZ_SRC = $(wildcard chat/tool_calls/*.c) $(STRUCTURED_FUZZ_SRC)
+CHAT_OUTPUT_FUZZ_SRC = $(wildcard chat/chat_output*.c) $(TOOL_CALLS_FUZZ_SRC)
+FUZZ_SRC  = $(wildcard text/jinja/*.c) chat/chat_template.c $(TOOL_CALLS_FUZZ_SRC)
 fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured build-fuzz/fuzz_chat_output
 
-build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR)
+build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR) $(wildcard chat/*.h chat/tool_calls/*.h structured/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
@@ -113,7 +120,7 @@ build-fuzz/fuzz_jinja: tests/fuzz/fuzz_jinja.c $(wildcard text/jinja/*.c) $(FUZZ
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_jinja.c $(wildcard text/jinja/*.c) -ljansson -lutf8proc -lm -o $@
 
-build-fuzz/fuzz_structured: tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) $(FUZZ_HDR) $(wildcard structured/*.h chat/tool_calls/*.h)
+build-fuzz/fuzz_structured: tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) $(FUZZ_HDR) $(wildcard structured/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
