@@ -16,8 +16,10 @@
  *   3. add it to the table in tool_call_formats.c, before any format whose
  *      test its templates would also pass.
  * --tool-call-parser then takes its name and aliases, detection finds it in
- * a template, and forced calls and answers use it. (The names written out
- * for people - `nanovllm serve --help`, README.md - are edited by hand.)
+ * a template, and forced calls and answers use it. The lists of names
+ * written out for people stay as they are worded until edited by hand:
+ * cli/cli_serve.c's help and --tool-call-parser error, the 400 in
+ * server/openai/api_tools.c for a format that cannot be forced, README.md.
  */
 #ifndef NANOVLLM_TOOL_CALL_FORMAT_H
 #define NANOVLLM_TOOL_CALL_FORMAT_H
