@@ -190,6 +190,30 @@ Test(gbnf, errors_name_the_problem_and_line) {
     check_refused_at_line("|", 1, "expected a rule name");
 }
 
+/* gbnf_to_grammar refuses the text with exactly this message. */
+static void check_message(const char *grammar, const char *message) {
+    Grammar *g = grammar_new();
+    cr_assert(g);
+    cr_expect_eq(gbnf_to_grammar(g, grammar, strlen(grammar)), -1, "accepted:\n%s", grammar);
+    const char *msg = grammar_error(g);
+    cr_expect(msg && strcmp(msg, message) == 0, "message '%s', expected '%s' for:\n%s", msg ? msg : "(none)",
+              message, grammar);
+    grammar_free(g);
+}
+
+/* What GBNF reads with the code it shares with regexes (classes, groups,
+ * hex escapes, UTF-8) still words its errors as GBNF: "grammar line N". */
+Test(gbnf, shared_syntax_keeps_the_gbnf_wording) {
+    check_message("root ::= \"a\"\n  [abc", "grammar line 2: unterminated character class");
+    check_message("root ::= \"a\"\nx ::= \"b\" |\n  [^", "grammar line 3: unterminated character class");
+    check_message("root ::= [z-a]", "grammar line 1: bad character range (U+007A > U+0061)");
+    check_message("root ::=\n(\"a\"", "grammar line 2: '(' is never closed");
+    check_message("root ::= \"a\"\n\"\xff\"", "grammar line 2: invalid UTF-8");
+    check_message("root ::= \"\\x4g\"", "grammar line 1: escape '\\x' needs 2 hex digits");
+    check_message("root ::= \"a\"{2", "grammar line 1: expected '}' to close the repetition");
+    check_message("root ::= \"abc", "grammar line 1: unterminated string literal");
+}
+
 Test(gbnf, nesting_is_bounded) {
     char text[1024] = "root ::= ";
     size_t n = strlen(text);

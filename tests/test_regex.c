@@ -274,6 +274,30 @@ Test(regex, error_offsets_point_at_the_construct) {
     check_refused("ab[z-a]", "at offset 4");
 }
 
+/* regex_to_grammar refuses the pattern with exactly this message. */
+static void check_message(const char *pattern, const char *message) {
+    Grammar *g = grammar_new();
+    cr_assert(g);
+    cr_expect_eq(regex_to_grammar(g, pattern, strlen(pattern), REGEX_SEARCH, G_UTF8), G_ERROR, "/%s/ accepted",
+                 pattern);
+    const char *msg = grammar_error(g);
+    cr_expect(msg && strcmp(msg, message) == 0, "/%s/: message '%s', expected '%s'", pattern, msg ? msg : "(none)",
+              message);
+    grammar_free(g);
+}
+
+/* What a regex reads with the code it shares with GBNF (classes, groups,
+ * hex escapes, UTF-8) still words its errors as a regex: "at offset N". */
+Test(regex, shared_syntax_keeps_the_regex_wording) {
+    check_message("ab[abc", "regex: unterminated character class at offset 2");
+    check_message("x[z-a]", "regex: bad character range (U+007A > U+0061) at offset 3");
+    check_message("[a-\\d]", "regex: class escape as a range bound at offset 2");
+    check_message("a(b", "regex: unbalanced '(' (missing ')') at offset 1");
+    check_message("((a)", "regex: unbalanced '(' (missing ')') at offset 0");
+    check_message("ab\xff", "regex: invalid UTF-8 at offset 2");
+    check_message("\\x4g", "regex: bad escape \\x (2 hex digits expected) at offset 0");
+}
+
 Test(regex, nesting_is_bounded) {
     char deep[1000];
     int depth = 300;
