@@ -54,27 +54,6 @@ static int init_sequence(Request *r, int index) {
     return 0;
 }
 
-void engine_emit(Request *r, Sequence *s, bool has_token, int32_t token,
-                 const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text) {
-    EngineOutput out = {
-        .request_id = r->id,
-        .sample_index = s->sample_index,
-        .has_token = has_token,
-        .token = token,
-        .logprobs = lp,
-        .text = text.data,
-        .text_len = text.len,
-        .stop_string = text.stop_string,
-        .finish = finish,
-        .error = error ? error->msg : NULL,
-        .error_kind = error ? error->kind : ERROR_INTERNAL,
-        .num_prompt_tokens = r->prompt_len,
-        .num_cached_tokens = r->seqs[0].num_cached_prompt,
-        .num_output_tokens = sequence_num_output(s),
-    };
-    r->on_output(&out, r->user);
-}
-
 static void unlink_live(Engine *e, Request *r) {
     if (r->prev) r->prev->next = r->next; else e->live = r->next;
     if (r->next) r->next->prev = r->prev;

@@ -4,7 +4,7 @@
  * others.
  *
  * The engine is cut by job: engine.c (its life and the requests),
- * engine_step.c (the step loop), engine_text.c (when a sample ends, and its
+ * engine_step.c (the step loop), engine_text.h (when a sample ends, and its
  * text with the stop strings), engine_masks.c (the allowed-token masks of
  * constraints and min_tokens).
  *
@@ -79,7 +79,7 @@ struct Engine {
 };
 
 /* Text an output delivers: data[0, len), and the stop string that ended the
- * sample or -1 (engine_text.c's engine_next_text). */
+ * sample or -1 (engine_text.h's engine_next_text). */
 typedef struct Text {
     const char *data;
     size_t len;
@@ -90,23 +90,35 @@ static const Text NO_TEXT = {NULL, 0, -1};
 
 /* ---- engine.c: a request's samples ---------------------------------------- */
 
-/* One output to the request's callback; the sample goes on unless `finish`. */
-void engine_emit(Request *r, Sequence *s, bool has_token, int32_t token,
-                 const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text);
+/* One output to the request's callback; the sample goes on unless `finish`.
+ * Inline for the reason engine_text.h gives: the step loop calls it for
+ * every token of every sample. */
+static inline void engine_emit(Request *r, Sequence *s, bool has_token, int32_t token,
+                               const SampleLogprobs *lp, FinishReason finish, const Error *error, Text text) {
+    EngineOutput out = {
+        .request_id = r->id,
+        .sample_index = s->sample_index,
+        .has_token = has_token,
+        .token = token,
+        .logprobs = lp,
+        .text = text.data,
+        .text_len = text.len,
+        .stop_string = text.stop_string,
+        .finish = finish,
+        .error = error ? error->msg : NULL,
+        .error_kind = error ? error->kind : ERROR_INTERNAL,
+        .num_prompt_tokens = r->prompt_len,
+        .num_cached_tokens = r->seqs[0].num_cached_prompt,
+        .num_output_tokens = sequence_num_output(s),
+    };
+    r->on_output(&out, r->user);
+}
 /* Ends one sample (and its request after the last); r may be freed. */
 void engine_finish(Engine *e, Sequence *s, bool has_token, int32_t token, const SampleLogprobs *lp,
                    FinishReason reason, const Error *error, Text text);
 /* Starts samples 1..n-1 from sample 0's prompt blocks, once it has its first token. */
 void engine_fork_samples(Engine *e, Request *r);
 
-/* ---- engine_text.c: when a sample ends, and its text ---------------------- */
-
-/* Why the new token ends the sample (end id, length), or FINISH_NONE. */
-FinishReason engine_stop_reason(const Engine *e, const Sequence *s, int32_t token);
-/* The new token's text to deliver, stop strings applied; `ending`: all of it. */
-Text engine_next_text(Engine *e, Sequence *s, int32_t token, bool ending);
-/* Drops the first n held bytes, once delivered. */
-void engine_consume_held(Sequence *s, size_t n);
 
 /* ---- engine_masks.c: allowed-token masks ---------------------------------- */
 

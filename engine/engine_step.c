@@ -6,6 +6,7 @@
  * (engine.c) so that one step reads top to bottom.
  */
 #include "engine_internal.h"
+#include "engine_text.h"
 
 #include <stdlib.h>
 #include <string.h>
