@@ -231,7 +231,7 @@ typedef enum PendingState { P_WAITING, P_PARTIAL, P_LINGER } PendingState;
 
 typedef struct Pending {
     struct Pending *prev, *next;
-    HttpFront *front;
+    ConnectionGate *gate;
     int fd;
     struct sockaddr_storage addr;
     socklen_t addr_len;
@@ -242,10 +242,10 @@ typedef struct Pending {
     bool polling;
 } Pending;
 
-struct HttpFront {
+struct ConnectionGate {
     uv_loop_t *loop;
-    HttpFrontOptions opts;
-    HttpFrontHooks hooks;
+    ConnectionGateOptions opts;
+    ConnectionGateHooks hooks;
     void *ctx;
     uv_poll_t listen;
     bool listening;
@@ -262,13 +262,13 @@ static void on_pending(uv_poll_t *h, int status, int events);
 static void on_tick(uv_timer_t *t);
 static void on_listen(uv_poll_t *h, int status, int events);
 
-static void ensure_tick(HttpFront *f) {
+static void ensure_tick(ConnectionGate *f) {
     if (f->ticking || f->stopping) return;
     f->ticking = true;
     uv_timer_start(&f->tick, on_tick, TICK_MS, TICK_MS);
 }
 
-static void unlink_pending(HttpFront *f, Pending *p) {
+static void unlink_pending(ConnectionGate *f, Pending *p) {
     if (p->prev) p->prev->next = p->next; else f->oldest = p->next;
     if (p->next) p->next->prev = p->prev; else f->newest = p->prev;
     if (p->state == P_LINGER) f->lingering--; else f->waiting--;
@@ -282,7 +282,7 @@ static void free_after_close(uv_handle_t *h) {
 
 /* Gone from here: closed (fd >= 0) or handed off (fd set to -1 first). */
 static void release(Pending *p) {
-    HttpFront *f = p->front;
+    ConnectionGate *f = p->gate;
     unlink_pending(f, p);
     if (p->polling) uv_poll_stop(&p->poll);
     uv_close((uv_handle_t *)&p->poll, free_after_close);
@@ -299,7 +299,7 @@ static void unwatch(Pending *p) {
 
 /* Answers with an error, then reads and drops the rest until the client leaves. */
 static void refuse(Pending *p, unsigned status, HttpDrop why, const char *reason) {
-    HttpFront *f = p->front;
+    ConnectionGate *f = p->gate;
     http_write_error(p->fd, status, reason);
     shutdown(p->fd, SHUT_WR);
     if (f->hooks.dropped) f->hooks.dropped(f->ctx, why, reason);
@@ -313,13 +313,13 @@ static void refuse(Pending *p, unsigned status, HttpDrop why, const char *reason
 }
 
 static void drop_quietly(Pending *p, HttpDrop why, const char *reason) {
-    HttpFront *f = p->front;
+    ConnectionGate *f = p->gate;
     if (f->hooks.dropped) f->hooks.dropped(f->ctx, why, reason);
     release(p);
 }
 
 static void hand_off(Pending *p) {
-    HttpFront *f = p->front;
+    ConnectionGate *f = p->gate;
     int fd = p->fd;
     p->fd = -1; /* libmicrohttpd's from now on */
     struct sockaddr_storage addr = p->addr;
@@ -330,7 +330,7 @@ static void hand_off(Pending *p) {
 
 /* Looks at everything that has arrived and decides, or waits for more. */
 static void examine(Pending *p) {
-    HttpFront *f = p->front;
+    ConnectionGate *f = p->gate;
     size_t cap = f->opts.max_header_bytes + 1;
     ssize_t n = recv(p->fd, f->buf, cap, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0) return drop_quietly(p, DROP_CLOSED_EARLY, "closed before its header block was complete");
@@ -373,14 +373,14 @@ static void on_pending(uv_poll_t *h, int status, int events) {
 }
 
 /* The oldest connection still sending its header block, if it has been at it a while. */
-static Pending *sheddable(HttpFront *f, double now) {
+static Pending *sheddable(ConnectionGate *f, double now) {
     for (Pending *p = f->oldest; p; p = p->next)
         if (p->state != P_LINGER) return now - p->started >= SHED_AFTER_SECONDS ? p : NULL;
     return NULL;
 }
 
 static void on_tick(uv_timer_t *t) {
-    HttpFront *f = t->data;
+    ConnectionGate *f = t->data;
     double now = now_seconds();
     for (Pending *p = f->oldest, *next; p; p = next) {
         next = p->next;
@@ -413,7 +413,7 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- accepting ------------------------------------------------------------------------------- */
 
-static void admit(HttpFront *f, int fd, const struct sockaddr_storage *addr, socklen_t len) {
+static void admit(ConnectionGate *f, int fd, const struct sockaddr_storage *addr, socklen_t len) {
     double now = now_seconds();
     int open = f->waiting + (f->hooks.active ? f->hooks.active(f->ctx) : 0);
     bool full = open >= f->opts.max_connections;
@@ -440,7 +440,7 @@ static void admit(HttpFront *f, int fd, const struct sockaddr_storage *addr, soc
         return;
     }
     p->prev = f->newest;
-    p->front = f;
+    p->gate = f;
     p->fd = fd;
     p->addr = *addr;
     p->addr_len = len;
@@ -463,7 +463,7 @@ static void admit(HttpFront *f, int fd, const struct sockaddr_storage *addr, soc
 
 static void on_listen(uv_poll_t *h, int status, int events) {
     (void)events;
-    HttpFront *f = h->data;
+    ConnectionGate *f = h->data;
     if (status < 0) return;
     for (int i = 0; i < 64; i++) { /* a burst, then let the loop breathe */
         struct sockaddr_storage addr;
@@ -488,9 +488,9 @@ static void on_listen(uv_poll_t *h, int status, int events) {
     }
 }
 
-HttpFront *http_front_start(uv_loop_t *loop, const HttpFrontOptions *opts,
-                            const HttpFrontHooks *hooks, void *ctx, Error *err) {
-    HttpFront *f = calloc(1, sizeof *f);
+ConnectionGate *connection_gate_start(uv_loop_t *loop, const ConnectionGateOptions *opts,
+                                      const ConnectionGateHooks *hooks, void *ctx, Error *err) {
+    ConnectionGate *f = calloc(1, sizeof *f);
     if (f) f->buf = malloc(opts->max_header_bytes + 1);
     if (!f || !f->buf) {
         if (f) free(f);
@@ -513,10 +513,10 @@ HttpFront *http_front_start(uv_loop_t *loop, const HttpFrontOptions *opts,
     return f;
 }
 
-int http_front_pending(const HttpFront *f) { return f ? f->waiting : 0; }
+int connection_gate_pending(const ConnectionGate *f) { return f ? f->waiting : 0; }
 
-static void free_front(uv_handle_t *h) {
-    HttpFront *f = h->data;
+static void free_gate(uv_handle_t *h) {
+    ConnectionGate *f = h->data;
     if ((uv_handle_t *)&f->tick == h) {
         close(f->opts.listen_fd);
         free(f->buf);
@@ -524,12 +524,12 @@ static void free_front(uv_handle_t *h) {
     }
 }
 
-void http_front_stop(HttpFront *f) {
+void connection_gate_stop(ConnectionGate *f) {
     if (!f) return;
     f->stopping = true;
     while (f->oldest) release(f->oldest);
     uv_poll_stop(&f->listen);
     uv_timer_stop(&f->tick);
     uv_close((uv_handle_t *)&f->listen, NULL);
-    uv_close((uv_handle_t *)&f->tick, free_front);
+    uv_close((uv_handle_t *)&f->tick, free_gate);
 }

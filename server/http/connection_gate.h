@@ -21,8 +21,8 @@
  * closes every connection after its response (http_server.c): each request
  * comes through the front door.
  */
-#ifndef NANOVLLM_HTTP_FRONT_H
-#define NANOVLLM_HTTP_FRONT_H
+#ifndef NANOVLLM_CONNECTION_GATE_H
+#define NANOVLLM_CONNECTION_GATE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -65,30 +65,30 @@ typedef enum HttpDrop {
 
 extern const char *const HTTP_DROP_NAMES[NUM_DROPS];
 
-typedef struct HttpFront HttpFront;
+typedef struct ConnectionGate ConnectionGate;
 
-typedef struct HttpFrontOptions {
+typedef struct ConnectionGateOptions {
     int listen_fd;
     size_t max_body_bytes;   /* a Content-Length above: 413 at once */
     size_t max_header_bytes; /* a header block above: 431 */
     double header_timeout;   /* seconds from accept to the end of the header block */
     int max_connections;     /* in all, here and in libmicrohttpd */
-} HttpFrontOptions;
+} ConnectionGateOptions;
 
-typedef struct HttpFrontHooks {
+typedef struct ConnectionGateHooks {
     /* The socket passed every check: it belongs to the callee now. */
     void (*hand_off)(void *ctx, int fd, const struct sockaddr *addr, socklen_t len);
     /* Connections libmicrohttpd holds now (for the limit). */
     int (*active)(void *ctx);
     /* A connection was dropped (for metrics and a log line). */
     void (*dropped)(void *ctx, HttpDrop why, const char *detail);
-} HttpFrontHooks;
+} ConnectionGateHooks;
 
-HttpFront *http_front_start(uv_loop_t *loop, const HttpFrontOptions *opts,
-                            const HttpFrontHooks *hooks, void *ctx, Error *err);
+ConnectionGate *connection_gate_start(uv_loop_t *loop, const ConnectionGateOptions *opts,
+                                      const ConnectionGateHooks *hooks, void *ctx, Error *err);
 /* Closes the listening socket and every connection still waiting. */
-void http_front_stop(HttpFront *f);
-int http_front_pending(const HttpFront *f);
+void connection_gate_stop(ConnectionGate *f);
+int connection_gate_pending(const ConnectionGate *f);
 
 /* Writes a complete JSON error response with Connection: close to fd
  * (best effort, non-blocking). */

@@ -68,7 +68,7 @@ struct HttpExchange {
 struct HttpServer {
     uv_loop_t *loop;
     struct MHD_Daemon *daemon;
-    HttpFront *front;
+    ConnectionGate *gate;
     uv_poll_t poll;
     uv_timer_t timer;
     uv_timer_t body_deadline; /* every 250 ms: bodies past body_timeout */
@@ -522,11 +522,11 @@ HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
     s->poll.data = s;
     s->timer.data = s;
     s->body_deadline.data = s;
-    HttpFrontOptions fo = {fd, opts->max_body_bytes, opts->max_header_bytes, opts->header_timeout,
+    ConnectionGateOptions fo = {fd, opts->max_body_bytes, opts->max_header_bytes, opts->header_timeout,
                            opts->max_connections};
-    HttpFrontHooks hooks = {hand_off, active_connections, dropped};
-    s->front = http_front_start(loop, &fo, &hooks, s, err);
-    if (!s->front) { /* the handles are set up: close them on the loop */
+    ConnectionGateHooks hooks = {hand_off, active_connections, dropped};
+    s->gate = connection_gate_start(loop, &fo, &hooks, s, err);
+    if (!s->gate) { /* the handles are set up: close them on the loop */
         close(fd);
         MHD_stop_daemon(s->daemon);
         uv_close((uv_handle_t *)&s->poll, NULL);
@@ -541,7 +541,7 @@ HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
 }
 
 int http_server_connections(const HttpServer *s) {
-    return s ? s->active + http_front_pending(s->front) : 0;
+    return s ? s->active + connection_gate_pending(s->gate) : 0;
 }
 
 int http_server_port(const HttpServer *s) { return s->port; }
@@ -559,8 +559,8 @@ void http_server_stop(HttpServer *s) {
         notify_closed(ex, false);
         resume(ex);
     }
-    http_front_stop(s->front); /* no new connections; the waiting ones closed */
-    s->front = NULL;
+    connection_gate_stop(s->gate); /* no new connections; the waiting ones closed */
+    s->gate = NULL;
     uv_poll_stop(&s->poll);
     uv_timer_stop(&s->timer);
     uv_timer_stop(&s->body_deadline);

@@ -17,7 +17,7 @@
  *   api_engine.c    (loop)        max_tokens settled, submitted to the engine;
  *                   (engine)      each output copied into an event, loop woken;
  *                   (loop)        events replayed onto their requests;
- *   api_send.c  (loop)        SSE chunks, or the whole body at the end;
+ *   api_send.c      (loop)        SSE chunks, or the whole body at the end;
  *   api_request.c   (loop)        the request freed once its client is done.
  * /tokenize and /detokenize (api_tokenize.c) stop after preparation.
  */
