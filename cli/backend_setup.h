@@ -5,8 +5,8 @@
  * dtype, KV capacity) and how long it took. The engine itself never knows
  * which backend it drives.
  */
-#ifndef NANOVLLM_MODEL_SETUP_H
-#define NANOVLLM_MODEL_SETUP_H
+#ifndef NANOVLLM_BACKEND_SETUP_H
+#define NANOVLLM_BACKEND_SETUP_H
 
 #include "engine/runner.h"
 

@@ -6,8 +6,8 @@
  * send what. Shapes follow OpenAI's API reference (and vLLM where OpenAI is
  * silent: stop_reason, the usage chunk with empty choices).
  */
-#ifndef NANOVLLM_OPENAI_RESPONSE_H
-#define NANOVLLM_OPENAI_RESPONSE_H
+#ifndef NANOVLLM_OPENAI_JSON_H
+#define NANOVLLM_OPENAI_JSON_H
 
 #include <jansson.h>
 #include <stdbool.h>
