@@ -261,7 +261,8 @@ static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const Jinja
                                            "false");
         return NULL;
     }
-    if (kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
+    if (json_is_null(kwargs)) kwargs = NULL; /* SDKs send null for an unset field */
+    if (kwargs && !json_is_object(kwargs)) {
         error_set_kind(err, ERROR_INVALID, "'chat_template_kwargs' must be an object");
         return NULL;
     }

@@ -134,6 +134,9 @@ Test(chat_template, variables_and_kwargs) {
                   "E|False|None|None|True||26 Jul 2024");
     expect_error(ct, "{\"messages\": [" HI "], \"chat_template_kwargs\": {\"messages\": []}}",
                  "may not set 'messages'");
+    /* null is "not given", as for every optional field (it was an "out of memory" 500) */
+    expect_render(ct, "{\"messages\": [" HI "], \"chat_template_kwargs\": null}",
+                  "<|im_end|>|False|None|None|True||26 Jul 2024");
     chat_template_free(ct);
 }
 
