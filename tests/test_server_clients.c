@@ -62,3 +62,5 @@ static void run_script(const char *script, int checks) {
 }
 
 Test(server_clients, chat_completions_clients, .timeout = 600) { run_script("clients.mjs", 11); }
+
+Test(server_clients, responses_api_clients, .timeout = 600) { run_script("responses.mjs", 11); }
