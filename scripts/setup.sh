@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs nanovllm's build and test dependencies (Debian packages, and the
-# OpenAI npm SDK for the end-to-end tests) and builds build/nanovllm. Used by README's quick start and by .ci/run.
+# npm clients of the end-to-end tests) and builds build/nanovllm. Used by README's quick start and by .ci/run.
 # Runs apt-get through sudo when not root. CUDA sources are built when nvcc is
 # found (PATH or /usr/local/cuda); CUDA=0 in the environment turns that off.
 set -euo pipefail
@@ -27,7 +27,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
 $SUDO apt-get install -y --no-install-recommends "${PACKAGES[@]}"
 
-# The official OpenAI SDK, for the end-to-end tests (npm is on Debian 12 machines
+# The clients of the end-to-end tests (npm is on Debian 12 machines
 # of this project; the versions are pinned by tests/e2e/package-lock.json).
 npm ci --prefix tests/e2e --no-audit --no-fund
 
