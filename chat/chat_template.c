@@ -34,6 +34,7 @@ struct ChatTemplate {
     ChatContentFormat format;
     bool takes_tools;
     const ToolCallFormat *tool_calls; /* NULL: none, or not known */
+    ChatTemplateReasoning reasoning;
 };
 
 int chat_content_format_parse(const char *name, ChatContentFormat *out) {
@@ -80,6 +81,11 @@ ChatTemplate *chat_template_new(const Tokenizer *t, const char *text, ChatConten
     const char *with_tools = tool_text ? tool_text : main_text;
     ct->takes_tools = main_text != CHATML_TEMPLATE && with_tools && strstr(with_tools, "tools");
     ct->tool_calls = ct->takes_tools ? tool_call_format_taught_by(with_tools) : NULL;
+    const char *const texts[] = {main_text, tool_text};
+    for (int i = 0; i < 2; i++) {
+        ct->reasoning.thinking_switch |= texts[i] && strstr(texts[i], "enable_thinking");
+        ct->reasoning.effort |= texts[i] && strstr(texts[i], "reasoning_effort");
+    }
     return ct;
 }
 
@@ -93,6 +99,8 @@ void chat_template_free(ChatTemplate *ct) {
 bool chat_template_takes_tools(const ChatTemplate *ct) { return ct->takes_tools; }
 
 const ToolCallFormat *chat_template_tool_call_format(const ChatTemplate *ct) { return ct->tool_calls; }
+
+ChatTemplateReasoning chat_template_reasoning(const ChatTemplate *ct) { return ct->reasoning; }
 
 double chat_template_clock(void) {
     const char *fixed = getenv("SOURCE_DATE_EPOCH");

@@ -70,6 +70,15 @@ bool chat_template_takes_tools(const ChatTemplate *ct);
  * Llama's, Mistral's, ...). */
 const ToolCallFormat *chat_template_tool_call_format(const ChatTemplate *ct);
 
+/* How a request can steer the model's reasoning through the template's
+ * variables: Qwen3's switch it on or off (enable_thinking), others take a
+ * level (reasoning_effort, as gpt-oss's). Read from the template's text. */
+typedef struct ChatTemplateReasoning {
+    bool thinking_switch; /* enable_thinking */
+    bool effort;          /* reasoning_effort */
+} ChatTemplateReasoning;
+ChatTemplateReasoning chat_template_reasoning(const ChatTemplate *ct);
+
 /* Renders a chat request object {messages, tools?, documents?,
  * add_generation_prompt?, continue_final_message?, chat_template_kwargs?}.
  * now: seconds since the epoch for strftime_now. Returns the malloc'ed,

@@ -48,6 +48,12 @@ static const char HELP[] =
     "  --enable-auto-tool-choice     accepted for vLLM compatibility: tool calls are always parsed\n"
     "  --scheduling-policy NAME      fcfs (default) or priority: requests' \"priority\", lower first,\n"
     "                                preempting lower priority under KV pressure\n"
+    "  --responses-store-entries N   /v1/responses kept for previous_response_id and GET (default "
+    DEFAULT_TEXT(DEFAULT_RESPONSES_STORE_ENTRIES) "; 0: none)\n"
+    "  --responses-store-bytes BYTES their size in all, oldest dropped first (default "
+    DEFAULT_TEXT(DEFAULT_RESPONSES_STORE_MIB) "MiB)\n"
+    "  --responses-store-ttl SECONDS how long one is kept (default "
+    DEFAULT_TEXT(DEFAULT_RESPONSES_STORE_TTL_SECONDS) ")\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 int command_serve(int argc, char **argv) {
@@ -62,6 +68,8 @@ int command_serve(int argc, char **argv) {
         {"trust-request-chat-template", no_argument, 0, 'U'},
         {"reasoning-parser", required_argument, 0, 'R'}, {"tool-call-parser", required_argument, 0, 'P'},
         {"enable-auto-tool-choice", no_argument, 0, 'A'}, {"scheduling-policy", required_argument, 0, 'S'},
+        {"responses-store-entries", required_argument, 0, 'E'}, {"responses-store-bytes", required_argument, 0, 'Y'},
+        {"responses-store-ttl", required_argument, 0, 'L'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     ApiServerOptions o = {.loader = backend_model_loader,
                           .host = DEFAULT_HOST,
@@ -73,6 +81,9 @@ int command_serve(int argc, char **argv) {
                           .body_timeout = DEFAULT_BODY_TIMEOUT_SECONDS,
                           .max_connections = DEFAULT_MAX_CONNECTIONS,
                           .tool_call_parser_auto = true,
+                          .responses_store = {DEFAULT_RESPONSES_STORE_ENTRIES,
+                                              (size_t)DEFAULT_RESPONSES_STORE_MIB << 20,
+                                              DEFAULT_RESPONSES_STORE_TTL_SECONDS},
                           .runner = runner_default_options()};
     Error err = {0};
     int rc = 0;
@@ -96,6 +107,9 @@ int command_serve(int argc, char **argv) {
         case 'T': rc = parse_double_arg("--header-timeout", optarg, 0.1, 3600, &o.header_timeout, &err); break;
         case 'D': rc = parse_double_arg("--body-timeout", optarg, 0.1, 3600, &o.body_timeout, &err); break;
         case 'C': rc = parse_int_arg("--max-connections", optarg, 1, 1 << 20, &o.max_connections, &err); break;
+        case 'E': rc = parse_int_arg("--responses-store-entries", optarg, 0, 1 << 24, &o.responses_store.max_entries, &err); break;
+        case 'Y': rc = parse_size_arg("--responses-store-bytes", optarg, &o.responses_store.max_bytes, &err); break;
+        case 'L': rc = parse_double_arg("--responses-store-ttl", optarg, 1, 1e7, &o.responses_store.ttl_seconds, &err); break;
         case 't':
             free(chat_template);
             chat_template = NULL;

@@ -38,6 +38,10 @@
 #define DEFAULT_HEADER_TIMEOUT_SECONDS 10 /* the whole header block, from accept */
 #define DEFAULT_BODY_TIMEOUT_SECONDS 30   /* the whole body, from the end of the headers */
 #define DEFAULT_MAX_CONNECTIONS 4096
+/* The Responses API's store of finished responses (previous_response_id, GET). */
+#define DEFAULT_RESPONSES_STORE_ENTRIES 1000
+#define DEFAULT_RESPONSES_STORE_MIB 256
+#define DEFAULT_RESPONSES_STORE_TTL_SECONDS 3600
 #define DEFAULT_MAX_HEADER_BYTES 16384
 #define STRUCTURED_CACHE_BYTES ((size_t)256 << 20) /* compiled structured-output constraints kept (LRU) */
 

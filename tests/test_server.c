@@ -755,7 +755,9 @@ Test(server, readme_examples, .timeout = 120) {
                 snprintf(full, sizeof full, "( %s ) < /dev/null > %s 2>/dev/null", quiet, out_path);
                 cr_expect_eq(system(full), 0, "README example failed: %s", line);
                 char *out = read_text(out_path);
-                if (curl) {
+                if (curl && strstr(line, "/v1/responses")) {
+                    cr_expect(strstr(out, "\"object\":\"response\""), "no response from: %s\n%s", line, out);
+                } else if (curl) {
                     cr_expect(strstr(out, "\"choices\""), "no choices from: %s\n%s", line, out);
                     if (strstr(line, "\"stream\": true")) cr_expect(strstr(out, "data: [DONE]"));
                 }

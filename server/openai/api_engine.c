@@ -107,6 +107,7 @@ void api_submit(ApiRequest *r) {
         return;
     }
     r->status = 200;
+    if (r->responses && r->params.stream) api_responses_stream_open(r);
 }
 
 void api_abort(ApiRequest *r) {

@@ -31,10 +31,12 @@
 
 #include "api_error.h"
 #include "api_parse.h"
+#include "api_responses.h"
 #include "api_server.h"
 #include "server/http/http_server.h"
 #include "metrics.h"
 #include "openai_json.h"
+#include "response_store.h"
 #include "chat/chat_output.h"
 #include "base/byte_buf.h"
 #include "engine/engine.h"
@@ -52,6 +54,8 @@ typedef enum Route {
     ROUTE_CHAT,
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
+    ROUTE_RESPONSES, /* POST /v1/responses */
+    ROUTE_RESPONSE,  /* GET or DELETE /v1/responses/{id} */
 } Route;
 
 /* One engine output, copied off the engine thread. */
@@ -112,6 +116,7 @@ struct ApiRequest {
     double t_arrival, t_first;
     json_t *body;
     OpenAIParams params;
+    ResponsesState *responses; /* /v1/responses: its own ends (api_responses.h); else NULL */
     ApiRequest *prev, *next; /* ApiServer.requests */
 
     /* prepared on the worker pool */
@@ -162,6 +167,7 @@ struct ApiServer {
     ChatTemplate *chat; /* compiled once at load */
     TokenVocab *vocab;  /* the tokens' bytes, for structured outputs */
     ConstraintCache *constraints;
+    ResponseStore *responses; /* finished responses, for retrieval and previous_response_id */
     bool reasoning;                /* chat answers split <think>...</think> off */
     /* How the template asks for tool calls (or --tool-call-parser); NULL:
      * not parsed, because the template takes no tools (or parsing is off),
@@ -192,7 +198,8 @@ struct ApiServer {
 
 /* api_request.c: a request's route and life */
 Route api_route_find(const char *path);
-const char *api_route_method(Route route); /* "GET" or "POST" */
+const char *api_route_method(Route route); /* what Allow says: "GET", "POST" or "GET, DELETE" */
+bool api_route_allows(Route route, const char *method);
 ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route);
 void api_request_maybe_free(ApiRequest *r);
 

@@ -255,8 +255,8 @@ int api_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIPar
     return 0;
 }
 
-int api_parse_request(ApiRequest *r, ApiError *err) {
-    bool chat = r->route == ROUTE_CHAT;
+/* A completion or chat body (a Responses request's, translated, is a chat one). */
+static int parse_generation(ApiRequest *r, bool chat, ApiError *err) {
     r->kind = chat ? API_CHAT : API_COMPLETION;
     if (api_parse_params(r->body, chat, engine_model_config(r->srv->engine), &r->params, err))
         return -1;
@@ -277,4 +277,22 @@ int api_parse_request(ApiRequest *r, ApiError *err) {
         return api_error(err, 400, "prompt", "'prompt' is required");
     }
     return 0;
+}
+
+/* A Responses request's error about a chat field it was translated to
+ * names the field the client sent. */
+static int responses_field_names(ApiError *err) {
+    static const char *const names[][2] = {{"max_completion_tokens", "max_output_tokens"},
+                                           {"response_format", "text.format"},
+                                           {"messages", "input"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strncmp(err->param, names[i][0], strlen(names[i][0])) == 0)
+            snprintf(err->param, sizeof err->param, "%s", names[i][1]);
+    return -1;
+}
+
+int api_parse_request(ApiRequest *r, ApiError *err) {
+    if (r->route != ROUTE_RESPONSES) return parse_generation(r, r->route == ROUTE_CHAT, err);
+    if (api_responses_parse(r, err)) return -1;
+    return parse_generation(r, true, err) ? responses_field_names(err) : 0;
 }

@@ -25,12 +25,20 @@ Route api_route_find(const char *path) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (strcmp(path, routes[i].path) == 0) return routes[i].route;
     if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) return ROUTE_MODEL;
+    if (strcmp(path, "/v1/responses") == 0) return ROUTE_RESPONSES;
+    if (strncmp(path, "/v1/responses/", 14) == 0 && path[14] && !strchr(path + 14, '/')) return ROUTE_RESPONSE;
     return ROUTE_NONE;
 }
 
 const char *api_route_method(Route r) {
+    if (r == ROUTE_RESPONSE) return "GET, DELETE";
     return r == ROUTE_HEALTH || r == ROUTE_MODELS || r == ROUTE_MODEL || r == ROUTE_METRICS ? "GET"
                                                                                               : "POST";
+}
+
+bool api_route_allows(Route r, const char *method) {
+    if (r == ROUTE_RESPONSE) return strcmp(method, "GET") == 0 || strcmp(method, "DELETE") == 0;
+    return r != ROUTE_NONE && strcmp(method, api_route_method(r)) == 0;
 }
 
 ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route) {
@@ -50,7 +58,7 @@ ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route) {
         unsigned long long x = (unsigned long long)(r->t_arrival * 1e9) ^ ++counter;
         memcpy(rnd, &x, sizeof x);
     }
-    int o = snprintf(r->id, sizeof r->id, "%s-", route == ROUTE_CHAT ? "chatcmpl" : "cmpl");
+    int o = snprintf(r->id, sizeof r->id, "%s", route == ROUTE_CHAT ? "chatcmpl-" : route == ROUTE_RESPONSES ? "resp_" : "cmpl-");
     for (size_t i = 0; i < sizeof rnd; i++) o += snprintf(r->id + o, sizeof r->id - (size_t)o, "%02x", rnd[i]);
     r->next = s->requests;
     if (s->requests) s->requests->prev = r;
@@ -74,6 +82,7 @@ void api_request_maybe_free(ApiRequest *r) {
     if (r->next) r->next->prev = r->prev;
     s->num_requests--;
     json_decref(r->body);
+    api_responses_free(r->responses);
     free(r->result);
     free(r->error_message);
     for (int i = 0; i < r->num_prompts; i++) {

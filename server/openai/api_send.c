@@ -235,6 +235,10 @@ void api_respond_shutdown(ApiRequest *r) {
     if (!r->ex || r->done) return;
     ApiError e;
     api_error(&e, 503, NULL, "the server is shutting down and could not finish this request");
+    if (r->params.stream && r->status == 200 && r->responses) {
+        api_responses_stream_fail(r, &e);
+        return;
+    }
     if (r->params.stream && r->status == 200) {
         stream_error(r, &e);
         http_stream_write(r->ex, "data: [DONE]\n\n", 14);
@@ -264,6 +268,11 @@ static void take_parsed(ApiRequest *r, Choice *c, const ApiEvent *ev) {
 
 void api_response_event(ApiRequest *r, const ApiEvent *ev) {
     Choice *c = &r->choices[ev->choice];
+    if (r->responses) {
+        if (!r->done) api_responses_event(r, c, ev);
+        if (r->num_finished == r->num_choices && !r->done && r->status == 200) api_responses_complete(r);
+        return;
+    }
     json_t *lp = NULL;
     if (ev->has_token && ev->has_logprobs && r->params.sampling.logprobs >= 0) {
         json_t *target = c->logprobs;

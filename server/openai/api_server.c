@@ -119,7 +119,7 @@ static void on_request(void *ctx, HttpExchange *ex) {
     }
     ApiError e = {0};
     bool open_route = route == ROUTE_HEALTH || route == ROUTE_METRICS; /* probes need no key */
-    bool right_method = route != ROUTE_NONE && strcmp(http_method(ex), api_route_method(route)) == 0;
+    bool right_method = api_route_allows(route, http_method(ex));
     if (!open_route && !authorized(s, ex)) { /* before 404: no probing routes without the key */
         api_error(&e, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
         e.code = "invalid_api_key";
@@ -137,6 +137,9 @@ static void on_request(void *ctx, HttpExchange *ex) {
         return;
     } else if (route == ROUTE_MODELS || route == ROUTE_MODEL) {
         models(r);
+        return;
+    } else if (route == ROUTE_RESPONSE) {
+        api_responses_stored(r);
         return;
     } else if (!s->ready) {
         api_error(&e, 503, NULL, "the model is still loading");
@@ -160,7 +163,8 @@ static void on_request(void *ctx, HttpExchange *ex) {
         api_respond_error(r, &e);
         return;
     }
-    if ((route == ROUTE_COMPLETIONS || route == ROUTE_CHAT) && api_parse_request(r, &e)) {
+    if ((route == ROUTE_COMPLETIONS || route == ROUTE_CHAT || route == ROUTE_RESPONSES) &&
+        api_parse_request(r, &e)) {
         api_respond_error(r, &e);
         return;
     }
@@ -351,6 +355,10 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     s->created = (long)time(NULL);
     s->loop = uv_default_loop();
     metrics_init(&s->metrics);
+    if (!(s->responses = response_store_new(&opts->responses_store))) {
+        free(s);
+        return error_set(err, "out of memory");
+    }
     pthread_mutex_init(&s->events_lock, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -358,6 +366,7 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s/config.json", opts->model_dir);
     if (stat(cfg, &st) != 0) {
+        response_store_free(s->responses);
         free(s);
         return error_set(err, "%s: no config.json (is this a Hugging Face model folder?)", opts->model_dir);
     }
@@ -367,6 +376,7 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
                             opts->max_connections};
     s->http = http_server_start(s->loop, &ho, &handlers, s, err);
     if (!s->http) {
+        response_store_free(s->responses);
         free(s);
         return -1;
     }
@@ -401,6 +411,7 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     uv_loop_close(s->loop);
     chat_template_free(s->chat);
     constraint_cache_free(s->constraints);
+    response_store_free(s->responses);
     token_vocab_free(s->vocab);
     tokenizer_free(s->tok);
     if (s->opts.loader.close) s->opts.loader.close(&s->model);

@@ -18,6 +18,7 @@
 #include "engine/scheduler.h"
 #include "chat/chat_template.h"
 #include "chat/tool_calls/tool_call_format.h"
+#include "server/openai/response_store.h"
 
 /* --reasoning-parser: AUTO splits <think>...</think> off chat answers when
  * the tokenizer has both tags (Qwen3), QWEN3 insists, NONE never. */
@@ -44,6 +45,7 @@ typedef struct ApiServerOptions {
     bool tool_call_parser_auto;
     const ToolCallFormat *tool_call_parser;
     SchedulingPolicy scheduling_policy; /* --scheduling-policy */
+    ResponseStoreLimits responses_store; /* --responses-store-* */
     RunnerOptions runner;
     ModelLoader loader; /* checkpoint + backend: the program's choice (cli/backend_setup.h) */
 } ApiServerOptions;
