@@ -418,6 +418,21 @@ Test(server_responses, reasoning_effort_switches_thinking, .timeout = 120) {
                          "{\"enable_thinking\": false}}", 400);
     cr_expect_str_eq(str(json_object_get(r, "error"), "param"), "reasoning.effort");
     json_decref(r);
+    /* chat's reasoning_effort (the Agents SDK sends it over chat completions) means the same */
+    int status;
+    r = http_json(&s, "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                                              "\"max_tokens\": 1, \"reasoning_effort\": \"none\"}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")), off);
+    json_decref(r);
+    r = http_json(&s, "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                                              "\"max_tokens\": 1, \"reasoning_effort\": \"lots\"}", &status);
+    cr_expect_eq(status, 400);
+    json_decref(r);
+    r = http_json(&s, "/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 1, \"reasoning_effort\": \"none\"}", &status);
+    cr_expect_eq(status, 400);
+    cr_expect_str_eq(str(json_object_get(r, "error"), "param"), "reasoning_effort");
+    json_decref(r);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
 

@@ -22,7 +22,7 @@
 /* ---- submission (loop) ---------------------------------------------------------------------- */
 
 static int context_error(ApiRequest *r, int prompt_len, int max_tokens, ApiError *err) {
-    const char *what = r->kind == API_CHAT ? "messages" : "prompt";
+    const char *what = r->responses ? "input" : r->kind == API_CHAT ? "messages" : "prompt";
     api_error(err, 400, what,
               "This model's maximum context length is %d tokens. However, you requested %d tokens "
               "(%d in the %s, %d in the completion). Please reduce the length of the %s or "

@@ -141,8 +141,7 @@ static int get_logit_bias(const json_t *o, SamplingParams *sp, int vocab, ApiErr
  * cache_salt, ...) are accepted as unknown fields are. */
 static int refuse_unsupported(const json_t *o, bool chat, ApiError *err) {
     static const char *const never_given[] = {
-        "suffix", "functions", "function_call", "audio", "web_search_options", "reasoning_effort",
-        "verbosity", "bad_words", "allowed_token_ids", "prompt_logprobs", "logits_processors"};
+        "suffix", "functions", "function_call", "audio", "web_search_options", "verbosity", "bad_words", "allowed_token_ids", "prompt_logprobs", "logits_processors"};
     for (size_t i = 0; i < sizeof never_given / sizeof never_given[0]; i++) {
         json_t *v = json_object_get(o, never_given[i]);
         bool empty = json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
@@ -258,6 +257,11 @@ int api_parse_params(const json_t *o, bool chat, const ModelConfig *d, OpenAIPar
 /* A completion or chat body (a Responses request's, translated, is a chat one). */
 static int parse_generation(ApiRequest *r, bool chat, ApiError *err) {
     r->kind = chat ? API_CHAT : API_COMPLETION;
+    json_t *effort = json_object_get(r->body, "reasoning_effort");
+    if (effort && !json_is_null(effort) &&
+        (chat ? api_reasoning_effort(r, r->body, effort, "reasoning_effort", err)
+              : api_error(err, 400, "reasoning_effort", "'reasoning_effort' is for chat requests")))
+        return -1;
     if (api_parse_params(r->body, chat, engine_model_config(r->srv->engine), &r->params, err))
         return -1;
     if (r->params.priority != 0 && r->srv->opts.scheduling_policy != SCHEDULING_PRIORITY)

@@ -356,9 +356,38 @@ static int set_format(json_t *chat, const json_t *body, ApiError *err) {
     return 0;
 }
 
-/* reasoning.effort: Qwen3's templates switch thinking on or off
- * (enable_thinking), others may take the effort itself
- * (reasoning_effort); a template with neither cannot honour it. */
+/* A reasoning effort as the template can take it: Qwen3's templates switch
+ * thinking on or off (enable_thinking: none and minimal are off), others
+ * take the level itself (reasoning_effort); a template with neither
+ * cannot honour it. Set in the chat body's chat_template_kwargs, unless
+ * the request set that variable itself: then they must agree. */
+int api_reasoning_effort(ApiRequest *r, json_t *chat, const json_t *effort, const char *param, ApiError *err) {
+    const char *e = json_string_value(effort);
+    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    bool known = false;
+    for (size_t i = 0; e && i < sizeof efforts / sizeof efforts[0]; i++) known |= strcmp(e, efforts[i]) == 0;
+    if (!known) return api_error(err, 400, param, "'%s' must be none, minimal, low, medium, high or xhigh", param);
+    ChatTemplateReasoning controls = chat_template_reasoning(r->srv->chat);
+    if (!controls.effort && !controls.thinking_switch)
+        return api_error(err, 400, param, "this model's chat template has no control of its reasoning: "
+                                          "'%s' cannot be honoured", param);
+    const char *key = controls.effort ? "reasoning_effort" : "enable_thinking";
+    json_t *kwargs = json_object_get(chat, "chat_template_kwargs");
+    if (!json_is_object(kwargs) &&
+        (!(kwargs = json_object()) || json_object_set_new(chat, "chat_template_kwargs", kwargs)))
+        return api_error(err, 500, NULL, "out of memory");
+    json_t *value = controls.effort ? json_string(e) : json_boolean(strcmp(e, "none") != 0 && strcmp(e, "minimal") != 0);
+    const json_t *own = json_object_get(kwargs, key);
+    if (own && !json_equal((json_t *)own, value)) {
+        json_decref(value);
+        return api_error(err, 400, param, "'%s' \"%s\" contradicts chat_template_kwargs.%s", param, e, key);
+    }
+    if (json_object_set_new(kwargs, key, value)) return api_error(err, 500, NULL, "out of memory");
+    return 0;
+}
+
+/* reasoning: {effort, summary}. No summaries are written: "auto" (the
+ * server's choice) is the one summary setting that can be honoured. */
 static int set_reasoning(ApiRequest *r, json_t *chat, const json_t *body, ApiError *err) {
     const json_t *reasoning = given(body, "reasoning");
     if (!reasoning) return 0;
@@ -368,39 +397,7 @@ static int set_reasoning(ApiRequest *r, json_t *chat, const json_t *body, ApiErr
         return api_error(err, 400, "reasoning.summary", "reasoning summaries are not written: 'reasoning.summary' "
                                                         "may only be \"auto\" (the reasoning comes whole, as "
                                                         "reasoning_text)");
-    if (!effort) return 0;
-    const char *e = json_string_value(effort);
-    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
-    bool known = false;
-    for (size_t i = 0; e && i < sizeof efforts / sizeof efforts[0]; i++) known |= strcmp(e, efforts[i]) == 0;
-    if (!known)
-        return api_error(err, 400, "reasoning.effort", "'reasoning.effort' must be none, minimal, low, medium, "
-                                                       "high or xhigh");
-    ChatTemplateReasoning controls = chat_template_reasoning(r->srv->chat);
-    const char *key = controls.effort ? "reasoning_effort" : "enable_thinking";
-    json_t *value = controls.effort ? json_string(e)
-                    : json_boolean(strcmp(e, "none") != 0 && strcmp(e, "minimal") != 0);
-    if (!controls.effort && !controls.thinking_switch) {
-        json_decref(value);
-        return api_error(err, 400, "reasoning.effort", "this model's chat template has no control of its "
-                                                       "reasoning: 'reasoning.effort' cannot be honoured");
-    }
-    json_t *kwargs = json_object_get(chat, "chat_template_kwargs");
-    if (!json_is_object(kwargs)) {
-        kwargs = json_object();
-        if (!kwargs || json_object_set_new(chat, "chat_template_kwargs", kwargs)) {
-            json_decref(value);
-            return api_error(err, 500, NULL, "out of memory");
-        }
-    }
-    const json_t *own = json_object_get(kwargs, key);
-    if (own && !json_equal((json_t *)own, value)) {
-        json_decref(value);
-        return api_error(err, 400, "reasoning.effort", "'reasoning.effort' \"%s\" contradicts "
-                                                       "chat_template_kwargs.%s", e, key);
-    }
-    if (json_object_set_new(kwargs, key, value)) return api_error(err, 500, NULL, "out of memory");
-    return 0;
+    return effort ? api_reasoning_effort(r, chat, effort, "reasoning.effort", err) : 0;
 }
 
 /* Chat's own fields a Responses request may carry as extras (vLLM's too). */

@@ -54,6 +54,9 @@ int api_responses_parse(ApiRequest *r, ApiError *err);
 /* GET and DELETE /v1/responses/{id}. */
 void api_responses_stored(ApiRequest *r);
 void api_responses_free(ResponsesState *st);
+/* A reasoning effort (Responses' reasoning.effort, chat's reasoning_effort)
+ * into the chat body's chat_template_kwargs, as the template can take it. */
+int api_reasoning_effort(ApiRequest *r, json_t *chat, const json_t *effort, const char *param, ApiError *err);
 /* "<prefix>_" and 96 random bits in hex. */
 void api_responses_new_id(char *out, size_t size, const char *prefix);
 
