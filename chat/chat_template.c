@@ -142,6 +142,18 @@ static json_t *shape_content(json_t *content, bool as_parts, size_t i, Error *er
     return s;
 }
 
+/* SDKs send null for every field a caller left unset; a template testing
+ * `is defined` (or printing a tool with tojson) must see the same thing
+ * either way, so null members go. o may be any value. */
+static void drop_nulls(json_t *o) {
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(o, tmp, key, v) {
+        if (json_is_null(v)) json_object_del(o, key);
+    }
+}
+
 /* OpenAI sends a tool call's arguments as a JSON string; templates expect
  * the object (vLLM parses it too). A string that is not a JSON object stays. */
 static json_t *shape_tool_calls(json_t *calls, size_t i, Error *err) {
@@ -157,7 +169,9 @@ static json_t *shape_tool_calls(json_t *calls, size_t i, Error *err) {
     size_t k;
     json_t *call;
     json_array_foreach(out, k, call) {
+        drop_nulls(call);
         json_t *f = json_object_get(call, "function");
+        drop_nulls(f);
         json_t *args = json_object_get(f, "arguments");
         if (!json_is_string(args)) continue;
         json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
@@ -187,6 +201,13 @@ static int check_message(json_t *m, size_t i, Error *err) {
     return 0;
 }
 
+/* A message's copy, its unset (null) fields gone. */
+static json_t *without_nulls(json_t *o) {
+    json_t *out = json_copy(o);
+    drop_nulls(out);
+    return out;
+}
+
 static json_t *shape_messages(const ChatTemplate *ct, const JinjaTemplate *jt, json_t *list,
                               Error *err) {
     if (!json_is_array(list)) {
@@ -208,15 +229,15 @@ static json_t *shape_messages(const ChatTemplate *ct, const JinjaTemplate *jt, j
     json_t *out = json_array();
     if (!out) goto oom;
     json_array_foreach(list, i, m) {
-        json_t *copy = json_copy(m), *content, *calls;
+        json_t *copy = without_nulls(m), *content, *calls;
         if (!copy || json_array_append_new(out, copy)) {
             json_decref(copy);
             goto oom_out;
         }
         if (!(content = shape_content(json_object_get(m, "content"), as_parts, i, err))) goto fail;
         if (json_object_set_new(copy, "content", content)) goto oom_out;
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (!tc || json_is_null(tc)) continue;
+        json_t *tc = json_object_get(copy, "tool_calls");
+        if (!tc) continue;
         if (!(calls = shape_tool_calls(tc, i, err))) goto fail;
         if (json_object_set_new(copy, "tool_calls", calls)) goto oom_out;
     }
@@ -245,6 +266,20 @@ static int get_list(const json_t *o, const char *key, json_t **out, Error *err) 
     *out = v && !json_is_null(v) ? v : NULL;
     if (*out && !json_is_array(v)) return error_set_kind(err, ERROR_INVALID, "'%s' must be a list", key);
     return 0;
+}
+
+/* The tools as the template sees them: their unset (null) fields gone, so
+ * that `tool | tojson` prints the same tool whether a client left a field
+ * out or sent it as null. A new reference, NULL when out of memory. */
+static json_t *shape_tools(json_t *tools) {
+    json_t *out = json_deep_copy(tools);
+    size_t i;
+    json_t *tool;
+    json_array_foreach(out, i, tool) {
+        drop_nulls(tool);
+        drop_nulls(json_object_get(tool, "function"));
+    }
+    return out;
 }
 
 /* The template's variables; *jt is the template to run. */
@@ -295,7 +330,7 @@ static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const Jinja
     json_t *vars = json_copy((json_t *)tokenizer_special_token_strings(ct->tok));
     if (!vars) vars = json_object();
     if (!vars || json_object_set_new(vars, "messages", messages) ||
-        json_object_set(vars, "tools", tools ? tools : json_null()) ||
+        json_object_set_new(vars, "tools", tools ? shape_tools(tools) : json_null()) ||
         json_object_set(vars, "documents", documents ? documents : json_null()) ||
         json_object_set_new(vars, "add_generation_prompt", json_boolean(gen)) ||
         (thinking_given && json_object_set(vars, "enable_thinking", thinking)) ||
