@@ -208,6 +208,22 @@ static json_t *without_nulls(json_t *o) {
     return out;
 }
 
+/* The thinking of an earlier assistant turn, which clients pass back as
+ * vLLM's older "reasoning_content" or its current "reasoning": templates
+ * (Qwen3's) read reasoning_content, newer ones reasoning, so the message
+ * gets both. reasoning_content wins when both are given. */
+static int shape_reasoning(json_t *copy, size_t i, Error *err) {
+    json_t *given = json_object_get(copy, "reasoning_content");
+    if (!given) given = json_object_get(copy, "reasoning");
+    if (!given) return 0;
+    if (!json_is_string(given))
+        return error_set_kind(err, ERROR_INVALID, "messages[%zu].reasoning_content (or reasoning) must "
+                                                  "be a string", i);
+    if (json_object_set(copy, "reasoning", given) || json_object_set(copy, "reasoning_content", given))
+        return error_set(err, "out of memory");
+    return 0;
+}
+
 static json_t *shape_messages(const ChatTemplate *ct, const JinjaTemplate *jt, json_t *list,
                               Error *err) {
     if (!json_is_array(list)) {
@@ -236,6 +252,7 @@ static json_t *shape_messages(const ChatTemplate *ct, const JinjaTemplate *jt, j
         }
         if (!(content = shape_content(json_object_get(m, "content"), as_parts, i, err))) goto fail;
         if (json_object_set_new(copy, "content", content)) goto oom_out;
+        if (shape_reasoning(copy, i, err)) goto fail;
         json_t *tc = json_object_get(copy, "tool_calls");
         if (!tc) continue;
         if (!(calls = shape_tool_calls(tc, i, err))) goto fail;
