@@ -299,11 +299,43 @@ static json_t *shape_tools(json_t *tools) {
     return out;
 }
 
+static const char *const RESERVED_KWARGS[] = {"messages", "tools", "documents", "add_generation_prompt",
+                                              "continue_final_message"};
+
+int chat_template_kwargs_check(const json_t *kwargs, const char *what, Error *err) {
+    if (!json_is_object(kwargs)) return error_set_kind(err, ERROR_INVALID, "'%s' must be an object", what);
+    for (size_t i = 0; i < sizeof RESERVED_KWARGS / sizeof RESERVED_KWARGS[0]; i++)
+        if (json_object_get(kwargs, RESERVED_KWARGS[i]))
+            return error_set_kind(err, ERROR_INVALID, "'%s' may not set '%s' (it is a field of the "
+                                                      "request)", what, RESERVED_KWARGS[i]);
+    return 0;
+}
+
+json_t *chat_template_kwargs_merge(const json_t *defaults, const json_t *request, Error *err) {
+    json_t *kwargs = json_object_get(request, "chat_template_kwargs");
+    if (json_is_null(kwargs)) kwargs = NULL; /* SDKs send null for an unset field */
+    if (kwargs && chat_template_kwargs_check(kwargs, "chat_template_kwargs", err)) return NULL;
+    json_t *thinking = json_object_get(request, "enable_thinking"); /* shorthand for the kwarg */
+    if (json_is_null(thinking)) thinking = NULL;
+    if (thinking && !json_is_boolean(thinking)) {
+        error_set_kind(err, ERROR_INVALID, "'enable_thinking' must be true or false");
+        return NULL;
+    }
+    json_t *out = json_is_object(defaults) ? json_copy((json_t *)defaults) : json_object();
+    if (!out || (thinking && json_object_set(out, "enable_thinking", thinking)) ||
+        (kwargs && json_object_update(out, kwargs))) {
+        json_decref(out);
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    return out;
+}
+
 /* The template's variables; *jt is the template to run. */
-static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const JinjaTemplate **jt,
-                          bool *cont, Error *err) {
-    bool gen, thinking_given = false;
-    json_t *tools, *documents, *kwargs = json_object_get(req, "chat_template_kwargs");
+static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const json_t *default_kwargs,
+                          const JinjaTemplate **jt, bool *cont, Error *err) {
+    bool gen;
+    json_t *tools, *documents;
     if (get_flag(req, "add_generation_prompt", true, &gen, err) ||
         get_flag(req, "continue_final_message", false, cont, err) ||
         get_list(req, "tools", &tools, err) || get_list(req, "documents", &documents, err))
@@ -313,27 +345,6 @@ static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const Jinja
                                            "false");
         return NULL;
     }
-    if (json_is_null(kwargs)) kwargs = NULL; /* SDKs send null for an unset field */
-    if (kwargs && !json_is_object(kwargs)) {
-        error_set_kind(err, ERROR_INVALID, "'chat_template_kwargs' must be an object");
-        return NULL;
-    }
-    static const char *const reserved[] = {"messages", "tools", "documents", "add_generation_prompt",
-                                           "continue_final_message"};
-    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
-        if (json_object_get(kwargs, reserved[i])) {
-            error_set_kind(err, ERROR_INVALID, "'chat_template_kwargs' may not set '%s' (it is a "
-                                               "field of the request)", reserved[i]);
-            return NULL;
-        }
-    json_t *thinking = json_object_get(req, "enable_thinking"); /* shorthand for the kwarg */
-    if (thinking && !json_is_null(thinking)) {
-        if (!json_is_boolean(thinking)) {
-            error_set_kind(err, ERROR_INVALID, "'enable_thinking' must be true or false");
-            return NULL;
-        }
-        thinking_given = true;
-    }
     /* transformers: "tool_use" when tools are given and the folder has one. */
     *jt = tools && ct->tool_use ? ct->tool_use : ct->main;
     if (!*jt) {
@@ -342,20 +353,26 @@ static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const Jinja
                                            "\"default\")");
         return NULL;
     }
+    json_t *kwargs = chat_template_kwargs_merge(default_kwargs, req, err);
+    if (!kwargs) return NULL;
     json_t *messages = shape_messages(ct, *jt, json_object_get(req, "messages"), err);
-    if (!messages) return NULL;
+    if (!messages) {
+        json_decref(kwargs);
+        return NULL;
+    }
     json_t *vars = json_copy((json_t *)tokenizer_special_token_strings(ct->tok));
     if (!vars) vars = json_object();
     if (!vars || json_object_set_new(vars, "messages", messages) ||
         json_object_set_new(vars, "tools", tools ? shape_tools(tools) : json_null()) ||
         json_object_set(vars, "documents", documents ? documents : json_null()) ||
         json_object_set_new(vars, "add_generation_prompt", json_boolean(gen)) ||
-        (thinking_given && json_object_set(vars, "enable_thinking", thinking)) ||
-        (kwargs && json_object_update(vars, kwargs))) {
+        json_object_update(vars, kwargs)) {
         json_decref(vars);
+        json_decref(kwargs);
         error_set(err, "out of memory");
         return NULL;
     }
+    json_decref(kwargs);
     return vars;
 }
 
@@ -395,13 +412,18 @@ static int cut_after_final_message(const json_t *messages, char *text, size_t *l
 
 char *chat_template_render(const ChatTemplate *ct, const json_t *request, double now, size_t *len,
                            Error *err) {
+    return chat_template_render_with(ct, request, NULL, now, len, err);
+}
+
+char *chat_template_render_with(const ChatTemplate *ct, const json_t *request, const json_t *default_kwargs,
+                                double now, size_t *len, Error *err) {
     if (!json_is_object(request)) {
         error_set_kind(err, ERROR_INVALID, "the chat request must be a JSON object");
         return NULL;
     }
     const JinjaTemplate *jt;
     bool cont = false;
-    json_t *vars = build_vars(ct, request, &jt, &cont, err);
+    json_t *vars = build_vars(ct, request, default_kwargs, &jt, &cont, err);
     if (!vars) return NULL;
     JinjaError je;
     char *text = jinja_render(jt, vars, now, NULL, len, &je);
