@@ -105,10 +105,16 @@ def members(obj, out):
     return out
 
 
+# Null or absent there means "the rest of the context" for a chat:
+# thousands of tokens per request, each one slow under a grammar
+# (tests/test_server_nulls.c covers it).
+LENGTH_KEYS = {"max_tokens", "max_completion_tokens"}
+
+
 def nulls(obj, rng):
     """obj with one to three fields (anywhere) set to null: what SDKs send for unset ones."""
     out = json.loads(json.dumps(obj))
-    found = members(out, [])
+    found = [(c, k) for c, k in members(out, []) if k not in LENGTH_KEYS]
     for _ in range(rng.randint(1, 3)):
         container, key = rng.choice(found)
         container[key] = None
@@ -138,6 +144,9 @@ def main():
         path, base = rng.choice(ROUTES)
         roll = rng.random()
         body = nulls(base, rng) if roll < 0.25 else mutate(nulls(base, rng), rng) if roll < 0.35 else mutate(base, rng)
+        for key in LENGTH_KEYS & base.keys():  # dropped or null: restored (see LENGTH_KEYS)
+            if body.get(key, None) is None:
+                body[key] = base[key]
         text = json.dumps(body)
         if rng.random() < 0.05:
             text = text[:rng.randint(0, len(text))]
