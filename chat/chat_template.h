@@ -11,11 +11,15 @@
  *   messages               the request's messages; `content` as the content
  *                          format says (below); an assistant's tool call
  *                          `function.arguments` given as a JSON string is
- *                          parsed into the object templates expect
- *   tools, documents       the request's, or None
+ *                          parsed into the object templates expect; null
+ *                          members dropped (null is "not given"); a passed-
+ *                          back thinking under both reasoning_content and
+ *                          reasoning (VERBATIM: all as sent)
+ *   tools, documents       the request's (tools without null members), or None
  *   add_generation_prompt  default true
  *   bos_token, eos_token.. the tokenizer's special-token strings
- *   chat_template_kwargs   each member a variable (enable_thinking, ...)
+ *   chat_template_kwargs   each member a variable (enable_thinking, ...),
+ *                          over the server's defaults if any
  * and the globals raise_exception and strftime_now (the clock `now`).
  */
 #ifndef NANOVLLM_CHAT_TEMPLATE_H
