@@ -150,6 +150,18 @@ static json_t *shape_content(json_t *content, bool as_parts, size_t i, Error *er
     return s;
 }
 
+/* SDKs send null for every field a caller left unset; a template testing
+ * `is defined` (or printing a tool with tojson) must see the same thing
+ * either way, so null members go. o may be any value. */
+static void drop_nulls(json_t *o) {
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(o, tmp, key, v) {
+        if (json_is_null(v)) json_object_del(o, key);
+    }
+}
+
 /* OpenAI sends a tool call's arguments as a JSON string; templates expect
  * the object (vLLM parses it too). A string that is not a JSON object stays. */
 static json_t *shape_tool_calls(json_t *calls, size_t i, Error *err) {
@@ -165,7 +177,9 @@ static json_t *shape_tool_calls(json_t *calls, size_t i, Error *err) {
     size_t k;
     json_t *call;
     json_array_foreach(out, k, call) {
+        drop_nulls(call);
         json_t *f = json_object_get(call, "function");
+        drop_nulls(f);
         json_t *args = json_object_get(f, "arguments");
         if (!json_is_string(args)) continue;
         json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
@@ -195,6 +209,29 @@ static int check_message(json_t *m, size_t i, Error *err) {
     return 0;
 }
 
+/* A message's copy, its unset (null) fields gone. */
+static json_t *without_nulls(json_t *o) {
+    json_t *out = json_copy(o);
+    drop_nulls(out);
+    return out;
+}
+
+/* The thinking of an earlier assistant turn, which clients pass back as
+ * vLLM's older "reasoning_content" or its current "reasoning": templates
+ * (Qwen3's) read reasoning_content, newer ones reasoning, so the message
+ * gets both. reasoning_content wins when both are given. */
+static int shape_reasoning(json_t *copy, size_t i, Error *err) {
+    json_t *given = json_object_get(copy, "reasoning_content");
+    if (!given) given = json_object_get(copy, "reasoning");
+    if (!given) return 0;
+    if (!json_is_string(given))
+        return error_set_kind(err, ERROR_INVALID, "messages[%zu].reasoning_content (or reasoning) must "
+                                                  "be a string", i);
+    if (json_object_set(copy, "reasoning", given) || json_object_set(copy, "reasoning_content", given))
+        return error_set(err, "out of memory");
+    return 0;
+}
+
 static json_t *shape_messages(const ChatTemplate *ct, const JinjaTemplate *jt, json_t *list,
                               Error *err) {
     if (!json_is_array(list)) {
@@ -216,15 +253,16 @@ static json_t *shape_messages(const ChatTemplate *ct, const JinjaTemplate *jt, j
     json_t *out = json_array();
     if (!out) goto oom;
     json_array_foreach(list, i, m) {
-        json_t *copy = json_copy(m), *content, *calls;
+        json_t *copy = without_nulls(m), *content, *calls;
         if (!copy || json_array_append_new(out, copy)) {
             json_decref(copy);
             goto oom_out;
         }
         if (!(content = shape_content(json_object_get(m, "content"), as_parts, i, err))) goto fail;
         if (json_object_set_new(copy, "content", content)) goto oom_out;
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (!tc || json_is_null(tc)) continue;
+        if (shape_reasoning(copy, i, err)) goto fail;
+        json_t *tc = json_object_get(copy, "tool_calls");
+        if (!tc) continue;
         if (!(calls = shape_tool_calls(tc, i, err))) goto fail;
         if (json_object_set_new(copy, "tool_calls", calls)) goto oom_out;
     }
@@ -255,11 +293,57 @@ static int get_list(const json_t *o, const char *key, json_t **out, Error *err) 
     return 0;
 }
 
+/* The tools as the template sees them: their unset (null) fields gone, so
+ * that `tool | tojson` prints the same tool whether a client left a field
+ * out or sent it as null. A new reference, NULL when out of memory. */
+static json_t *shape_tools(json_t *tools) {
+    json_t *out = json_deep_copy(tools);
+    size_t i;
+    json_t *tool;
+    json_array_foreach(out, i, tool) {
+        drop_nulls(tool);
+        drop_nulls(json_object_get(tool, "function"));
+    }
+    return out;
+}
+
+static const char *const RESERVED_KWARGS[] = {"messages", "tools", "documents", "add_generation_prompt",
+                                              "continue_final_message"};
+
+int chat_template_kwargs_check(const json_t *kwargs, const char *what, Error *err) {
+    if (!json_is_object(kwargs)) return error_set_kind(err, ERROR_INVALID, "'%s' must be an object", what);
+    for (size_t i = 0; i < sizeof RESERVED_KWARGS / sizeof RESERVED_KWARGS[0]; i++)
+        if (json_object_get(kwargs, RESERVED_KWARGS[i]))
+            return error_set_kind(err, ERROR_INVALID, "'%s' may not set '%s' (it is a field of the "
+                                                      "request)", what, RESERVED_KWARGS[i]);
+    return 0;
+}
+
+json_t *chat_template_kwargs_merge(const json_t *defaults, const json_t *request, Error *err) {
+    json_t *kwargs = json_object_get(request, "chat_template_kwargs");
+    if (json_is_null(kwargs)) kwargs = NULL; /* SDKs send null for an unset field */
+    if (kwargs && chat_template_kwargs_check(kwargs, "chat_template_kwargs", err)) return NULL;
+    json_t *thinking = json_object_get(request, "enable_thinking"); /* shorthand for the kwarg */
+    if (json_is_null(thinking)) thinking = NULL;
+    if (thinking && !json_is_boolean(thinking)) {
+        error_set_kind(err, ERROR_INVALID, "'enable_thinking' must be true or false");
+        return NULL;
+    }
+    json_t *out = json_is_object(defaults) ? json_copy((json_t *)defaults) : json_object();
+    if (!out || (thinking && json_object_set(out, "enable_thinking", thinking)) ||
+        (kwargs && json_object_update(out, kwargs))) {
+        json_decref(out);
+        error_set(err, "out of memory");
+        return NULL;
+    }
+    return out;
+}
+
 /* The template's variables; *jt is the template to run. */
-static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const JinjaTemplate **jt,
-                          bool *cont, Error *err) {
-    bool gen, thinking_given = false;
-    json_t *tools, *documents, *kwargs = json_object_get(req, "chat_template_kwargs");
+static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const json_t *default_kwargs,
+                          const JinjaTemplate **jt, bool *cont, Error *err) {
+    bool gen;
+    json_t *tools, *documents;
     if (get_flag(req, "add_generation_prompt", true, &gen, err) ||
         get_flag(req, "continue_final_message", false, cont, err) ||
         get_list(req, "tools", &tools, err) || get_list(req, "documents", &documents, err))
@@ -269,27 +353,6 @@ static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const Jinja
                                            "false");
         return NULL;
     }
-    if (json_is_null(kwargs)) kwargs = NULL; /* SDKs send null for an unset field */
-    if (kwargs && !json_is_object(kwargs)) {
-        error_set_kind(err, ERROR_INVALID, "'chat_template_kwargs' must be an object");
-        return NULL;
-    }
-    static const char *const reserved[] = {"messages", "tools", "documents", "add_generation_prompt",
-                                           "continue_final_message"};
-    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
-        if (json_object_get(kwargs, reserved[i])) {
-            error_set_kind(err, ERROR_INVALID, "'chat_template_kwargs' may not set '%s' (it is a "
-                                               "field of the request)", reserved[i]);
-            return NULL;
-        }
-    json_t *thinking = json_object_get(req, "enable_thinking"); /* shorthand for the kwarg */
-    if (thinking && !json_is_null(thinking)) {
-        if (!json_is_boolean(thinking)) {
-            error_set_kind(err, ERROR_INVALID, "'enable_thinking' must be true or false");
-            return NULL;
-        }
-        thinking_given = true;
-    }
     /* transformers: "tool_use" when tools are given and the folder has one. */
     *jt = tools && ct->tool_use ? ct->tool_use : ct->main;
     if (!*jt) {
@@ -298,20 +361,26 @@ static json_t *build_vars(const ChatTemplate *ct, const json_t *req, const Jinja
                                            "\"default\")");
         return NULL;
     }
+    json_t *kwargs = chat_template_kwargs_merge(default_kwargs, req, err);
+    if (!kwargs) return NULL;
     json_t *messages = shape_messages(ct, *jt, json_object_get(req, "messages"), err);
-    if (!messages) return NULL;
+    if (!messages) {
+        json_decref(kwargs);
+        return NULL;
+    }
     json_t *vars = json_copy((json_t *)tokenizer_special_token_strings(ct->tok));
     if (!vars) vars = json_object();
     if (!vars || json_object_set_new(vars, "messages", messages) ||
-        json_object_set(vars, "tools", tools ? tools : json_null()) ||
+        json_object_set_new(vars, "tools", tools ? shape_tools(tools) : json_null()) ||
         json_object_set(vars, "documents", documents ? documents : json_null()) ||
         json_object_set_new(vars, "add_generation_prompt", json_boolean(gen)) ||
-        (thinking_given && json_object_set(vars, "enable_thinking", thinking)) ||
-        (kwargs && json_object_update(vars, kwargs))) {
+        json_object_update(vars, kwargs)) {
         json_decref(vars);
+        json_decref(kwargs);
         error_set(err, "out of memory");
         return NULL;
     }
+    json_decref(kwargs);
     return vars;
 }
 
@@ -351,13 +420,18 @@ static int cut_after_final_message(const json_t *messages, char *text, size_t *l
 
 char *chat_template_render(const ChatTemplate *ct, const json_t *request, double now, size_t *len,
                            Error *err) {
+    return chat_template_render_with(ct, request, NULL, now, len, err);
+}
+
+char *chat_template_render_with(const ChatTemplate *ct, const json_t *request, const json_t *default_kwargs,
+                                double now, size_t *len, Error *err) {
     if (!json_is_object(request)) {
         error_set_kind(err, ERROR_INVALID, "the chat request must be a JSON object");
         return NULL;
     }
     const JinjaTemplate *jt;
     bool cont = false;
-    json_t *vars = build_vars(ct, request, &jt, &cont, err);
+    json_t *vars = build_vars(ct, request, default_kwargs, &jt, &cont, err);
     if (!vars) return NULL;
     JinjaError je;
     char *text = jinja_render(jt, vars, now, NULL, len, &je);

@@ -11,11 +11,15 @@
  *   messages               the request's messages; `content` as the content
  *                          format says (below); an assistant's tool call
  *                          `function.arguments` given as a JSON string is
- *                          parsed into the object templates expect
- *   tools, documents       the request's, or None
+ *                          parsed into the object templates expect; null
+ *                          members dropped (null is "not given"); a passed-
+ *                          back thinking under both reasoning_content and
+ *                          reasoning (VERBATIM: all as sent)
+ *   tools, documents       the request's (tools without null members), or None
  *   add_generation_prompt  default true
  *   bos_token, eos_token.. the tokenizer's special-token strings
- *   chat_template_kwargs   each member a variable (enable_thinking, ...)
+ *   chat_template_kwargs   each member a variable (enable_thinking, ...),
+ *                          over the server's defaults if any
  * and the globals raise_exception and strftime_now (the clock `now`).
  */
 #ifndef NANOVLLM_CHAT_TEMPLATE_H
@@ -87,6 +91,23 @@ ChatTemplateReasoning chat_template_reasoning(const ChatTemplate *ct);
  * past its bounds. */
 char *chat_template_render(const ChatTemplate *ct, const json_t *request, double now, size_t *len,
                            Error *err);
+
+/* chat_template_render under server-wide defaults for chat_template_kwargs
+ * (serve --default-chat-template-kwargs): default_kwargs NULL, or an
+ * object chat_template_kwargs_check accepts. */
+char *chat_template_render_with(const ChatTemplate *ct, const json_t *request, const json_t *default_kwargs,
+                                double now, size_t *len, Error *err);
+
+/* The template variables a request sets: defaults (NULL: none), then its
+ * "enable_thinking" shorthand, then its own "chat_template_kwargs", key by
+ * key. A new object, or NULL with err (ERROR_INVALID for a malformed
+ * field). The one place the layers meet, for every route that renders a
+ * chat. */
+json_t *chat_template_kwargs_merge(const json_t *defaults, const json_t *request, Error *err);
+
+/* kwargs is an object that sets none of the request's own fields
+ * (messages, tools, ...); else -1 with an ERROR_INVALID naming what. */
+int chat_template_kwargs_check(const json_t *kwargs, const char *what, Error *err);
 
 /* The clock for strftime_now: SOURCE_DATE_EPOCH when set (reproducible
  * output, as build tools read it), else the current time. */

@@ -7,7 +7,7 @@
  * tokenizer, which also decodes the completions for --json's "text". A
  * chat (--chat: a chat request's JSON) is rendered with the model's chat
  * template first, and --json then also shows each answer as the server's
- * message would: content, reasoning_content and tool_calls
+ * message would: content, reasoning(_content) and tool_calls
  * (chat/).
  */
 #include <errno.h>
@@ -228,9 +228,10 @@ static json_t *chat_message(const Tokenizer *tok, const ChatTemplate *ct, const 
         for (int i = 0; calls && i < d.num_calls; i++)
             json_array_append_new(calls, json_pack("{s:s, s:{s:s, s:s}}", "type", "function", "function", "name",
                                                    d.calls[i].name, "arguments", d.calls[i].arguments));
-        m = json_pack("{s:s%, s:o, s:o}", "content", d.content.data ? d.content.data : "", d.content.len,
-                      "reasoning_content", d.reasoning.len ? json_stringn(d.reasoning.data, d.reasoning.len) : json_null(),
-                      "tool_calls", calls ? calls : json_array());
+        json_t *reasoning = d.reasoning.len ? json_stringn(d.reasoning.data, d.reasoning.len) : json_null();
+        /* both of vLLM's names for the thinking, as the server's message has them */
+        m = json_pack("{s:s%, s:O, s:o, s:o}", "content", d.content.data ? d.content.data : "", d.content.len,
+                      "reasoning", reasoning, "reasoning_content", reasoning, "tool_calls", calls ? calls : json_array());
     }
     chat_output_delta_free(&d);
     chat_output_parser_free(p);
@@ -276,7 +277,7 @@ static json_t *ids_to_json(const int32_t *ids, int n) {
 
 /* n = 1: {"prompt_ids", "ids", "text", "finish_reason"}; n > 1: {"prompt_ids",
  * "choices": [{"ids", "text", "finish_reason"}, ...]} ("text" when the model
- * folder has a tokenizer; with --chat, "message": {"content",
+ * folder has a tokenizer; with --chat, "message": {"content", "reasoning",
  * "reasoning_content", "tool_calls"} beside it). */
 static int print_result(const GenerateArgs *a, const Tokenizer *tok, const int32_t *prompt,
                         int prompt_len, const Result *r, const ChatContext *chat) {

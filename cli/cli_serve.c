@@ -41,6 +41,10 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_MAX_CONNECTIONS) ")\n"
     CHAT_TEMPLATE_USAGE
     "  --trust-request-chat-template a request may bring its own \"chat_template\" (else 400)\n"
+    "  --default-chat-template-kwargs JSON\n"
+    "                                a JSON object of chat template variables for every chat, e.g.\n"
+    "                                '{\"enable_thinking\": false}'; a request's chat_template_kwargs\n"
+    "                                win key by key\n"
     "  --reasoning-parser NAME       qwen3 or none: <think>...</think> of chat answers into\n"
     "                                reasoning_content (default: qwen3 when the tokenizer has the tags)\n"
     "  --tool-call-parser NAME       auto (the chat template's format), hermes, qwen3_xml (or\n"
@@ -56,6 +60,20 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_RESPONSES_STORE_TTL_SECONDS) ")\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
+/* --default-chat-template-kwargs: checked now, so a typo stops the server
+ * at start-up instead of failing every chat request. */
+static int parse_default_kwargs(const char *arg, json_t **out, Error *err) {
+    json_error_t jerr;
+    *out = json_loads(arg, JSON_REJECT_DUPLICATES, &jerr);
+    if (!*out) return error_set(err, "--default-chat-template-kwargs: not JSON (%s)", jerr.text);
+    if (chat_template_kwargs_check(*out, "--default-chat-template-kwargs", err)) {
+        json_decref(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 int command_serve(int argc, char **argv) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, 'H'},
@@ -66,6 +84,7 @@ int command_serve(int argc, char **argv) {
         {"max-connections", required_argument, 0, 'C'}, {"chat-template", required_argument, 0, 't'},
         {"chat-template-content-format", required_argument, 0, 'F'},
         {"trust-request-chat-template", no_argument, 0, 'U'},
+        {"default-chat-template-kwargs", required_argument, 0, 'K'},
         {"reasoning-parser", required_argument, 0, 'R'}, {"tool-call-parser", required_argument, 0, 'P'},
         {"enable-auto-tool-choice", no_argument, 0, 'A'}, {"scheduling-policy", required_argument, 0, 'S'},
         {"responses-store-entries", required_argument, 0, 'E'}, {"responses-store-bytes", required_argument, 0, 'Y'},
@@ -88,6 +107,7 @@ int command_serve(int argc, char **argv) {
     Error err = {0};
     int rc = 0;
     char *chat_template = NULL;
+    json_t *default_kwargs = NULL;
     const char *env_port = getenv("NANOVLLM_PORT");
     if (env_port && env_port[0]) rc = parse_int_arg("NANOVLLM_PORT", env_port, 0, 65535, &o.port, &err);
     const char *env_key = getenv("NANOVLLM_API_KEY");
@@ -121,6 +141,10 @@ int command_serve(int argc, char **argv) {
                                      "openai or verbatim", optarg);
             break;
         case 'U': o.trust_request_chat_template = true; break;
+        case 'K':
+            json_decref(default_kwargs);
+            rc = parse_default_kwargs(optarg, &default_kwargs, &err);
+            break;
         case 'A': break;
         case 'R':
             if (strcmp(optarg, "qwen3") == 0 || strcmp(optarg, "deepseek_r1") == 0) o.reasoning_parser = REASONING_PARSER_QWEN3;
@@ -144,6 +168,7 @@ int command_serve(int argc, char **argv) {
             if (common == 0) rc = error_set(&err, "invalid option (see nanovllm serve --help)");
             else if (common == 2) {
                 free(chat_template);
+                json_decref(default_kwargs);
                 return 0;
             }
             else if (common < 0) rc = -1;
@@ -156,12 +181,15 @@ int command_serve(int argc, char **argv) {
     if (rc == 0 && o.max_body_bytes < 1024) rc = error_set(&err, "--max-body-bytes: at least 1KiB");
     if (rc) {
         free(chat_template);
+        json_decref(default_kwargs);
         fprintf(stderr, "nanovllm serve: %s\n%s", err.msg, USAGE);
         return 2;
     }
     o.chat_template = chat_template;
+    o.default_chat_template_kwargs = default_kwargs;
     rc = api_server_run(&o, &err);
     free(chat_template);
+    json_decref(default_kwargs);
     if (rc) {
         fprintf(stderr, "nanovllm serve: %s\n", err.msg);
         return 1;

@@ -3,7 +3,8 @@
 
 Takes valid completion, chat, tokenize and detokenize bodies, mutates a few
 fields at a time (wrong types, huge or negative numbers, NUL and surrogate-
-edge strings, deep or empty containers, dropped fields, truncated JSON) and
+edge strings, deep or empty containers, dropped fields, truncated JSON, and
+null for any field at any depth, as SDKs send for unset fields) and
 checks that every answer is a well-formed one: a 2xx/4xx/503 status, and a
 JSON body unless it is an event stream. The server must stay up throughout.
 Best run against the sanitizer build, whose log then shows any fault:
@@ -37,10 +38,38 @@ CHAT = {
     "messages": MESSAGES, "max_tokens": 4, "logprobs": True, "top_logprobs": 2, "n": 1, "stream": True,
     "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": True,
 }
+TOOLS = [{"type": "function", "function": {
+    "name": "add", "description": "adds", "strict": False,
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}]
+TOOL_TURN = [
+    {"role": "user", "content": "add 1", "name": "ann"},
+    {"role": "assistant", "content": None, "reasoning": "r", "reasoning_content": "r", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": "2"},
+]
+CHAT_TOOLS = {
+    "messages": TOOL_TURN, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "add"}},
+    "parallel_tool_calls": False, "max_completion_tokens": 16, "temperature": 0, "stream": False,
+    "enable_thinking": False, "documents": [{"title": "t", "text": "x"}],
+}
+CHAT_FORMAT = {
+    "messages": MESSAGES, "max_tokens": 8, "seed": 1, "logit_bias": {"11": 2}, "stop": ["}"],
+    "response_format": {"type": "json_schema", "json_schema": {
+        "name": "n", "description": "d", "strict": True, "schema": {"type": "object"}}},
+    "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+}
+COMPLETION_GUIDED = {
+    "prompt": ["a", "b"], "max_tokens": 4, "min_tokens": 1, "stop_token_ids": [11], "truncate_prompt_tokens": 3,
+    "structured_outputs": {"regex": "[ab]+", "disable_any_whitespace": True}, "best_of": 1, "n": 1,
+}
 TOKENIZE = {"prompt": "hi", "add_special_tokens": True, "messages": MESSAGES}
+TOKENIZE_TOOLS = {"messages": TOOL_TURN, "tools": TOOLS, "add_generation_prompt": False,
+                  "continue_final_message": False, "chat_template_kwargs": {"enable_thinking": True}}
 DETOKENIZE = {"tokens": [1, 2, 3]}
 ROUTES = [("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT),
-          ("/tokenize", TOKENIZE), ("/detokenize", DETOKENIZE)]
+          ("/tokenize", TOKENIZE), ("/detokenize", DETOKENIZE), ("/v1/chat/completions", CHAT_TOOLS),
+          ("/v1/chat/completions", CHAT_FORMAT), ("/v1/completions", COMPLETION_GUIDED),
+          ("/tokenize", TOKENIZE_TOOLS)]
 
 ODD_VALUES = [
     None, True, False, 0, -1, 1, 2**31, 2**63, -2**63, 1e308, -1e308, 0.5, -0.5, "", "x", "\u0000",
@@ -67,6 +96,31 @@ def mutate(obj, rng, depth=0):
     return out
 
 
+def members(obj, out):
+    """Every (container, key) under obj: object members and list items, at any depth."""
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        out.append((obj, key))
+        members(value, out)
+    return out
+
+
+# Null or absent there means "the rest of the context" for a chat:
+# thousands of tokens per request, each one slow under a grammar
+# (tests/test_server_nulls.c covers it).
+LENGTH_KEYS = {"max_tokens", "max_completion_tokens"}
+
+
+def nulls(obj, rng):
+    """obj with one to three fields (anywhere) set to null: what SDKs send for unset ones."""
+    out = json.loads(json.dumps(obj))
+    found = [(c, k) for c, k in members(out, []) if k not in LENGTH_KEYS]
+    for _ in range(rng.randint(1, 3)):
+        container, key = rng.choice(found)
+        container[key] = None
+    return out
+
+
 def send(port, path, body):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
@@ -88,7 +142,12 @@ def main():
     counts = {}
     for i in range(args.requests):
         path, base = rng.choice(ROUTES)
-        text = json.dumps(mutate(base, rng))
+        roll = rng.random()
+        body = nulls(base, rng) if roll < 0.25 else mutate(nulls(base, rng), rng) if roll < 0.35 else mutate(base, rng)
+        for key in LENGTH_KEYS & base.keys():  # dropped or null: restored (see LENGTH_KEYS)
+            if body.get(key, None) is None:
+                body[key] = base[key]
+        text = json.dumps(body)
         if rng.random() < 0.05:
             text = text[:rng.randint(0, len(text))]
         body = text.encode("utf-8", "surrogatepass")

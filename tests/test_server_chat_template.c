@@ -4,7 +4,8 @@
  * gives the fixture's exact prompt on /tokenize and /v1/chat/completions;
  * a template that raises is a 400 with its message; a request's own
  * chat_template needs --trust-request-chat-template; a broken template
- * stops the server at start-up with the reason.
+ * stops the server at start-up with the reason; --default-chat-template-kwargs
+ * sits under a request's own kwargs, and a bad one stops the start.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -142,4 +143,86 @@ Test(server_chat_template, a_broken_template_stops_the_start, .timeout = 60) {
     cr_expect(strstr(err, "--chat-template: cannot open '/no/such/file.jinja'"), "%s", err);
     free(out);
     free(err);
+}
+
+/* The prompt ids of a one-message chat with more fields (JSON members). */
+static json_t *chat_ids(const TestServer *s, const char *fields) {
+    char body[512];
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]%s%s}", *fields ? ", " : "",
+             fields);
+    int status;
+    json_t *got = http_json(s, "/tokenize", body, &status);
+    cr_assert_eq(status, 200, "%s", body);
+    json_t *ids = json_incref(json_object_get(got, "tokens"));
+    json_decref(got);
+    return ids;
+}
+
+/* --default-chat-template-kwargs: the server's variables, under each
+ * request's own key by key. */
+Test(server_chat_template, default_kwargs_under_the_requests, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "");
+    json_t *thinking = chat_ids(&s, "");
+    json_t *not_thinking = chat_ids(&s, "\"chat_template_kwargs\": {\"enable_thinking\": false}");
+    cr_assert(!json_equal(thinking, not_thinking), "enable_thinking changes nothing in this template");
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+
+    server_start(&s, "--default-chat-template-kwargs '{\"enable_thinking\": false, \"unused\": [1]}'");
+    static const struct {
+        const char *fields;
+        bool thinks;
+    } cases[] = {
+        {"", false},
+        {"\"chat_template_kwargs\": null", false},
+        {"\"chat_template_kwargs\": {}", false},
+        {"\"chat_template_kwargs\": {\"unused\": 2}", false},
+        {"\"chat_template_kwargs\": {\"enable_thinking\": true}", true},
+        {"\"enable_thinking\": true", true}, /* the shorthand is the request's too */
+        {"\"enable_thinking\": true, \"chat_template_kwargs\": {\"enable_thinking\": false}", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *ids = chat_ids(&s, cases[i].fields);
+        cr_expect(json_equal(ids, cases[i].thinks ? thinking : not_thinking), "{%s}: thinking should be %s",
+                  cases[i].fields, cases[i].thinks ? "on" : "off");
+        json_decref(ids);
+    }
+    /* the chat endpoint renders through the same function */
+    int status;
+    json_t *got = http_json(&s, "/v1/chat/completions",
+                            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 1}", &status);
+    cr_expect_eq(status, 200);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(got, "usage"), "prompt_tokens")),
+                 (json_int_t)json_array_size(not_thinking));
+    json_decref(got);
+    /* a request's bad kwargs are still its own 400 */
+    got = http_json(&s, "/tokenize", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                                     "\"chat_template_kwargs\": {\"tools\": []}}", &status);
+    cr_expect_eq(status, 400);
+    json_decref(got);
+    json_decref(thinking);
+    json_decref(not_thinking);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+Test(server_chat_template, default_kwargs_checked_at_start, .timeout = 60) {
+    static const struct {
+        const char *arg, *says;
+    } cases[] = {
+        {"'{\"enable_thinking\": fals}'", "--default-chat-template-kwargs: not JSON"},
+        {"'[1]'", "'--default-chat-template-kwargs' must be an object"},
+        {"'null'", "--default-chat-template-kwargs: not JSON"},
+        {"'{\"messages\": []}'", "'--default-chat-template-kwargs' may not set 'messages'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "serve --model " TINY_MODEL " --port 0 --default-chat-template-kwargs %s",
+                 cases[i].arg);
+        char *out, *err;
+        int rc = run_nanovllm(args, &out, &err);
+        cr_expect_eq(rc, 2, "%s", cases[i].arg);
+        cr_expect(strstr(err, cases[i].says), "%s: %s", cases[i].arg, err);
+        free(out);
+        free(err);
+    }
 }

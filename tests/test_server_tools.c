@@ -9,7 +9,9 @@
  * streams assembling to the non-streamed message, logit_bias, min_tokens,
  * truncate_prompt_tokens, continuous usage). The others need no node:
  * --scheduling-policy priority accepting "priority", --reasoning-parser
- * none leaving <think> in the content, and `generate --chat --json`.
+ * none leaving <think> in the content, the thinking under both of vLLM's
+ * names (reasoning, reasoning_content) out and back in, and `generate
+ * --chat --json`.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -54,7 +56,96 @@ Test(server_tools, reasoning_parser_none_keeps_the_tags, .timeout = 120) {
     json_t *m = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
     cr_expect_str_eq(json_string_value(json_object_get(m, "content")), "<think>\nhmm\n</think>\n\nyes");
     cr_expect_null(json_object_get(m, "reasoning_content"));
+    cr_expect_null(json_object_get(m, "reasoning"));
     json_decref(r);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* vLLM renamed reasoning_content to reasoning; clients read either, so the
+ * thinking goes out under both names, in messages and stream deltas. */
+Test(server_tools, reasoning_under_both_names, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "");
+    int status;
+    json_t *r = http_json(&s, "/v1/chat/completions", FORCED_THINK, &status);
+    cr_assert_eq(status, 200);
+    json_t *m = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "reasoning_content")), "hmm");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "reasoning")), "hmm");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "content")), "yes");
+    json_decref(r);
+
+    /* without thinking: both null, as reasoning_content always was */
+    static const char plain[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4, "
+                                "\"chat_template_kwargs\": {\"enable_thinking\": false}, \"guided_regex\": \"yes\"}";
+    r = http_json(&s, "/v1/chat/completions", plain, &status);
+    cr_assert_eq(status, 200);
+    m = json_object_get(json_array_get(json_object_get(r, "choices"), 0), "message");
+    cr_expect(json_is_null(json_object_get(m, "reasoning_content")));
+    cr_expect(json_is_null(json_object_get(m, "reasoning")));
+    json_decref(r);
+
+    /* streamed: every delta that has one has the other, equal */
+    json_t *req = json_loads(FORCED_THINK, 0, NULL);
+    json_object_set_new(req, "stream", json_true());
+    char *body = json_dumps(req, 0);
+    json_decref(req);
+    HttpResult h = http(&s, "POST", "/v1/chat/completions", body, NULL);
+    cr_assert_eq(h.status, 200);
+    int done;
+    json_t *events = sse_events(h.body, &done);
+    char both[64] = "";
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) {
+        json_t *d = json_object_get(json_array_get(json_object_get(e, "choices"), 0), "delta");
+        json_t *a = json_object_get(d, "reasoning"), *b = json_object_get(d, "reasoning_content");
+        cr_expect(json_equal(a, b) || (!a && !b), "chunk %zu: reasoning and reasoning_content differ", i);
+        if (json_is_string(a)) strncat(both, json_string_value(a), sizeof both - strlen(both) - 1);
+    }
+    cr_expect_str_eq(both, "hmm");
+    json_decref(events);
+    http_free(&h);
+    free(body);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* A previous turn's thinking comes back as reasoning or reasoning_content;
+ * the template reads reasoning_content, which wins when both differ. */
+Test(server_tools, reasoning_passed_back_under_either_name, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "");
+#define TURN(fields)                                                                                   \
+    "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"a\", " \
+    fields "}], \"add_generation_prompt\": false}"
+    static const char *const bodies[] = {
+        TURN("\"reasoning_content\": \"R1\""), TURN("\"reasoning\": \"R1\""),
+        TURN("\"reasoning_content\": \"R1\", \"reasoning\": \"other\""),
+        TURN("\"reasoning\": \"R1\", \"reasoning_content\": null")};
+#undef TURN
+    int status;
+    json_t *want = http_json(&s, "/tokenize", bodies[0], &status);
+    cr_assert_eq(status, 200);
+    json_t *ids = json_pack("{s:O}", "tokens", json_object_get(want, "tokens"));
+    char *detokenize = json_dumps(ids, 0);
+    json_decref(ids);
+    json_t *text = http_json(&s, "/detokenize", detokenize, &status);
+    free(detokenize);
+    cr_expect(strstr(json_string_value(json_object_get(text, "prompt")), "<think>\nR1\n</think>"),
+              "the thinking is not in the prompt: %s", json_string_value(json_object_get(text, "prompt")));
+    json_decref(text);
+    for (size_t i = 1; i < sizeof bodies / sizeof bodies[0]; i++) {
+        json_t *got = http_json(&s, "/tokenize", bodies[i], &status);
+        cr_expect_eq(status, 200, "%s", bodies[i]);
+        cr_expect(json_equal(json_object_get(got, "tokens"), json_object_get(want, "tokens")), "%s", bodies[i]);
+        json_decref(got);
+    }
+    json_decref(want);
+    /* anything but a string is a 400 */
+    json_t *bad = http_json(&s, "/tokenize",
+                            "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\", \"reasoning\": 5}]}", &status);
+    cr_expect_eq(status, 400);
+    json_decref(bad);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
 

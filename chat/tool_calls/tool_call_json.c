@@ -23,7 +23,7 @@ const json_t *tool_call_find_function(const json_t *tools, const char *name) {
     const json_t *tool;
     json_array_foreach(tools, i, tool) {
         const json_t *type = json_object_get(tool, "type");
-        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
+        if (type && !json_is_null(type) && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
             continue;
         const json_t *fn = json_object_get(tool, "function");
         if (!json_is_object(fn)) fn = tool; /* the flat shape */

@@ -277,7 +277,7 @@ static int parse_generation(ApiRequest *r, bool chat, ApiError *err) {
         json_t *m = json_object_get(r->body, "messages");
         if (!json_is_array(m)) return api_error(err, 400, "messages", "'messages' must be a list");
         if (json_array_size(m) == 0) return api_error(err, 400, "messages", "'messages' must not be empty");
-    } else if (!json_object_get(r->body, "prompt")) {
+    } else if (json_is_null(json_object_get(r->body, "prompt")) || !json_object_get(r->body, "prompt")) {
         return api_error(err, 400, "prompt", "'prompt' is required");
     }
     return 0;

@@ -116,7 +116,11 @@ char *api_render_chat(ApiRequest *r, size_t *len) {
             return NULL;
         }
     }
-    char *text = chat_template_render(own ? own : r->srv->chat, r->body, chat_template_clock(), len, &e);
+    /* --default-chat-template-kwargs sits under the request's own, for
+     * every route that renders a chat through here. */
+    char *text = chat_template_render_with(own ? own : r->srv->chat, r->body,
+                                           r->srv->opts.default_chat_template_kwargs, chat_template_clock(), len,
+                                           &e);
     if (!text) api_error_from(&r->error, e.kind, "messages", e.msg);
     chat_template_free(own);
     return text;

@@ -38,6 +38,10 @@ typedef struct ApiServerOptions {
     const char *chat_template;           /* NULL: the model folder's */
     ChatContentFormat chat_content_format;
     bool trust_request_chat_template; /* else a request's own "chat_template" is refused */
+    /* --default-chat-template-kwargs: template variables under each
+     * request's chat_template_kwargs (chat_template_kwargs_merge); NULL:
+     * none. Checked by chat_template_kwargs_check; the caller owns it. */
+    const json_t *default_chat_template_kwargs;
     ReasoningParserChoice reasoning_parser;
     /* --tool-call-parser: how answers' tool calls are read (and forced).
      * auto: as the chat template writes them; otherwise tool_call_parser,

@@ -31,7 +31,8 @@ static json_t *tokenize(ApiRequest *r) {
     char *rendered = NULL;
     const char *text = NULL;
     size_t len = 0;
-    if (json_object_get(r->body, "messages")) {
+    json_t *messages = json_object_get(r->body, "messages");
+    if (messages && !json_is_null(messages)) {
         text = rendered = api_render_chat(r, &len);
     } else if (json_is_string(prompt)) {
         text = json_string_value(prompt);

@@ -19,8 +19,8 @@
 /* The function name of tools[i], checked. */
 static const char *tool_name(const json_t *tool, size_t i, ApiError *err) {
     if (!json_is_object(tool)) return api_error(err, 400, "tools", "'tools[%zu]' must be an object", i), NULL;
-    const json_t *type = json_object_get(tool, "type");
-    if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
+    const json_t *type = json_object_get(tool, "type"); /* vLLM's default: "function" */
+    if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
         return api_error(err, 400, "tools", "'tools[%zu].type' must be \"function\"", i), NULL;
     const json_t *fn = json_object_get(tool, "function");
     const json_t *name = json_object_get(fn, "name");
@@ -56,8 +56,9 @@ static int parse_tool_choice(const json_t *v, OpenAIParams *p, ApiError *err) {
     }
     const json_t *type = json_object_get(v, "type");
     const json_t *name = json_object_get(json_object_get(v, "function"), "name");
-    if (!json_is_object(v) || !json_is_string(type) || strcmp(json_string_value(type), "function") != 0 ||
-        !json_is_string(name))
+    bool function = !type || json_is_null(type) || /* vLLM's default */
+                    (json_is_string(type) && strcmp(json_string_value(type), "function") == 0);
+    if (!json_is_object(v) || !function || !json_is_string(name))
         return api_error(err, 400, "tool_choice",
                          "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");

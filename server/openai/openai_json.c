@@ -21,6 +21,16 @@ static json_t *finish_json(FinishReason f) {
     return name ? json_string(name) : json_null();
 }
 
+/* The thinking under both names vLLM has used: "reasoning" (its current
+ * one) and "reasoning_content" (its older one, which most clients read), so
+ * clients written against either see it. value is stolen; NULL: out of
+ * memory, and neither is set. */
+static void set_reasoning(json_t *m, json_t *value) {
+    if (!value) return;
+    json_object_set(m, "reasoning", value);
+    json_object_set_new(m, "reasoning_content", value);
+}
+
 /* A chat message or delta. A plain stream delta always carries content (""
  * on a logprobs-only chunk, as before parsing existed); a parsed one only
  * the parts it has. */
@@ -33,13 +43,11 @@ static json_t *message_json(bool chunk, const ChoiceOut *c) {
     if (!chunk) {
         bool null_content = c->parsed && !has_text && c->tool_calls && json_array_size(c->tool_calls) > 0;
         json_object_set_new(m, "content", null_content ? json_null() : json_incref(text));
-        if (c->parsed)
-            json_object_set_new(m, "reasoning_content",
-                                has_reasoning ? json_stringn(c->reasoning, c->reasoning_len) : json_null());
+        if (c->parsed) set_reasoning(m, has_reasoning ? json_stringn(c->reasoning, c->reasoning_len) : json_null());
     } else {
         bool plain_empty = !c->parsed && c->finish == FINISH_NONE;
         if (c->role || has_text || plain_empty) json_object_set_new(m, "content", json_incref(text));
-        if (has_reasoning) json_object_set_new(m, "reasoning_content", json_stringn(c->reasoning, c->reasoning_len));
+        if (has_reasoning) set_reasoning(m, json_stringn(c->reasoning, c->reasoning_len));
     }
     json_decref(text);
     if (c->tool_calls && json_array_size(c->tool_calls) > 0) json_object_set(m, "tool_calls", c->tool_calls);

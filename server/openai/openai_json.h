@@ -28,8 +28,8 @@ typedef struct ChoiceOut {
     const char *stop_str; /* the stop string that ended it, or NULL */
     json_t *logprobs;     /* NULL: "logprobs": null; stolen */
     /* Chat with its answer parsed (chat/): */
-    bool parsed;            /* content is null when empty; message has reasoning_content */
-    const char *reasoning;  /* reasoning_content (stream: its delta) */
+    bool parsed;            /* content is null when empty; message has reasoning(_content) */
+    const char *reasoning;  /* reasoning and reasoning_content (stream: its delta) */
     size_t reasoning_len;
     json_t *tool_calls;     /* message.tool_calls / delta.tool_calls; NULL: none; stolen */
     bool finish_tool_calls; /* finish_reason "tool_calls" */
