@@ -330,8 +330,12 @@ json_t *chat_template_kwargs_merge(const json_t *defaults, const json_t *request
         return NULL;
     }
     json_t *out = json_is_object(defaults) ? json_copy((json_t *)defaults) : json_object();
-    if (!out || (thinking && json_object_set(out, "enable_thinking", thinking)) ||
-        (kwargs && json_object_update(out, kwargs))) {
+    bool failed = !out || (thinking && json_object_set(out, "enable_thinking", thinking));
+    const char *key;
+    json_t *value;
+    /* a variable given as null is not given: the server's default stays */
+    json_object_foreach(kwargs, key, value) failed |= !json_is_null(value) && json_object_set(out, key, value);
+    if (failed) {
         json_decref(out);
         error_set(err, "out of memory");
         return NULL;

@@ -19,7 +19,8 @@
  *   add_generation_prompt  default true
  *   bos_token, eos_token.. the tokenizer's special-token strings
  *   chat_template_kwargs   each member a variable (enable_thinking, ...),
- *                          over the server's defaults if any
+ *                          over the server's defaults if any (a member
+ *                          given as null is not given: the default stays)
  * and the globals raise_exception and strftime_now (the clock `now`).
  */
 #ifndef NANOVLLM_CHAT_TEMPLATE_H

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fuzz_api.py - random malformed requests against a running `nanovllm serve`.
 
-Takes valid completion, chat, tokenize and detokenize bodies, mutates a few
+Takes valid completion, chat, responses, tokenize and detokenize bodies, mutates a few
 fields at a time (wrong types, huge or negative numbers, NUL and surrogate-
 edge strings, deep or empty containers, dropped fields, truncated JSON, and
 null for any field at any depth, as SDKs send for unset fields) and
@@ -66,10 +66,34 @@ TOKENIZE = {"prompt": "hi", "add_special_tokens": True, "messages": MESSAGES}
 TOKENIZE_TOOLS = {"messages": TOOL_TURN, "tools": TOOLS, "add_generation_prompt": False,
                   "continue_final_message": False, "chat_template_kwargs": {"enable_thinking": True}}
 DETOKENIZE = {"tokens": [1, 2, 3]}
+RESPONSES_TOOLS = [{"type": "function", "name": "add", "description": "adds", "strict": True,
+                    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                   "required": ["a"], "additionalProperties": False}}]
+RESPONSES = {
+    "input": [
+        {"type": "message", "role": "developer", "content": "d"},
+        {"role": "user", "content": [{"type": "input_text", "text": "add 1"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "r"}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "add", "arguments": "{\"a\": 1}",
+         "status": "completed"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "2"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "2", "annotations": []}]},
+    ],
+    "instructions": "be brief", "tools": RESPONSES_TOOLS, "tool_choice": {"type": "function", "name": "add"},
+    "parallel_tool_calls": False, "max_output_tokens": 16, "temperature": 0, "top_p": 1, "store": True,
+    "reasoning": {"effort": "none", "summary": "auto"}, "metadata": {"k": "v"}, "user": "u", "include": [],
+    "truncation": "disabled",
+}
+RESPONSES_STREAM = {
+    "input": "hi", "max_output_tokens": 8, "stream": True, "seed": 3, "top_k": 5,
+    "text": {"format": {"type": "json_schema", "name": "n", "strict": True, "schema": {"type": "object"}},
+             "verbosity": "medium"},
+    "chat_template_kwargs": {"enable_thinking": False},
+}
 ROUTES = [("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT),
           ("/tokenize", TOKENIZE), ("/detokenize", DETOKENIZE), ("/v1/chat/completions", CHAT_TOOLS),
           ("/v1/chat/completions", CHAT_FORMAT), ("/v1/completions", COMPLETION_GUIDED),
-          ("/tokenize", TOKENIZE_TOOLS)]
+          ("/tokenize", TOKENIZE_TOOLS), ("/v1/responses", RESPONSES), ("/v1/responses", RESPONSES_STREAM)]
 
 ODD_VALUES = [
     None, True, False, 0, -1, 1, 2**31, 2**63, -2**63, 1e308, -1e308, 0.5, -0.5, "", "x", "\u0000",
@@ -108,7 +132,7 @@ def members(obj, out):
 # Null or absent there means "the rest of the context" for a chat:
 # thousands of tokens per request, each one slow under a grammar
 # (tests/test_server_nulls.c covers it).
-LENGTH_KEYS = {"max_tokens", "max_completion_tokens"}
+LENGTH_KEYS = {"max_tokens", "max_completion_tokens", "max_output_tokens"}
 
 
 def nulls(obj, rng):

@@ -176,6 +176,7 @@ Test(server_chat_template, default_kwargs_under_the_requests, .timeout = 120) {
         {"", false},
         {"\"chat_template_kwargs\": null", false},
         {"\"chat_template_kwargs\": {}", false},
+        {"\"chat_template_kwargs\": {\"enable_thinking\": null}", false}, /* null: not given */
         {"\"chat_template_kwargs\": {\"unused\": 2}", false},
         {"\"chat_template_kwargs\": {\"enable_thinking\": true}", true},
         {"\"enable_thinking\": true", true}, /* the shorthand is the request's too */
@@ -195,6 +196,19 @@ Test(server_chat_template, default_kwargs_under_the_requests, .timeout = 120) {
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(got, "usage"), "prompt_tokens")),
                  (json_int_t)json_array_size(not_thinking));
     json_decref(got);
+    /* and /v1/responses, where reasoning.effort is the request's own say */
+    static const struct {
+        const char *body;
+        bool thinks;
+    } responses[] = {{"{\"input\": \"hi\", \"max_output_tokens\": 1}", false},
+                     {"{\"input\": \"hi\", \"max_output_tokens\": 1, \"reasoning\": {\"effort\": \"high\"}}", true}};
+    for (size_t i = 0; i < 2; i++) {
+        got = http_json(&s, "/v1/responses", responses[i].body, &status);
+        cr_expect_eq(status, 200);
+        cr_expect_eq(json_integer_value(json_object_get(json_object_get(got, "usage"), "input_tokens")),
+                     (json_int_t)json_array_size(responses[i].thinks ? thinking : not_thinking), "%s", responses[i].body);
+        json_decref(got);
+    }
     /* a request's bad kwargs are still its own 400 */
     got = http_json(&s, "/tokenize", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
                                      "\"chat_template_kwargs\": {\"tools\": []}}", &status);

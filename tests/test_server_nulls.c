@@ -31,6 +31,7 @@ static const char COMPLETION[] = "{\"prompt\": \"Hello\", \"max_tokens\": 4, \"t
 static const char TOKENIZE_PROMPT[] = "{\"prompt\": \"hi\"}";
 static const char TOKENIZE_CHAT[] = "{\"messages\": " CHAT_MESSAGES "}";
 static const char DETOKENIZE[] = "{\"tokens\": [1, 2, 3]}";
+static const char RESPONSES[] = "{\"input\": \"hi\", \"max_output_tokens\": 4, \"temperature\": 0, \"seed\": 7}";
 
 /* Fragments for `with`: what a field needs beside it to be read at all. */
 #define TOOLS "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"add\", \"description\": \"adds\", " \
@@ -50,6 +51,19 @@ static const char DETOKENIZE[] = "{\"tokens\": [1, 2, 3]}";
     "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"n\", \"description\": " \
     "\"d\", \"strict\": true, \"schema\": {\"type\": \"object\"}}}, \"max_tokens\": 8"
 
+#define RTOOLS "\"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", \"description\": \"w\", " \
+               "\"parameters\": {\"type\": \"object\"}, \"strict\": false}]"
+#define R_ITEMS                                                                                          \
+    "{\"input\": [{\"type\": \"message\", \"role\": \"user\", \"content\": [{\"type\": \"input_text\", "        \
+    "\"text\": \"weather?\"}]}, {\"type\": \"reasoning\", \"id\": \"rs_1\", \"summary\": [], \"content\": "       \
+    "[{\"type\": \"reasoning_text\", \"text\": \"r\"}], \"encrypted_content\": \"x\"}, {\"type\": \"function_call\", " \
+    "\"id\": \"fc_1\", \"call_id\": \"call_1\", \"name\": \"get_weather\", \"arguments\": \"{}\", \"status\": "   \
+    "\"completed\"}, {\"type\": \"function_call_output\", \"id\": \"fco_1\", \"call_id\": \"call_1\", \"output\": " \
+    "\"Sunny\", \"status\": \"completed\"}], " RTOOLS "}"
+#define R_SCHEMA                                                                                         \
+    "{\"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"n\", \"description\": \"d\", \"strict\": " \
+    "true, \"schema\": {\"type\": \"object\"}}, \"verbosity\": \"medium\"}, \"max_output_tokens\": 8}"
+
 typedef struct NullCase {
     const char *base; /* the request */
     const char *path; /* the field: object keys and list indexes, dot-separated */
@@ -58,6 +72,7 @@ typedef struct NullCase {
 
 #define C(path, with) {CHAT, path, with}
 #define P(path, with) {COMPLETION, path, with}
+#define R(path, with) {RESPONSES, path, with}
 
 /* Every optional field, as /v1/chat/completions, /v1/completions, /tokenize
  * and /detokenize read them (api_parse.c, api_tools.c, api_structured.c,
@@ -161,8 +176,26 @@ static const NullCase OPTIONAL[] = {
     /* /detokenize */
     {DETOKENIZE, "model", NULL},
 
-    /* /v1/responses and /v1/embeddings: their optional fields go here as
-     * those endpoints land (bases R and E beside C and P). */
+    /* /v1/responses (api_responses.c): its own fields, chat's extras, the items */
+    R("model", NULL), R("instructions", NULL), R("previous_response_id", NULL), R("tools", NULL),
+    R("tool_choice", NULL), R("parallel_tool_calls", NULL), R("text", NULL), R("max_output_tokens", NULL),
+    R("temperature", NULL), R("top_p", NULL), R("reasoning", NULL), R("metadata", NULL), R("user", NULL),
+    R("store", NULL), R("stream", NULL), R("include", NULL), R("truncation", NULL), R("background", NULL),
+    R("top_logprobs", NULL), R("max_tool_calls", NULL), R("conversation", NULL), R("prompt", NULL),
+    R("service_tier", NULL), R("prompt_cache_key", NULL), R("safety_identifier", NULL), R("seed", NULL),
+    R("top_k", NULL), R("stop", NULL), R("chat_template_kwargs", NULL), R("context_management", NULL),
+    R("stream", "{\"stream\": true}"),
+    R("reasoning.effort", "{\"reasoning\": {\"effort\": \"none\", \"summary\": \"auto\"}}"),
+    R("reasoning.summary", "{\"reasoning\": {\"effort\": \"none\", \"summary\": \"auto\"}}"),
+    R("text.format", R_SCHEMA), R("text.verbosity", R_SCHEMA), R("text.format.description", R_SCHEMA),
+    R("text.format.strict", R_SCHEMA), R("tools.0.description", R_ITEMS), R("tools.0.parameters", R_ITEMS),
+    R("tools.0.strict", R_ITEMS), R("tool_choice", R_ITEMS), R("input.0.type", R_ITEMS),
+    R("input.0.content.0.annotations", R_ITEMS), R("input.1.encrypted_content", R_ITEMS),
+    R("input.1.summary", R_ITEMS), R("input.1.id", R_ITEMS), R("input.2.id", R_ITEMS),
+    R("input.2.status", R_ITEMS), R("input.3.id", R_ITEMS), R("input.3.status", R_ITEMS),
+
+    /* /v1/embeddings: its optional fields go here as that endpoint lands
+     * (base E beside C, P and R). */
 };
 
 /* Where null is not "not given" but a missing required field: a 400. */
@@ -177,12 +210,18 @@ static const NullCase REQUIRED[] = {
     {TOKENIZE_PROMPT, "prompt", NULL}, {TOKENIZE_CHAT, "messages", NULL},
     {TOKENIZE_CHAT, "messages.0.role", NULL},
     {DETOKENIZE, "tokens", NULL},
-    /* /v1/responses and /v1/embeddings: their required fields go here. */
+    R("input", NULL), R("input.0", R_ITEMS), R("input.0.role", R_ITEMS), R("input.0.content", R_ITEMS),
+    R("input.0.content.0.text", R_ITEMS), R("input.0.content.0.type", R_ITEMS), R("input.2.call_id", R_ITEMS),
+    R("input.2.name", R_ITEMS), R("input.2.arguments", R_ITEMS), R("input.3.call_id", R_ITEMS),
+    R("input.3.output", R_ITEMS), R("tools.0.name", R_ITEMS), R("tools.0.type", R_ITEMS),
+    R("text.format.type", R_SCHEMA), R("text.format.schema", R_SCHEMA),
+    /* /v1/embeddings: its required fields go here. */
 };
 
 static const char *endpoint(const char *base) {
     if (base == CHAT) return "/v1/chat/completions";
     if (base == COMPLETION) return "/v1/completions";
+    if (base == RESPONSES) return "/v1/responses";
     if (base == DETOKENIZE) return "/detokenize";
     return "/tokenize";
 }
@@ -233,6 +272,8 @@ static void strip_volatile(json_t *v) {
     if (json_is_object(v)) {
         json_object_del(v, "id");
         json_object_del(v, "created");
+        json_object_del(v, "created_at");
+        json_object_del(v, "call_id");
         const char *k;
         json_t *x;
         json_object_foreach(v, k, x) strip_volatile(x);
@@ -251,7 +292,7 @@ static json_t *answer(const TestServer *s, const char *path, const char *body, i
     if (strstr(r.headers, "text/event-stream")) {
         int done;
         out = sse_events(r.body, &done);
-        cr_expect(done, "%s: the stream did not end with [DONE]", body);
+        cr_expect(done || strcmp(path, "/v1/responses") == 0, "%s: the stream did not end with [DONE]", body);
     } else {
         out = json_loads(r.body, 0, NULL);
         cr_expect(out, "%s -> %d, not JSON: %s", body, r.status, r.body);

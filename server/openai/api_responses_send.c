@@ -52,12 +52,36 @@ static json_t *usage_json(const ApiRequest *r) {
                      r->responses->reasoning_tokens, "total_tokens", r->prompt_tokens + r->completion_tokens);
 }
 
-/* The request's own value of a field, or dflt (a new reference either way). */
+/* v without the members given as null (not given), at any depth. */
+static json_t *without_nulls(const json_t *v) {
+    json_t *copy = json_deep_copy(v);
+    json_t *stack[64] = {copy};
+    int depth = copy ? 1 : 0;
+    while (depth > 0) {
+        json_t *at = stack[--depth];
+        const char *key;
+        json_t *member, *tmp;
+        size_t i;
+        if (json_is_object(at)) {
+            json_object_foreach_safe(at, tmp, key, member) {
+                if (json_is_null(member)) json_object_del(at, key);
+                else if (depth < 64) stack[depth++] = member;
+            }
+        } else if (json_is_array(at)) {
+            json_array_foreach(at, i, member) if (depth < 64) stack[depth++] = member;
+        }
+    }
+    return copy;
+}
+
+/* The request's own value of a field as the response echoes it (nulls
+ * dropped: they were not given), or dflt; a new reference either way. */
 static json_t *echo(const ApiRequest *r, const char *key, json_t *dflt) {
     json_t *v = json_object_get(r->responses->request, key);
-    if (v && !json_is_null(v)) {
+    json_t *copy = v && !json_is_null(v) ? without_nulls(v) : NULL;
+    if (copy) {
         json_decref(dflt);
-        return json_incref(v);
+        return copy;
     }
     return dflt ? dflt : json_null();
 }
@@ -72,11 +96,9 @@ static json_t *response_object(ApiRequest *r, const char *status) {
         json_decref(reasoning);
         reasoning = json_pack("{s:n, s:n}", "effort", "summary");
     }
-    json_t *text = echo(r, "text", NULL);
-    if (!json_object_get(text, "format")) {
-        json_decref(text);
-        text = json_pack("{s:{s:s}}", "format", "type", "text");
-    }
+    json_t *text = echo(r, "text", json_object());
+    if (json_is_object(text) && !json_object_get(text, "format"))
+        json_object_set_new(text, "format", json_pack("{s:s}", "type", "text"));
     bool finished = strcmp(status, "in_progress") != 0;
     if (!o || json_object_set_new(o, "id", json_string(r->id)) ||
         json_object_set_new(o, "object", json_string("response")) ||
