@@ -38,6 +38,8 @@
 #define DEFAULT_HEADER_TIMEOUT_SECONDS 10 /* the whole header block, from accept */
 #define DEFAULT_BODY_TIMEOUT_SECONDS 30   /* the whole body, from the end of the headers */
 #define DEFAULT_MAX_CONNECTIONS 4096
+#define DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS 5 /* idle between requests on one connection */
+#define DEFAULT_KEEP_ALIVE_REQUESTS 1000     /* then the connection closes */
 #define DEFAULT_MAX_HEADER_BYTES 16384
 #define STRUCTURED_CACHE_BYTES ((size_t)256 << 20) /* compiled structured-output constraints kept (LRU) */
 
