@@ -99,9 +99,9 @@ void ex_update_poll(HttpExchange *ex) {
         events |= UV_WRITABLE; /* writes, or ends the exchange from the loop */
     if (ex->state != EX_BODY && ex->watch_hangup) events |= UV_DISCONNECT;
     if (events == ex->poll_events) return;
-    ex->poll_events = events;
     int rc = events ? uv_poll_start(&ex->poll, events, on_io) : uv_poll_stop(&ex->poll);
-    if (rc != 0) log_info("http: cannot poll a connection: %s", uv_strerror(rc));
+    if (rc == 0) ex->poll_events = events;
+    else log_info("http: cannot poll a connection: %s (the tick retries)", uv_strerror(rc));
 }
 
 /* Whether the peer is gone: an error or a hang-up in both directions. A
@@ -447,6 +447,8 @@ static void on_tick(uv_timer_t *t) {
             refuse(ex, 408, DROP_BODY_TIMEOUT, "the request body did not arrive in time", false);
         } else if (ex->state == EX_ANSWERED && ex->out_off < ex->out_len && now - ex->progress >= stall) {
             end_exchange(ex, false, CLOSE); /* the client stopped reading */
+        } else if (ex->state == EX_ANSWERED || ex->state == EX_DEFERRED) {
+            service(ex); /* the poll never fails to start; if it did, this carries on */
         }
     }
 }
