@@ -28,7 +28,7 @@ ARG CUDA
 LABEL org.nanovllm.stage=build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      build-essential libjansson-dev libopenblas-dev libxxhash-dev libmicrohttpd-dev \
+      build-essential libjansson-dev libopenblas-dev libxxhash-dev \
       libuv1-dev libpcre2-dev libutf8proc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -24,7 +24,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 WARN     = -Wall -Wextra -Werror
 # Includes across folders name the path from the repository root ("base/error.h").
 CFLAGS  += -std=c11 -D_GNU_SOURCE -O3 -g -pthread -I. $(WARN) -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS   = -lmicrohttpd -luv -ljansson -lpcre2-8 -lutf8proc -lopenblas -lxxhash -lm -lpthread
+LDLIBS   = -luv -ljansson -lpcre2-8 -lutf8proc -lopenblas -lxxhash -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
 LIB_SRC  = $(wildcard base/*.c text/*/*.c structured/*.c chat/*.c chat/*/*.c model/*.c engine/*.c cpu/*.c)

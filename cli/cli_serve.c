@@ -39,6 +39,10 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_BODY_TIMEOUT_SECONDS) "): else closed\n"
     "  --max-connections N           open connections; beyond, a fast 503 (default "
     DEFAULT_TEXT(DEFAULT_MAX_CONNECTIONS) ")\n"
+    "  --keep-alive-timeout SECONDS  an idle connection waits this long for its next request (default "
+    DEFAULT_TEXT(DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS) "; 0: one request per connection)\n"
+    "  --keep-alive-requests N       requests one connection serves before it closes (default "
+    DEFAULT_TEXT(DEFAULT_KEEP_ALIVE_REQUESTS) ")\n"
     CHAT_TEMPLATE_USAGE
     "  --trust-request-chat-template a request may bring its own \"chat_template\" (else 400)\n"
     "  --default-chat-template-kwargs JSON\n"
@@ -82,6 +86,7 @@ int command_serve(int argc, char **argv) {
         {"max-body-bytes", required_argument, 0, 'B'}, {"shutdown-grace", required_argument, 0, 'g'},
         {"header-timeout", required_argument, 0, 'T'}, {"body-timeout", required_argument, 0, 'D'},
         {"max-connections", required_argument, 0, 'C'}, {"chat-template", required_argument, 0, 't'},
+        {"keep-alive-timeout", required_argument, 0, 'W'}, {"keep-alive-requests", required_argument, 0, 'N'},
         {"chat-template-content-format", required_argument, 0, 'F'},
         {"trust-request-chat-template", no_argument, 0, 'U'},
         {"default-chat-template-kwargs", required_argument, 0, 'K'},
@@ -99,6 +104,8 @@ int command_serve(int argc, char **argv) {
                           .header_timeout = DEFAULT_HEADER_TIMEOUT_SECONDS,
                           .body_timeout = DEFAULT_BODY_TIMEOUT_SECONDS,
                           .max_connections = DEFAULT_MAX_CONNECTIONS,
+                          .keep_alive_timeout = DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS,
+                          .keep_alive_requests = DEFAULT_KEEP_ALIVE_REQUESTS,
                           .tool_call_parser_auto = true,
                           .responses_store = {DEFAULT_RESPONSES_STORE_ENTRIES,
                                               (size_t)DEFAULT_RESPONSES_STORE_MIB << 20,
@@ -130,6 +137,8 @@ int command_serve(int argc, char **argv) {
         case 'E': rc = parse_int_arg("--responses-store-entries", optarg, 0, 1 << 24, &o.responses_store.max_entries, &err); break;
         case 'Y': rc = parse_size_arg("--responses-store-bytes", optarg, &o.responses_store.max_bytes, &err); break;
         case 'L': rc = parse_double_arg("--responses-store-ttl", optarg, 1, 1e7, &o.responses_store.ttl_seconds, &err); break;
+        case 'W': rc = parse_double_arg("--keep-alive-timeout", optarg, 0, 3600, &o.keep_alive_timeout, &err); break;
+        case 'N': rc = parse_int_arg("--keep-alive-requests", optarg, 1, 1 << 30, &o.keep_alive_requests, &err); break;
         case 't':
             free(chat_template);
             chat_template = NULL;

@@ -42,6 +42,8 @@
 #define DEFAULT_RESPONSES_STORE_ENTRIES 1000
 #define DEFAULT_RESPONSES_STORE_MIB 256
 #define DEFAULT_RESPONSES_STORE_TTL_SECONDS 3600
+#define DEFAULT_KEEP_ALIVE_TIMEOUT_SECONDS 5 /* idle between requests on one connection */
+#define DEFAULT_KEEP_ALIVE_REQUESTS 1000     /* then the connection closes */
 #define DEFAULT_MAX_HEADER_BYTES 16384
 #define STRUCTURED_CACHE_BYTES ((size_t)256 << 20) /* compiled structured-output constraints kept (LRU) */
 

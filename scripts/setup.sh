@@ -11,7 +11,6 @@ PACKAGES=(
   libjansson-dev     # JSON: config.json, safetensors headers, --json output
   libopenblas-dev    # sgemm for the CPU runner
   libxxhash-dev      # prefix-cache block hashes
-  libmicrohttpd-dev  # HTTP server
   libuv1-dev         # the server's event loop
   libpcre2-dev       # tokenizer: pre-tokenizer regexes other than Qwen's (PCRE2 JIT)
   libutf8proc-dev    # tokenizer: NFC and Unicode categories

@@ -5,7 +5,8 @@
  * header blocks and bodies, the connection limit, half-closed clients,
  * streams cut by the shutdown grace, an exit that waits until the last bytes
  * are delivered, the accounting of clients that leave,
- * and a soak of 2,000 requests with a fifth of the streams hung up midway.
+ * and a soak of 2,000 requests with a fifth of the streams hung up midway,
+ * half of them on kept-alive connections.
  * Every loop is bounded in count and time; loopback only.
  */
 #include <criterion/criterion.h>
@@ -104,18 +105,20 @@ static void exchange(int port, const char *data, size_t len, bool half_close, do
     close(fd);
 }
 
-/* A whole POST /v1/completions with body into req; its length. */
+/* A whole POST /v1/completions with body into req; its length. It asks
+ * for the connection to close after the answer (these tests read until
+ * the close; keep-alive has its own, tests/test_http_keepalive.c). */
 static size_t completion_request(char *req, size_t cap, const char *body) {
-    int n = snprintf(req, cap, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(body), body);
+    int n = snprintf(req, cap, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
     cr_assert(n > 0 && (size_t)n < cap);
     return (size_t)n;
 }
 
 static void post(int port, const char *headers, const char *body, Reply *r) {
     char req[4096];
-    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%s\r\n\r\n%s",
-                     headers, body);
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "%s\r\n\r\n%s", headers, body);
     exchange(port, req, (size_t)n, false, 5, r);
 }
 
@@ -416,8 +419,10 @@ Test(http_edge, accounting_and_routes, .timeout = 60) {
 
 typedef struct SoakConn {
     int fd;
+    bool keep;    /* a kept-alive connection: the next request follows on it */
+    bool busy;    /* a request is out */
     bool hang_up; /* leaves after its first event */
-    bool ok_status, saw_data, saw_done;
+    bool ok_status, saw_data, saw_done, saw_end;
     char tail[64]; /* the last bytes, for markers split across reads */
     size_t tail_len;
 } SoakConn;
@@ -456,33 +461,40 @@ static void soak_feed(SoakConn *c, const char *data, size_t n) {
     if (strstr(buf, "HTTP/1.1 200")) c->ok_status = true;
     if (strstr(buf, "data: {")) c->saw_data = true;
     if (strstr(buf, "data: [DONE]")) c->saw_done = true;
+    if (c->saw_done && strstr(buf, "\r\n0\r\n\r\n")) c->saw_end = true; /* the last chunk */
     c->tail_len = len < 48 ? len : 48;
     memcpy(c->tail, buf + len - c->tail_len, c->tail_len);
 }
 
 /* 2,000 streamed requests, 32 at a time, a fifth hung up after their first
  * event: the rest all end with [DONE], the KV cache and the gauges go back
- * to 0, and resident memory grows by less than the KV budget after warm-up. */
+ * to 0, and resident memory grows by less than the KV budget after warm-up.
+ * Half the slots keep their connection alive and send their next request
+ * on it once a stream has ended with its last chunk; the others ask for a
+ * close and read until it. */
 Test(http_edge, soak_with_hung_up_streams, .timeout = 300) {
     TestServer s;
     server_start(&s, "--kv-cache-memory 64MiB --max-num-seqs 32");
     enum { TOTAL = 2000, CONCURRENCY = 32, WARM = 200 };
     SoakConn conns[CONCURRENCY];
-    for (int i = 0; i < CONCURRENCY; i++) conns[i].fd = -1;
-    int started = 0, finished = 0, hung = 0, done = 0, failed = 0;
+    for (int i = 0; i < CONCURRENCY; i++) conns[i] = (SoakConn){.fd = -1, .keep = i % 2 == 0};
+    int started = 0, finished = 0, hung = 0, done = 0, failed = 0, reused = 0;
     long rss_warm = -1;
     uint64_t seed = 12345;
     double t0 = now();
     while (finished < TOTAL && now() - t0 < 240) {
         for (int i = 0; i < CONCURRENCY && started < TOTAL; i++) {
-            if (conns[i].fd >= 0) continue;
+            if (conns[i].busy) continue;
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             char body[160], req[512];
             snprintf(body, sizeof body, "{\"prompt\": \"w%d\", \"max_tokens\": %d, \"ignore_eos\": true, \"stream\": true}",
                      started, 2 + (int)((seed >> 33) % 10));
-            size_t n = completion_request(req, sizeof req, body);
-            conns[i] = (SoakConn){.fd = dial(s.port), .hang_up = (seed >> 20) % 5 == 0};
-            put(conns[i].fd, req, n);
+            int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %zu\r\n\r\n%s",
+                             conns[i].keep ? "" : "Connection: close\r\n", strlen(body), body);
+            int fd = conns[i].fd;
+            if (fd < 0) fd = dial(s.port); else reused++;
+            conns[i] = (SoakConn){.fd = fd, .keep = conns[i].keep, .busy = true, .hang_up = (seed >> 20) % 5 == 0};
+            put(fd, req, (size_t)n);
             started++;
         }
         struct pollfd pf[CONCURRENCY];
@@ -490,28 +502,35 @@ Test(http_edge, soak_with_hung_up_streams, .timeout = 300) {
         if (poll(pf, CONCURRENCY, 100) <= 0) continue;
         for (int i = 0; i < CONCURRENCY; i++) {
             SoakConn *c = &conns[i];
-            if (c->fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            if (!c->busy || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             char data[8192];
             ssize_t n = recv(c->fd, data, sizeof data, 0);
             if (n > 0) soak_feed(c, data, (size_t)n);
             bool leave = c->hang_up && c->saw_data && !c->saw_done;
-            if (n > 0 && !leave) continue;
+            bool next = c->keep && c->saw_end && !leave; /* the connection stays for the next */
+            if (n > 0 && !leave && !next) continue;
             if (leave) hung++;
             else if (c->ok_status && c->saw_done) done++;
             else failed++;
-            close(c->fd);
-            c->fd = -1;
+            c->busy = false;
+            if (!next) {
+                close(c->fd);
+                c->fd = -1;
+            }
             if (++finished == WARM) rss_warm = rss_kib(s.pid);
         }
     }
     cr_expect_eq(finished, TOTAL, "%d of %d requests ended in time", finished, TOTAL);
     cr_expect_eq(failed, 0, "%d requests failed (%d done, %d hung up)", failed, done, hung);
     cr_expect_gt(hung, TOTAL / 10, "a fifth hung up: %d", hung);
+    cr_expect_gt(reused, TOTAL / 4, "requests on kept-alive connections: %d", reused);
+    for (int i = 0; i < CONCURRENCY; i++)
+        if (conns[i].fd >= 0) close(conns[i].fd);
     cr_assert(wait_for_gauge(&s, "num_requests_running", 0) && wait_for_gauge(&s, "num_requests_waiting", 0));
     cr_expect(wait_for_gauge(&s, "kv_cache_blocks_used", 0), "every hung-up stream's blocks came back");
     long rss_end = rss_kib(s.pid);
-    cr_log_info("soak: %d done, %d hung up in %.1f s; RSS %ld KiB after warm-up, %ld KiB at the end",
-                done, hung, now() - t0, rss_warm, rss_end);
+    cr_log_info("soak: %d done (%d on kept-alive connections), %d hung up in %.1f s; RSS %ld KiB after "
+                "warm-up, %ld KiB at the end", done, reused, hung, now() - t0, rss_warm, rss_end);
     if (under_asan(s.pid))
         cr_log_info("soak: RSS bound not checked under AddressSanitizer (its quarantine holds freed memory)");
     else

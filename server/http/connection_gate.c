@@ -3,7 +3,8 @@
  *
  * A waiting connection is in one of three states:
  *   WAITING  polled for readable; each wake-up peeks at what has arrived
- *            and checks it;
+ *            and checks it (an idle kept-alive connection waits so too,
+ *            with the keep-alive deadline until its first byte);
  *   PARTIAL  an incomplete header block sits unread in the socket, which a
  *            level-triggered poll would report readable forever, so the
  *            poll stops and the tick (every 20 ms while anything waits)
@@ -14,7 +15,9 @@
  *            unread bytes sends a reset that can destroy the response
  *            before the client reads it.
  * The tick also enforces the header deadline and resumes accepting after
- * the process ran out of descriptors.
+ * the process ran out of descriptors. The list is in arrival order, and a
+ * kept-alive connection rejoins it at the new end, so its first idle
+ * connection is the one idle longest: the first shed at the limit.
  */
 #include "connection_gate.h"
 
@@ -37,7 +40,7 @@
 const char *const HTTP_DROP_NAMES[NUM_DROPS] = {"bad_request",  "header_too_large",
                                                 "header_timeout", "too_many",
                                                 "shed",         "closed_early",
-                                                "body_timeout"};
+                                                "body_timeout", "bad_body"};
 
 /* ---- the header block ------------------------------------------------------------------- */
 
@@ -193,17 +196,34 @@ void http_head_check(const char *buf, size_t len, size_t max_body, HttpHeadVerdi
     check_framing(&f, http10, max_body, v);
 }
 
-/* ---- answering without libmicrohttpd ------------------------------------------------------- */
+/* ---- answering at the front door ----------------------------------------------------------- */
 
-static const char *status_text(unsigned status) {
+const char *http_status_text(unsigned status) {
     switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
+    case 409: return "Conflict";
     case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
     case 505: return "HTTP Version Not Supported";
-    default: return "Service Unavailable";
+    default: return status < 300 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
     }
 }
 
@@ -216,7 +236,7 @@ void http_write_error(int fd, unsigned status, const char *message) {
     int n = snprintf(buf, sizeof buf,
                      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                      "Connection: close\r\n%s\r\n%s",
-                     status, status_text(status), body ? strlen(body) : 0,
+                     status, http_status_text(status), body ? strlen(body) : 0,
                      status == 503 ? "Retry-After: 1\r\n" : "", body ? body : "");
     free(body);
     if (n > 0 && (size_t)n < sizeof buf) {
@@ -237,6 +257,8 @@ typedef struct Pending {
     socklen_t addr_len;
     double started, deadline;
     PendingState state;
+    bool idle;   /* kept alive, no byte of its next request yet */
+    int served;  /* requests answered on this connection before */
     size_t seen; /* bytes available when last checked (PARTIAL) */
     uv_poll_t poll;
     bool polling;
@@ -252,7 +274,7 @@ struct ConnectionGate {
     uv_timer_t tick;
     bool ticking;
     Pending *oldest, *newest; /* a list in arrival order */
-    int waiting;              /* WAITING or PARTIAL: they count against the limit */
+    int waiting;              /* WAITING or PARTIAL (idle ones too): they count against the limit */
     int lingering;
     char *buf; /* [max_header_bytes + 1], for peeking */
     bool stopping;
@@ -318,14 +340,15 @@ static void drop_quietly(Pending *p, HttpDrop why, const char *reason) {
     release(p);
 }
 
-static void hand_off(Pending *p) {
+static void hand_off(Pending *p, size_t head_bytes) {
     ConnectionGate *f = p->gate;
     int fd = p->fd;
-    p->fd = -1; /* libmicrohttpd's from now on */
+    p->fd = -1; /* the server's from now on */
     struct sockaddr_storage addr = p->addr;
     socklen_t len = p->addr_len;
-    release(p);
-    f->hooks.hand_off(f->ctx, fd, (struct sockaddr *)&addr, len);
+    int served = p->served;
+    release(p); /* its poll is closed now, before the server polls the same socket */
+    f->hooks.hand_off(f->ctx, fd, (struct sockaddr *)&addr, len, head_bytes, served);
 }
 
 /* Looks at everything that has arrived and decides, or waits for more. */
@@ -333,10 +356,14 @@ static void examine(Pending *p) {
     ConnectionGate *f = p->gate;
     size_t cap = f->opts.max_header_bytes + 1;
     ssize_t n = recv(p->fd, f->buf, cap, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n <= 0 && p->idle) return release(p); /* a kept-alive client may leave between requests */
     if (n == 0) return drop_quietly(p, DROP_CLOSED_EARLY, "closed before its header block was complete");
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-        return drop_quietly(p, DROP_CLOSED_EARLY, strerror(errno));
+    if (n < 0) return drop_quietly(p, DROP_CLOSED_EARLY, strerror(errno));
+    if (p->idle) { /* the next request has begun: from now on, as a new connection */
+        p->idle = false;
+        p->started = now_seconds();
+        p->deadline = p->started + f->opts.header_timeout;
     }
     HttpHeadVerdict v;
     http_head_check(f->buf, (size_t)n, f->opts.max_body_bytes, &v);
@@ -344,7 +371,7 @@ static void examine(Pending *p) {
         HttpDrop why = v.status == 431 ? DROP_HEADER_TOO_LARGE : DROP_BAD_REQUEST;
         return refuse(p, v.status, why, v.reason);
     }
-    if (v.complete && v.head_bytes <= f->opts.max_header_bytes) return hand_off(p);
+    if (v.complete && v.head_bytes <= f->opts.max_header_bytes) return hand_off(p, v.head_bytes);
     if ((size_t)n >= cap || v.head_bytes > f->opts.max_header_bytes) {
         char msg[96];
         snprintf(msg, sizeof msg, "the header block is larger than %zu bytes", f->opts.max_header_bytes);
@@ -367,13 +394,17 @@ static void on_pending(uv_poll_t *h, int status, int events) {
             release(p);
         return;
     }
+    if (status < 0 && p->idle) return release(p);
     if (status < 0) return drop_quietly(p, DROP_CLOSED_EARLY, uv_strerror(status));
     (void)events;
     examine(p);
 }
 
-/* The oldest connection still sending its header block, if it has been at it a while. */
+/* The connection idle longest, else the oldest one still sending its
+ * header block if it has been at it a while. */
 static Pending *sheddable(ConnectionGate *f, double now) {
+    for (Pending *p = f->oldest; p; p = p->next)
+        if (p->idle) return p;
     for (Pending *p = f->oldest; p; p = p->next)
         if (p->state != P_LINGER) return now - p->started >= SHED_AFTER_SECONDS ? p : NULL;
     return NULL;
@@ -385,7 +416,7 @@ static void on_tick(uv_timer_t *t) {
     for (Pending *p = f->oldest, *next; p; p = next) {
         next = p->next;
         if (now >= p->deadline) {
-            if (p->state == P_LINGER) release(p);
+            if (p->state == P_LINGER || p->idle) release(p); /* an idle one simply ends */
             else refuse(p, 408, DROP_HEADER_TIMEOUT, "the header block did not arrive in time");
             continue;
         }
@@ -417,9 +448,12 @@ static void admit(ConnectionGate *f, int fd, const struct sockaddr_storage *addr
     double now = now_seconds();
     int open = f->waiting + (f->hooks.active ? f->hooks.active(f->ctx) : 0);
     bool full = open >= f->opts.max_connections;
-    if (full) { /* a slow header block makes room before a new client is turned away */
+    if (full) { /* an idle or slow connection makes room before a new client is turned away */
         Pending *old = sheddable(f, now);
-        if (old) {
+        if (old && old->idle) {
+            release(old); /* between requests a client must expect a close */
+            full = false;
+        } else if (old) {
             refuse(old, 408, DROP_SHED, "closed to make room: the header block was too slow");
             full = false;
         }
@@ -514,6 +548,53 @@ ConnectionGate *connection_gate_start(uv_loop_t *loop, const ConnectionGateOptio
 }
 
 int connection_gate_pending(const ConnectionGate *f) { return f ? f->waiting : 0; }
+
+/* A connection from the server rejoins the list at its new end. */
+static Pending *rejoin(ConnectionGate *f, int fd) {
+    Pending *p = f->stopping ? NULL : calloc(1, sizeof *p);
+    if (p && uv_poll_init(f->loop, &p->poll, fd) != 0) {
+        free(p);
+        p = NULL;
+    }
+    if (!p) {
+        close(fd);
+        return NULL;
+    }
+    p->prev = f->newest;
+    p->gate = f;
+    p->fd = fd;
+    p->started = now_seconds();
+    p->poll.data = p;
+    if (f->newest) f->newest->next = p; else f->oldest = p;
+    f->newest = p;
+    return p;
+}
+
+void connection_gate_keep(ConnectionGate *f, int fd, const struct sockaddr *addr, socklen_t len,
+                          int served) {
+    Pending *p = rejoin(f, fd);
+    if (!p) return;
+    if (len <= sizeof p->addr) memcpy(&p->addr, addr, len);
+    p->addr_len = len;
+    p->served = served;
+    p->idle = true;
+    p->state = P_WAITING;
+    p->deadline = p->started + f->opts.keep_alive_timeout;
+    f->waiting++;
+    watch(p, UV_READABLE | UV_DISCONNECT); /* a pipelined request is there already: at once */
+    ensure_tick(f);
+}
+
+void connection_gate_linger(ConnectionGate *f, int fd) {
+    Pending *p = rejoin(f, fd);
+    if (!p) return;
+    shutdown(fd, SHUT_WR);
+    p->state = P_LINGER;
+    p->deadline = p->started + LINGER_SECONDS;
+    f->lingering++;
+    watch(p, UV_READABLE | UV_DISCONNECT);
+    ensure_tick(f);
+}
 
 static void free_gate(uv_handle_t *h) {
     ConnectionGate *f = h->data;

@@ -1,122 +1,52 @@
 /*
- * http_server.c - libmicrohttpd on a libuv loop (see http_server.h).
+ * http_server.c - the server's half of a connection: from a checked header
+ * block to the end of its exchange (see http_server.h; the answer itself
+ * is written by http_response.c).
  *
- * MHD's callbacks (access handler, content reader, completion) all run
- * inside MHD_run, which only the loop calls: from the poll on MHD's epoll
- * descriptor and from the timer that carries MHD's timeouts. Anything that
- * changes a connection from outside MHD_run (a resume) only "kicks" the
- * timer to fire now, because MHD_run must not be re-entered from a callback.
+ * An exchange's life: the front door hands the socket over with the length
+ * of its checked header block; the block is read, the body gathered
+ * (Content-Length: exactly that many bytes; chunked: peeked and consumed
+ * exactly to the last chunk, so a pipelined request stays in the socket),
+ * handed to on_request, answered, and then the exchange ends in one place,
+ * end_exchange(): on_closed first, then the socket goes back to the front
+ * door (kept alive), to linger there (closed after an answer), or is
+ * closed. Handlers' calls (http_respond, http_stream_write, ...) never end
+ * an exchange themselves - on_closed must not run under a handler's feet
+ * - they only arm the poll, whose callback does the writing and the end.
  *
- * An exchange's life: created at its first access-handler call, body
- * gathered (beyond max_body_bytes it is dropped and marked too large),
- * handed to on_request, answered, then freed in MHD's completion callback
- * after on_closed. A client that disconnects while suspended gets on_closed
- * at once (the watcher), and the exchange is freed once MHD has noticed.
- *
- * MHD listens on nothing itself: the front door (connection_gate.c) accepts,
- * checks the header block and hands the socket over. The body deadline is
- * checked here, by a timer over the exchanges still receiving: libmicrohttpd
- * only has an idle timeout, which a body trickling a byte a minute never
- * meets, and cannot answer mid-upload, so a late body's socket is shut.
+ * A 250 ms tick carries the deadlines: a body slower than body_timeout is
+ * answered 408 and closed; a response the client stopped reading for
+ * body_timeout is cut.
  */
-#include "http_server.h"
+#include "http_exchange.h"
 
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <sys/socket.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "base/log.h"
 
-#define STREAM_BLOCK (16 * 1024)
+#define TICK_MS 250
+#define SCRATCH_BYTES (64 * 1024)
+#define MAX_FIELDS 100 /* the front door refuses more */
 
-typedef enum ExchangeState {
-    EX_RECEIVING, /* headers and body arriving */
-    EX_HANDLING,  /* inside on_request */
-    EX_DEFERRED,  /* the handler will answer later */
-    EX_ANSWERED,  /* a response (or stream) is ready or queued */
-} ExchangeState;
+typedef enum Afterwards { KEEP, LINGER, CLOSE } Afterwards;
 
-struct HttpExchange {
-    HttpServer *srv;
-    struct MHD_Connection *conn;
-    char *method, *path;
-    char *body;
-    size_t body_len, body_cap;
-    bool too_large;
-    bool timed_out; /* the body deadline passed: the socket was shut */
-    double started; /* the header block complete */
-    void *user;
-    ExchangeState state;
-    unsigned status;
-    struct MHD_Response *response; /* ready, not yet queued */
-    bool suspended;
-    bool closed_notified;
-    /* streaming */
-    bool streaming, stream_ended;
-    char *sbuf;
-    size_t slen, soff, scap;
-    uv_poll_t *watch; /* while suspended: is the peer still there? */
-    HttpExchange *prev, *next;
-};
+static void on_io(uv_poll_t *h, int status, int events);
 
-struct HttpServer {
-    uv_loop_t *loop;
-    struct MHD_Daemon *daemon;
-    ConnectionGate *gate;
-    uv_poll_t poll;
-    uv_timer_t timer;
-    uv_timer_t body_deadline; /* every 250 ms: bodies past body_timeout */
-    HttpHandlers handlers;
-    void *ctx;
-    size_t max_body;
-    double body_timeout;
-    int port;
-    int active; /* connections MHD holds */
-    HttpExchange *all;
-    bool stopping;
-};
-
-/* ---- driving MHD from the loop ----------------------------------------------- */
-
-static void on_timer(uv_timer_t *t);
-static void dropped(void *ctx, HttpDrop why, const char *detail);
-
-/* Runs MHD and re-arms the timer with MHD's next timeout. */
-static void run_mhd(HttpServer *s) {
-    MHD_run(s->daemon);
-    MHD_UNSIGNED_LONG_LONG ms;
-    if (MHD_get_timeout(s->daemon, &ms) == MHD_YES)
-        uv_timer_start(&s->timer, on_timer, ms, 0);
-    else
-        uv_timer_stop(&s->timer);
-}
-
-static void on_timer(uv_timer_t *t) { run_mhd(t->data); }
-
-static void on_poll(uv_poll_t *p, int status, int events) {
-    (void)status;
-    (void)events;
-    run_mhd(p->data);
-}
-
-/* MHD_run soon, from the loop (never from inside an MHD callback). */
-static void kick(HttpServer *s) { uv_timer_start(&s->timer, on_timer, 0, 0); }
-
-/* ---- suspension and the disconnect watcher ------------------------------------ */
-
-static void free_handle(uv_handle_t *h) { free(h); }
-
-static void stop_watch(HttpExchange *ex) {
-    if (!ex->watch) return;
-    uv_poll_stop(ex->watch);
-    uv_close((uv_handle_t *)ex->watch, free_handle);
-    ex->watch = NULL;
+static void free_exchange(uv_handle_t *h) {
+    HttpExchange *ex = h->data;
+    free(ex->head);
+    free(ex->path);
+    free(ex->fields);
+    free(ex->body);
+    free(ex->out);
+    free(ex);
 }
 
 static void notify_closed(HttpExchange *ex, bool completed) {
@@ -127,12 +57,51 @@ static void notify_closed(HttpExchange *ex, bool completed) {
     ex->user = NULL;
 }
 
-static void resume(HttpExchange *ex) {
-    if (!ex->suspended) return;
-    stop_watch(ex);
-    ex->suspended = false;
-    MHD_resume_connection(ex->conn);
-    kick(ex->srv);
+static void dropped(HttpServer *s, HttpDrop why, const char *detail) {
+    if (s->handlers.on_dropped) s->handlers.on_dropped(s->ctx, why, detail);
+}
+
+/* The one way out: the handler hears first, then the socket moves on. */
+static void end_exchange(HttpExchange *ex, bool completed, Afterwards then) {
+    if (ex->state == EX_OVER) return;
+    HttpServer *s = ex->srv;
+    notify_closed(ex, completed);
+    ex->state = EX_OVER;
+    if (ex->prev) ex->prev->next = ex->next; else s->all = ex->next;
+    if (ex->next) ex->next->prev = ex->prev;
+    s->active--;
+    /* Stopped and closed before the front door polls the same socket. */
+    uv_poll_stop(&ex->poll);
+    uv_close((uv_handle_t *)&ex->poll, free_exchange);
+    if (then == KEEP && s->gate)
+        connection_gate_keep(s->gate, ex->fd, (struct sockaddr *)&ex->addr, ex->addr_len,
+                             ex->served + 1);
+    else if (then != CLOSE && s->gate)
+        connection_gate_linger(s->gate, ex->fd);
+    else
+        close(ex->fd);
+    ex->fd = -1;
+}
+
+/* Answered here, not by the handler (a bad body, a late body): the socket lingers. */
+static void refuse(HttpExchange *ex, unsigned status, HttpDrop why, const char *reason,
+                   bool completed) {
+    http_write_error(ex->fd, status, reason);
+    dropped(ex->srv, why, reason);
+    end_exchange(ex, completed, LINGER);
+}
+
+void ex_update_poll(HttpExchange *ex) {
+    if (ex->state == EX_OVER) return;
+    int events = 0;
+    if (ex->state == EX_BODY) events |= UV_READABLE;
+    if (ex->state == EX_ANSWERED && (ex->out_off < ex->out_len || ex_response_done(ex)))
+        events |= UV_WRITABLE; /* writes, or ends the exchange from the loop */
+    if (ex->state != EX_BODY && ex->watch_hangup) events |= UV_DISCONNECT;
+    if (events == ex->poll_events) return;
+    int rc = events ? uv_poll_start(&ex->poll, events, on_io) : uv_poll_stop(&ex->poll);
+    if (rc == 0) ex->poll_events = events;
+    else log_info("http: cannot poll a connection: %s (the tick retries)", uv_strerror(rc));
 }
 
 /* Whether the peer is gone: an error or a hang-up in both directions. A
@@ -146,251 +115,263 @@ static bool peer_gone(int fd) {
     return getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0;
 }
 
-static void on_watch(uv_poll_t *h, int status, int events) {
+/* ---- the request ------------------------------------------------------------------------ */
+
+static int hex(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static char *decode_path(const char *target) {
+    size_t n = strcspn(target, "?");
+    char *p = malloc(n + 1);
+    if (!p) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (target[i] == '%' && i + 2 < n + 1 && hex(target[i + 1]) >= 0 && hex(target[i + 2]) >= 0) {
+            char c = (char)(hex(target[i + 1]) * 16 + hex(target[i + 2]));
+            if (c != '\0') { /* a NUL would cut the path short */
+                p[o++] = c;
+                i += 2;
+                continue;
+            }
+        }
+        p[o++] = target[i];
+    }
+    p[o] = '\0';
+    return p;
+}
+
+static char *trim(char *v) {
+    while (*v == ' ' || *v == '\t') v++;
+    size_t n = strlen(v);
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) v[--n] = '\0';
+    return v;
+}
+
+/* Whether a comma-separated header value holds the token (Connection: close). */
+static bool has_token(const char *value, const char *token) {
+    size_t n = strlen(token);
+    for (const char *p = value; p && *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        size_t k = strcspn(p, ",");
+        size_t e = k;
+        while (e && (p[e - 1] == ' ' || p[e - 1] == '\t')) e--;
+        if (e == n && strncasecmp(p, token, n) == 0) return true;
+        p += k;
+    }
+    return false;
+}
+
+/* Cuts the (already checked) header block into its pieces; -1 if it
+ * cannot, -2 out of memory. */
+static int parse_head(HttpExchange *ex) {
+    char *p = ex->head;
+    while (*p == '\r' || *p == '\n') p++; /* empty lines before the request line */
+    char *eol = strchr(p, '\n');
+    if (!eol) return -1;
+    *eol = '\0';
+    if (eol > p && eol[-1] == '\r') eol[-1] = '\0';
+    char *sp1 = strchr(p, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+    if (!sp2) return -1;
+    *sp1 = *sp2 = '\0';
+    ex->method = p;
+    ex->path = decode_path(sp1 + 1);
+    ex->http10 = strcmp(sp2 + 1, "HTTP/1.0") == 0;
+    ex->head_only = strcmp(p, "HEAD") == 0;
+    ex->fields = malloc(2 * MAX_FIELDS * sizeof *ex->fields);
+    if (!ex->path || !ex->fields) return -2;
+    for (p = eol + 1; *p && *p != '\r' && *p != '\n';) {
+        eol = strchr(p, '\n');
+        if (!eol || ex->nfields == MAX_FIELDS) return -1;
+        *eol = '\0';
+        if (eol > p && eol[-1] == '\r') eol[-1] = '\0';
+        char *colon = strchr(p, ':');
+        if (!colon) return -1;
+        *colon = '\0';
+        ex->fields[2 * ex->nfields] = p;
+        ex->fields[2 * ex->nfields + 1] = trim(colon + 1);
+        ex->nfields++;
+        p = eol + 1;
+    }
+    const char *te = http_header(ex, "Transfer-Encoding"), *cl = http_header(ex, "Content-Length");
+    ex->chunked = te != NULL;
+    ex->content_length = cl ? strtoull(cl, NULL, 10) : 0;
+    return 0;
+}
+
+static void handle(HttpExchange *ex);
+
+/* The client left, or its socket failed, before the request was whole. */
+static void gone(HttpExchange *ex) { end_exchange(ex, false, CLOSE); }
+
+static bool grow_body(HttpExchange *ex, size_t more) {
+    if (ex->body_len + more + 1 <= ex->body_cap) return true;
+    size_t cap = ex->body_cap ? ex->body_cap : 4096;
+    while (cap < ex->body_len + more + 1) cap *= 2;
+    char *b = realloc(ex->body, cap);
+    if (!b) return false;
+    ex->body = b;
+    ex->body_cap = cap;
+    return true;
+}
+
+/* Content-Length: at most what is still owed, never a byte past it. */
+static void read_sized(HttpExchange *ex) {
+    while (ex->body_len < ex->content_length) {
+        size_t want = (size_t)(ex->content_length - ex->body_len);
+        if (want > SCRATCH_BYTES) want = SCRATCH_BYTES;
+        if (!grow_body(ex, want)) return refuse(ex, 503, DROP_BAD_BODY, "out of memory for the body", false);
+        ssize_t n = recv(ex->fd, ex->body + ex->body_len, want, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        if (n <= 0) return gone(ex);
+        ex->body_len += (size_t)n;
+    }
+    handle(ex);
+}
+
+/* Runs the chunked framing over buf[0..len); returns the bytes it used (up
+ * to the body's end), or -1 with *why set when the framing is wrong. */
+static ssize_t unchunk(HttpExchange *ex, const char *buf, size_t len, const char **why) {
+    size_t i = 0;
+    while (i < len && ex->chunk != CH_DONE) {
+        char c = buf[i];
+        switch (ex->chunk) {
+        case CH_SIZE:
+            i++;
+            if (c != '\n') {
+                if (ex->line_len == sizeof ex->line - 1) return *why = "a chunk-size line is too long", -1;
+                ex->line[ex->line_len++] = c;
+                break;
+            }
+            if (ex->line_len && ex->line[ex->line_len - 1] == '\r') ex->line_len--;
+            ex->line[ex->line_len] = '\0';
+            ex->line_len = 0;
+            unsigned long long size = 0;
+            int digits = 0;
+            for (const char *p = ex->line; hex(*p) >= 0; p++, digits++)
+                if (digits < 16) size = size * 16 + (unsigned long long)hex(*p);
+            char next = ex->line[digits];
+            if (digits == 0 || (next && next != ';' && next != ' ' && next != '\t'))
+                return *why = "a chunk size must be hexadecimal digits", -1;
+            if (digits > 15 || size > ex->srv->max_body - ex->body_len) {
+                ex->too_large = true; /* answered at once; the rest is not read */
+                return (ssize_t)i;
+            }
+            ex->chunk_left = size;
+            ex->chunk = size ? CH_DATA : CH_TRAILER;
+            break;
+        case CH_DATA: {
+            size_t n = len - i < ex->chunk_left ? len - i : (size_t)ex->chunk_left;
+            if (!grow_body(ex, n)) return *why = "out of memory for the body", -1;
+            memcpy(ex->body + ex->body_len, buf + i, n);
+            ex->body_len += n;
+            ex->chunk_left -= n;
+            i += n;
+            if (!ex->chunk_left) ex->chunk = CH_DATA_END;
+            break;
+        }
+        case CH_DATA_END: /* CR LF after the data (a bare LF is taken too); line_len counts the CR */
+            i++;
+            if (c == '\n') {
+                ex->chunk = CH_SIZE;
+                ex->line_len = 0;
+            } else if (c == '\r' && ex->line_len == 0) {
+                ex->line_len = 1;
+            } else {
+                return *why = "chunk data must end with CR LF", -1;
+            }
+            break;
+        case CH_TRAILER: /* trailer fields are read and dropped; an empty line ends them */
+            i++;
+            if (++ex->trailer_bytes > ex->srv->max_header)
+                return *why = "the chunked trailer is too large", -1;
+            if (c == '\n') {
+                if (ex->line_len == 0) ex->chunk = CH_DONE;
+                ex->line_len = 0;
+            } else if (c != '\r') {
+                ex->line_len++;
+            }
+            break;
+        case CH_DONE:
+            break;
+        }
+    }
+    return (ssize_t)i;
+}
+
+/* Chunked: peek, run the framing, consume exactly what it used. */
+static void read_chunked(HttpExchange *ex) {
+    HttpServer *s = ex->srv;
+    while (ex->chunk != CH_DONE && !ex->too_large) {
+        ssize_t n = recv(ex->fd, s->scratch, SCRATCH_BYTES, MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        if (n <= 0) return gone(ex);
+        const char *why = NULL;
+        ssize_t used = unchunk(ex, s->scratch, (size_t)n, &why);
+        if (used < 0) return refuse(ex, 400, DROP_BAD_BODY, why, true);
+        if (recv(ex->fd, s->scratch, (size_t)used, MSG_DONTWAIT) != used) return gone(ex);
+    }
+    if (ex->body) ex->body[ex->body_len] = '\0';
+    handle(ex);
+}
+
+static void read_body(HttpExchange *ex) {
+    if (ex->chunked) read_chunked(ex); else read_sized(ex);
+}
+
+/* Writes what it can of an answer and ends the exchange when all is out. */
+static void service(HttpExchange *ex) {
+    if (ex->state == EX_ANSWERED) {
+        if (ex_flush(ex) != 0) return end_exchange(ex, false, CLOSE);
+        if (ex_response_done(ex)) return end_exchange(ex, true, ex->keep_alive ? KEEP : LINGER);
+    }
+    ex_update_poll(ex);
+}
+
+/* The handler's turn. */
+static void handle(HttpExchange *ex) {
+    HttpServer *s = ex->srv;
+    if (ex->body) ex->body[ex->body_len] = '\0';
+    if (ex->too_large) ex->keep_alive = false; /* the rest of the body is still in the socket */
+    ex->state = EX_HANDLING;
+    s->handlers.on_request(s->ctx, ex);
+    if (ex->state == EX_HANDLING) {
+        static const char msg[] = "{\"error\": {\"message\": \"internal error: no response\", "
+                                  "\"type\": \"server_error\", \"param\": null, \"code\": null}}";
+        if (http_respond(ex, 500, "application/json", msg, sizeof msg - 1, NULL) != 0)
+            return end_exchange(ex, false, CLOSE);
+    }
+    service(ex);
+}
+
+static void on_io(uv_poll_t *h, int status, int events) {
     HttpExchange *ex = h->data;
-    if (status == 0 && !(events & UV_DISCONNECT)) return;
-    int fd = -1;
-    uv_fileno((uv_handle_t *)h, &fd);
-    if (status == 0 && fd >= 0 && !peer_gone(fd)) {
-        /* Half-closed: stop watching (the poll would report it forever);
-         * a write to a client that has really gone fails and ends it. */
-        stop_watch(ex);
-        return;
+    if (ex->state == EX_OVER) return;
+    if (ex->state == EX_BODY) {
+        if (status < 0) return gone(ex);
+        return read_body(ex);
     }
-    /* The client is gone: tell the handler now, let MHD clean up. */
-    notify_closed(ex, false);
-    resume(ex);
+    if (events & UV_DISCONNECT) {
+        if (status < 0 || peer_gone(ex->fd)) return end_exchange(ex, false, CLOSE);
+        /* Half-closed: it still reads, but sends nothing more. */
+        ex->watch_hangup = false;
+        ex->keep_alive = false;
+    }
+    if (status < 0 && ex->state != EX_ANSWERED) return end_exchange(ex, false, CLOSE);
+    service(ex);
 }
 
-static void suspend(HttpExchange *ex) {
-    if (ex->suspended) return;
-    MHD_suspend_connection(ex->conn);
-    ex->suspended = true;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(ex->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return;
-    uv_poll_t *w = malloc(sizeof *w);
-    if (!w) return; /* no watcher: a disconnect is noticed at the next write */
-    if (uv_poll_init(ex->srv->loop, w, ci->connect_fd) != 0) {
-        free(w);
-        return;
-    }
-    w->data = ex;
-    if (uv_poll_start(w, UV_DISCONNECT, on_watch) != 0) {
-        uv_close((uv_handle_t *)w, free_handle);
-        return;
-    }
-    ex->watch = w;
-}
+/* ---- the request, for the handler -------------------------------------------------------- */
 
-/* ---- MHD callbacks ------------------------------------------------------------- */
-
-static void queue_ready_response(HttpExchange *ex) {
-    if (!ex->response) return;
-    MHD_queue_response(ex->conn, ex->status, ex->response);
-    MHD_destroy_response(ex->response);
-    ex->response = NULL;
-}
-
-static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                 const char *method, const char *version,
-                                 const char *upload_data, size_t *upload_size, void **con_cls) {
-    (void)version;
-    HttpServer *s = cls;
-    HttpExchange *ex = *con_cls;
-    if (!ex) {
-        ex = calloc(1, sizeof *ex);
-        if (!ex) return MHD_NO;
-        ex->srv = s;
-        ex->conn = conn;
-        ex->method = strdup(method);
-        const char *q = strchr(url, '?');
-        ex->path = q ? strndup(url, (size_t)(q - url)) : strdup(url);
-        if (!ex->method || !ex->path) {
-            free(ex->method);
-            free(ex->path);
-            free(ex);
-            return MHD_NO;
-        }
-        ex->started = uv_now(s->loop) / 1e3;
-        ex->next = s->all;
-        if (s->all) s->all->prev = ex;
-        s->all = ex;
-        *con_cls = ex;
-        return MHD_YES;
-    }
-    if (ex->timed_out) return MHD_NO;
-    if (*upload_size > 0) {
-        size_t n = *upload_size;
-        *upload_size = 0;
-        if (ex->too_large) return MHD_YES;
-        if (n > s->max_body - ex->body_len) { /* drop it, but read it: then answer 413 */
-            ex->too_large = true;
-            free(ex->body);
-            ex->body = NULL;
-            ex->body_len = ex->body_cap = 0;
-            return MHD_YES;
-        }
-        if (ex->body_len + n + 1 > ex->body_cap) {
-            size_t cap = ex->body_cap ? ex->body_cap : 4096;
-            while (cap < ex->body_len + n + 1) cap *= 2;
-            char *b = realloc(ex->body, cap);
-            if (!b) return MHD_NO;
-            ex->body = b;
-            ex->body_cap = cap;
-        }
-        memcpy(ex->body + ex->body_len, upload_data, n);
-        ex->body_len += n;
-        ex->body[ex->body_len] = '\0';
-        return MHD_YES;
-    }
-    if (ex->state == EX_RECEIVING) {
-        ex->state = EX_HANDLING;
-        s->handlers.on_request(s->ctx, ex);
-        if (ex->state == EX_HANDLING) {
-            static const char msg[] = "{\"error\": {\"message\": \"internal error: no response\", "
-                                      "\"type\": \"server_error\", \"param\": null, "
-                                      "\"code\": null}}";
-            http_respond(ex, 500, "application/json", msg, sizeof msg - 1, NULL);
-        }
-    }
-    if (ex->response) {
-        queue_ready_response(ex);
-        return MHD_YES;
-    }
-    if (ex->closed_notified) return MHD_NO; /* the client left before an answer: close */
-    if (ex->state == EX_DEFERRED) suspend(ex);
-    return MHD_YES;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe) {
-    (void)conn;
-    HttpServer *s = cls;
-    HttpExchange *ex = *con_cls;
-    if (!ex) return;
-    *con_cls = NULL;
-    stop_watch(ex);
-    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && ex->state == EX_RECEIVING && !ex->timed_out) {
-        ex->timed_out = true; /* MHD's idle timeout came first: the same verdict */
-        dropped(s, DROP_BODY_TIMEOUT, "the request body did not arrive in time");
-    }
-    notify_closed(ex, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    if (ex->response) MHD_destroy_response(ex->response);
-    if (ex->prev) ex->prev->next = ex->next; else s->all = ex->next;
-    if (ex->next) ex->next->prev = ex->prev;
-    free(ex->method);
-    free(ex->path);
-    free(ex->body);
-    free(ex->sbuf);
-    free(ex);
-}
-
-/* Streamed bodies: what is buffered, else suspend until http_stream_write. */
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    HttpExchange *ex = cls;
-    if (ex->soff < ex->slen) {
-        size_t n = ex->slen - ex->soff < max ? ex->slen - ex->soff : max;
-        memcpy(buf, ex->sbuf + ex->soff, n);
-        ex->soff += n;
-        if (ex->soff == ex->slen) ex->soff = ex->slen = 0;
-        return (ssize_t)n;
-    }
-    if (ex->stream_ended || ex->closed_notified) return MHD_CONTENT_READER_END_OF_STREAM;
-    suspend(ex);
-    return 0;
-}
-
-/* ---- the response --------------------------------------------------------------- */
-
-static int add_headers(struct MHD_Response *r, const char *content_type,
-                       const char *const *extra) {
-    if (content_type && MHD_add_response_header(r, "Content-Type", content_type) != MHD_YES) return -1;
-    /* One request per connection: each passes the front door's checks. */
-    if (MHD_add_response_header(r, "Connection", "close") != MHD_YES) return -1;
-    for (int i = 0; extra && extra[i]; i++) {
-        const char *colon = strchr(extra[i], ':');
-        if (!colon) continue;
-        char name[128];
-        size_t n = (size_t)(colon - extra[i]);
-        if (n >= sizeof name) continue;
-        memcpy(name, extra[i], n);
-        name[n] = '\0';
-        const char *value = colon + 1;
-        while (*value == ' ') value++;
-        if (MHD_add_response_header(r, name, value) != MHD_YES) return -1;
-    }
-    return 0;
-}
-
-int http_respond(HttpExchange *ex, unsigned status, const char *content_type, const char *body,
-                 size_t len, const char *const *extra_headers) {
-    if (ex->state == EX_ANSWERED || ex->closed_notified) return -1;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!r) return -1;
-    if (add_headers(r, content_type, extra_headers)) {
-        MHD_destroy_response(r);
-        return -1;
-    }
-    ex->response = r;
-    ex->status = status;
-    ex->state = EX_ANSWERED;
-    resume(ex);
-    return 0;
-}
-
-void http_defer(HttpExchange *ex) {
-    if (ex->state == EX_HANDLING) ex->state = EX_DEFERRED;
-}
-
-int http_stream_begin(HttpExchange *ex, unsigned status, const char *content_type) {
-    if (ex->state == EX_ANSWERED || ex->closed_notified) return -1;
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_reader, ex, NULL);
-    if (!r) return -1;
-    const char *extra[] = {"Cache-Control: no-cache", "X-Accel-Buffering: no", NULL};
-    if (add_headers(r, content_type, extra)) {
-        MHD_destroy_response(r);
-        return -1;
-    }
-    ex->response = r;
-    ex->status = status;
-    ex->state = EX_ANSWERED;
-    ex->streaming = true;
-    resume(ex);
-    return 0;
-}
-
-int http_stream_write(HttpExchange *ex, const char *data, size_t len) {
-    if (!ex->streaming || ex->stream_ended || ex->closed_notified) return -1;
-    if (ex->slen + len > ex->scap) {
-        size_t cap = ex->scap ? ex->scap : STREAM_BLOCK;
-        while (cap < ex->slen + len) cap *= 2;
-        char *b = realloc(ex->sbuf, cap);
-        if (!b) return -1;
-        ex->sbuf = b;
-        ex->scap = cap;
-    }
-    memcpy(ex->sbuf + ex->slen, data, len);
-    ex->slen += len;
-    resume(ex);
-    return 0;
-}
-
-void http_stream_end(HttpExchange *ex) {
-    if (!ex->streaming || ex->stream_ended) return;
-    ex->stream_ended = true;
-    resume(ex);
-}
-
-/* ---- the request ------------------------------------------------------------------ */
-
-const char *http_method(const HttpExchange *ex) { return ex->method; }
-const char *http_path(const HttpExchange *ex) { return ex->path; }
+const char *http_method(const HttpExchange *ex) { return ex->method ? ex->method : ""; }
+const char *http_path(const HttpExchange *ex) { return ex->path ? ex->path : ""; }
 const char *http_header(const HttpExchange *ex, const char *name) {
-    return MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, name);
+    for (int i = 0; i < ex->nfields; i++)
+        if (strcasecmp(ex->fields[2 * i], name) == 0) return ex->fields[2 * i + 1];
+    return NULL;
 }
 const char *http_body(const HttpExchange *ex, size_t *len) {
     *len = ex->body_len;
@@ -400,51 +381,79 @@ bool http_body_too_large(const HttpExchange *ex) { return ex->too_large; }
 bool http_timed_out(const HttpExchange *ex) { return ex->timed_out; }
 void http_set_user(HttpExchange *ex, void *user) { ex->user = user; }
 
-/* ---- the server -------------------------------------------------------------------- */
+/* ---- the front door's hooks ---------------------------------------------------------------- */
 
-static int listen_on(const char *host, int port, int *bound_port, Error *err);
-static void free_server(uv_handle_t *h);
-
-/* The front door's hooks. */
-static void hand_off(void *ctx, int fd, const struct sockaddr *addr, socklen_t len) {
+static void hand_off(void *ctx, int fd, const struct sockaddr *addr, socklen_t len, size_t head_bytes,
+                     int served) {
     HttpServer *s = ctx;
-    if (MHD_add_connection(s->daemon, fd, addr, len) != MHD_YES) return; /* MHD closed it */
-    kick(s);
+    HttpExchange *ex = calloc(1, sizeof *ex);
+    if (!ex || uv_poll_init(s->loop, &ex->poll, fd) != 0) {
+        free(ex);
+        close(fd);
+        return;
+    }
+    ex->srv = s;
+    ex->fd = fd;
+    ex->poll.data = ex;
+    if (len <= sizeof ex->addr) memcpy(&ex->addr, addr, len);
+    ex->addr_len = len;
+    ex->served = served;
+    ex->started = uv_now(s->loop) / 1e3;
+    ex->watch_hangup = true;
+    ex->next = s->all;
+    if (s->all) s->all->prev = ex;
+    s->all = ex;
+    s->active++;
+    ex->head = malloc(head_bytes + 1);
+    ssize_t n = ex->head ? recv(fd, ex->head, head_bytes, MSG_DONTWAIT) : -1;
+    if (n != (ssize_t)head_bytes) return end_exchange(ex, true, CLOSE); /* the peeked block is gone */
+    ex->head[head_bytes] = '\0';
+    int parsed = parse_head(ex);
+    if (parsed != 0) {
+        bool oom = parsed == -2;
+        return refuse(ex, oom ? 503 : 400, DROP_BAD_REQUEST,
+                      oom ? "out of memory for the header block" : "the header block cannot be read", true);
+    }
+    ex->keep_alive = s->keep_alive_timeout > 0 && !ex->http10 && !s->draining &&
+                     served + 1 < s->keep_alive_requests;
+    const char *conn = http_header(ex, "Connection");
+    if (conn && has_token(conn, "close")) ex->keep_alive = false;
+    bool body = ex->chunked || ex->content_length > 0;
+    const char *expect = http_header(ex, "Expect");
+    if (body && !ex->http10 && expect && strcasecmp(expect, "100-continue") == 0) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        ssize_t sent = send(fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)sent; /* 25 bytes into an empty socket; a client that waits without it waits a second */
+    }
+    ex->state = EX_BODY;
+    if (!body) return handle(ex);
+    read_body(ex);
+    ex_update_poll(ex); /* still arriving: wait for readable */
 }
 
 static int active_connections(void *ctx) { return ((HttpServer *)ctx)->active; }
 
-static void dropped(void *ctx, HttpDrop why, const char *detail) {
-    HttpServer *s = ctx;
-    if (s->handlers.on_dropped) s->handlers.on_dropped(s->ctx, why, detail);
-}
+static void gate_dropped(void *ctx, HttpDrop why, const char *detail) { dropped(ctx, why, detail); }
 
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe) {
-    (void)conn;
-    (void)socket_context;
-    HttpServer *s = cls;
-    s->active += toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
-}
-
-/* Bodies past the deadline: their sockets are shut, MHD sees the error and
- * completes the exchange (on_closed with user NULL: the request was never
- * handed on). */
-static void on_body_deadline(uv_timer_t *t) {
+/* Bodies past their deadline are answered 408; writes that stopped moving are cut. */
+static void on_tick(uv_timer_t *t) {
     HttpServer *s = t->data;
     double now = uv_now(s->loop) / 1e3;
-    for (HttpExchange *ex = s->all; ex; ex = ex->next) {
-        if (ex->state != EX_RECEIVING || ex->timed_out || now - ex->started < s->body_timeout) continue;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(ex->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        ex->timed_out = true;
-        dropped(s, DROP_BODY_TIMEOUT, "the request body did not arrive in time");
-        if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
-        kick(s);
+    double stall = s->body_timeout > 1 ? s->body_timeout : 1;
+    for (HttpExchange *ex = s->all, *next; ex; ex = next) {
+        next = ex->next;
+        if (ex->state == EX_BODY && now - ex->started >= s->body_timeout) {
+            ex->timed_out = true;
+            refuse(ex, 408, DROP_BODY_TIMEOUT, "the request body did not arrive in time", false);
+        } else if (ex->state == EX_ANSWERED && ex->out_off < ex->out_len && now - ex->progress >= stall) {
+            end_exchange(ex, false, CLOSE); /* the client stopped reading */
+        } else if (ex->state == EX_ANSWERED || ex->state == EX_DEFERRED) {
+            service(ex); /* the poll never fails to start; if it did, this carries on */
+        }
     }
 }
 
-/* ---- the server -------------------------------------------------------------------- */
+/* ---- the server -------------------------------------------------------------------------- */
 
 static int listen_on(const char *host, int port, int *bound_port, Error *err) {
     char service[16];
@@ -479,10 +488,18 @@ static int listen_on(const char *host, int port, int *bound_port, Error *err) {
     return fd;
 }
 
+static void free_server(uv_handle_t *h) {
+    HttpServer *s = h->data;
+    free(s->scratch);
+    free(s);
+}
+
 HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
                               const HttpHandlers *handlers, void *ctx, Error *err) {
     HttpServer *s = calloc(1, sizeof *s);
-    if (!s) {
+    if (s) s->scratch = malloc(SCRATCH_BYTES);
+    if (!s || !s->scratch) {
+        if (s) free(s);
         error_set(err, "out of memory");
         return NULL;
     }
@@ -490,53 +507,31 @@ HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
     s->handlers = *handlers;
     s->ctx = ctx;
     s->max_body = opts->max_body_bytes;
+    s->max_header = opts->max_header_bytes;
     s->body_timeout = opts->body_timeout;
+    s->keep_alive_timeout = opts->keep_alive_timeout;
+    s->keep_alive_requests = opts->keep_alive_requests;
     int fd = listen_on(opts->host, opts->port, &s->port, err);
-    if (fd < 0) {
+    if (fd < 0 || uv_timer_init(loop, &s->tick) != 0) {
+        if (fd >= 0) {
+            close(fd);
+            error_set(err, "cannot start a timer on the event loop");
+        }
+        free(s->scratch);
         free(s);
         return NULL;
     }
-    /* MHD's idle timeout: a stream whose client stops reading, a body that
-     * stops; the front door and the body deadline draw the finer lines. */
-    unsigned idle = (unsigned)(opts->body_timeout > 1 ? opts->body_timeout : 1);
-    s->daemon = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL,
-        on_access, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, idle,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)opts->max_connections + 64, MHD_OPTION_END);
-    if (!s->daemon) {
-        close(fd);
-        free(s);
-        error_set(err, "cannot start the HTTP daemon (libmicrohttpd)");
-        return NULL;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
-    if (!di || uv_poll_init(loop, &s->poll, di->epoll_fd) != 0 ||
-        uv_timer_init(loop, &s->timer) != 0 || uv_timer_init(loop, &s->body_deadline) != 0) {
-        MHD_stop_daemon(s->daemon);
-        close(fd);
-        free(s);
-        error_set(err, "cannot attach the HTTP daemon to the event loop");
-        return NULL;
-    }
-    s->poll.data = s;
-    s->timer.data = s;
-    s->body_deadline.data = s;
+    s->tick.data = s;
     ConnectionGateOptions fo = {fd, opts->max_body_bytes, opts->max_header_bytes, opts->header_timeout,
-                           opts->max_connections};
-    ConnectionGateHooks hooks = {hand_off, active_connections, dropped};
+                                opts->keep_alive_timeout, opts->max_connections};
+    ConnectionGateHooks hooks = {hand_off, active_connections, gate_dropped};
     s->gate = connection_gate_start(loop, &fo, &hooks, s, err);
-    if (!s->gate) { /* the handles are set up: close them on the loop */
+    if (!s->gate) {
         close(fd);
-        MHD_stop_daemon(s->daemon);
-        uv_close((uv_handle_t *)&s->poll, NULL);
-        uv_close((uv_handle_t *)&s->body_deadline, NULL);
-        uv_close((uv_handle_t *)&s->timer, free_server);
+        uv_close((uv_handle_t *)&s->tick, free_server);
         return NULL;
     }
-    uv_poll_start(&s->poll, UV_READABLE, on_poll);
-    uv_timer_start(&s->body_deadline, on_body_deadline, 250, 250);
-    kick(s);
+    uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
     return s;
 }
 
@@ -546,26 +541,17 @@ int http_server_connections(const HttpServer *s) {
 
 int http_server_port(const HttpServer *s) { return s->port; }
 
-static void free_server(uv_handle_t *h) {
-    HttpServer *s = h->data;
-    if ((uv_handle_t *)&s->timer == h) free(s); /* the timer is closed last */
+void http_server_drain(HttpServer *s) {
+    if (!s) return;
+    s->draining = true;
+    for (HttpExchange *ex = s->all; ex; ex = ex->next) ex->keep_alive = false;
 }
 
 void http_server_stop(HttpServer *s) {
     if (!s) return;
-    /* MHD must not stop with suspended connections: resume them all, and
-     * tell their handlers first that they are over. */
-    for (HttpExchange *ex = s->all; ex; ex = ex->next) {
-        notify_closed(ex, false);
-        resume(ex);
-    }
+    while (s->all) end_exchange(s->all, false, CLOSE);
     connection_gate_stop(s->gate); /* no new connections; the waiting ones closed */
     s->gate = NULL;
-    uv_poll_stop(&s->poll);
-    uv_timer_stop(&s->timer);
-    uv_timer_stop(&s->body_deadline);
-    MHD_stop_daemon(s->daemon); /* completion callbacks free the exchanges */
-    uv_close((uv_handle_t *)&s->poll, NULL);
-    uv_close((uv_handle_t *)&s->body_deadline, NULL);
-    uv_close((uv_handle_t *)&s->timer, free_server);
+    uv_timer_stop(&s->tick);
+    uv_close((uv_handle_t *)&s->tick, free_server);
 }

@@ -1,29 +1,43 @@
 /*
- * http_server.h - HTTP/1.1 on libmicrohttpd, driven by a libuv loop.
+ * http_server.h - HTTP/1.1 with keep-alive on a libuv loop.
  *
- * libmicrohttpd runs in external-polling mode: its epoll descriptor is one
- * uv_poll on our loop and its timeout one uv_timer, so the loop thread owns
- * every connection and nothing here is called from any other thread.
+ * The loop thread owns every connection and nothing here is called from
+ * any other thread. Every request passes the front door first
+ * (connection_gate.h): it is answered there if its header block is
+ * malformed, too large, too slow or over the connection limit, and only a
+ * checked header block comes here. The server then reads that request
+ * exactly to its end (a Content-Length or a chunked body, within
+ * body_timeout of the headers) and gives the connection back to the front
+ * door after the response, where the next request (pipelined or later)
+ * is checked as the first was. A connection closes after its response
+ * instead when keep-alive is off (keep_alive_timeout 0), it has served
+ * keep_alive_requests, the client asked (HTTP/1.0, Connection: close,
+ * half-close), the body was not read (over the limit), or the server is
+ * draining; such a response says Connection: close.
+ *
+ * The exchange is not left to libmicrohttpd: 0.9.75 parses a kept-alive
+ * connection's later requests itself, before anything here can check
+ * them, and then answers a malformed Content-Length with two status
+ * blocks, closes on garbage without an answer, waits forever on binary
+ * junk, and takes folded lines, conflicting or oversized Content-Lengths
+ * (tried; see docs/serving.md). Keep-alive with those lines kept means
+ * owning the socket's reads and writes.
  *
  * Each request is an HttpExchange. When its body has arrived the handler
  * gets it and answers in one of three ways:
  *   - http_respond(): a complete response now (or later, after http_defer);
- *   - http_defer(): the connection is suspended until the handler answers
- *     (work on another thread, tokenization, a whole completion);
+ *   - http_defer(): the handler answers later (work on another thread,
+ *     tokenization, a whole completion);
  *   - http_stream_begin(): a streamed body (SSE), fed with
- *     http_stream_write() and closed with http_stream_end(); while no bytes
- *     are waiting the connection is suspended, and a write resumes it.
- * MHD does not notice a client hanging up while its connection is
- * suspended, so suspended sockets are watched and the handler's on_closed
- * runs as soon as the peer is gone - mid-stream included - so the work
- * behind it can be aborted. A client that only shut its sending side
- * (half-close, legal once the request is sent) is not gone: it still reads.
- *
- * Every connection passes the front door first (connection_gate.h): it is
- * answered there if its header block is malformed, too large, too slow or
- * over the connection limit. Every response closes its connection, so
- * every request passes the front door. A body must arrive within
- * body_timeout of its headers, or the connection is closed.
+ *     http_stream_write() and closed with http_stream_end(); for HTTP/1.1
+ *     it is sent chunked, so a stream that ends cleanly keeps its
+ *     connection (HTTP/1.0: delimited by the close).
+ * While the handler works the socket is watched, and on_closed runs as
+ * soon as the peer is gone - mid-stream included - so the work behind it
+ * can be aborted. A client that only shut its sending side (half-close,
+ * legal once the request is sent) is not gone: it still reads, and its
+ * connection closes after the answer. A client that stops reading a
+ * response is cut after body_timeout without progress.
  */
 #ifndef NANOVLLM_HTTP_SERVER_H
 #define NANOVLLM_HTTP_SERVER_H
@@ -58,13 +72,17 @@ typedef struct HttpServerOptions {
     size_t max_header_bytes;
     double header_timeout, body_timeout; /* seconds */
     int max_connections;
+    double keep_alive_timeout; /* seconds idle between requests; 0: one request per connection */
+    int keep_alive_requests;   /* the last response on a connection is its Nth */
 } HttpServerOptions;
 
 HttpServer *http_server_start(uv_loop_t *loop, const HttpServerOptions *opts,
                               const HttpHandlers *handlers, void *ctx, Error *err);
 int http_server_port(const HttpServer *s);
-/* Connections open now: waiting at the front door or held by MHD. */
+/* Connections open now: waiting at the front door (idle ones too) or held here. */
 int http_server_connections(const HttpServer *s);
+/* From now on every response closes its connection (a shutdown begins). */
+void http_server_drain(HttpServer *s);
 /* Stops accepting and ends every exchange (on_closed with completed false). */
 void http_server_stop(HttpServer *s);
 

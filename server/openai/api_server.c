@@ -336,6 +336,7 @@ static void begin_shutdown(ApiServer *s, const char *why) {
     }
     s->shutting_down = true;
     s->shutdown_started = now_seconds();
+    http_server_drain(s->http); /* kept-alive clients learn it from their next response */
     if (why) log_info("%s: finishing %d in-flight requests, then exiting", why, s->num_requests);
     uv_timer_start(&s->shutdown_timer, on_shutdown_tick, 0, 50);
 }
@@ -373,7 +374,8 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     HttpHandlers handlers = {on_request, on_closed, on_dropped};
     HttpServerOptions ho = {opts->host,          opts->port,          opts->max_body_bytes,
                             DEFAULT_MAX_HEADER_BYTES, opts->header_timeout, opts->body_timeout,
-                            opts->max_connections};
+                            opts->max_connections, opts->keep_alive_timeout,
+                            opts->keep_alive_requests};
     s->http = http_server_start(s->loop, &ho, &handlers, s, err);
     if (!s->http) {
         response_store_free(s->responses);

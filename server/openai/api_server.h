@@ -35,6 +35,8 @@ typedef struct ApiServerOptions {
     double shutdown_grace_seconds; /* SIGTERM: how long in-flight requests may finish */
     double header_timeout, body_timeout; /* seconds for a request's header block, then its body */
     int max_connections;                 /* beyond: a fast 503 */
+    double keep_alive_timeout;           /* idle seconds between requests; 0: one per connection */
+    int keep_alive_requests;             /* requests per connection */
     const char *chat_template;           /* NULL: the model folder's */
     ChatContentFormat chat_content_format;
     bool trust_request_chat_template; /* else a request's own "chat_template" is refused */
