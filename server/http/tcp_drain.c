@@ -2,7 +2,7 @@
  * tcp_drain.c - at exit, wait until the kernel has delivered what the server
  * wrote.
  *
- * For libmicrohttpd a response is complete once its last byte is in the
+ * For the server a response is complete once its last byte is in the
  * socket's send buffer; the socket is then closed and the kernel sends the
  * rest on its own. On a host a process may exit then. In a container it may
  * not: the network namespace goes with the pod, and with it the bytes still
