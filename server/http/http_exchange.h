@@ -54,6 +54,8 @@ struct HttpExchange {
     size_t body_len, body_cap;
     bool too_large, timed_out;
     void *user;
+    char *always; /* http_add_header's lines, each ending CR LF: on whatever response follows */
+    size_t always_len;
     bool closed_notified;
     bool watch_hangup; /* a half-closed client is not watched: the poll would fire forever */
     bool keep_alive;   /* back to the front door after the response */

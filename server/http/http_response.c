@@ -59,6 +59,21 @@ static bool header_line_ok(const char *h) {
     return colon && colon > h && !strpbrk(h, "\r\n");
 }
 
+int http_add_header(HttpExchange *ex, const char *line) {
+    if (!header_line_ok(line)) return -1;
+    size_t n = strlen(line);
+    char *b = realloc(ex->always, ex->always_len + n + 2);
+    if (!b) return -1;
+    memcpy(b + ex->always_len, line, n);
+    memcpy(b + ex->always_len + n, "\r\n", 2);
+    ex->always = b;
+    ex->always_len += n + 2;
+    return 0;
+}
+
+/* No body at all, by RFC 9110: not even a Content-Length of 0. */
+static bool bodiless(unsigned status) { return status == 204 || status == 304; }
+
 /* The status line and headers; content_length < 0: a stream. */
 static int begin(HttpExchange *ex, unsigned status, const char *content_type,
                  const char *const *extra, long long content_length) {
@@ -76,7 +91,8 @@ static int begin(HttpExchange *ex, unsigned status, const char *content_type,
         if (header_line_ok(extra[i]) &&
             (append(ex, extra[i], strlen(extra[i])) != 0 || append(ex, "\r\n", 2) != 0))
             return -1;
-    if (content_length >= 0 && appendf(ex, "Content-Length: %lld\r\n", content_length) != 0) return -1;
+    if (ex->always_len && append(ex, ex->always, ex->always_len) != 0) return -1;
+    if (content_length >= 0 && !bodiless(status) && appendf(ex, "Content-Length: %lld\r\n", content_length) != 0) return -1;
     if (content_length < 0 && ex->chunked_out && append(ex, "Transfer-Encoding: chunked\r\n", 28) != 0)
         return -1;
     if (!ex->keep_alive && append(ex, "Connection: close\r\n", 19) != 0) return -1;
@@ -90,6 +106,7 @@ static bool can_answer(const HttpExchange *ex) {
 int http_respond(HttpExchange *ex, unsigned status, const char *content_type, const char *body,
                  size_t len, const char *const *extra_headers) {
     if (!can_answer(ex)) return -1;
+    if (bodiless(status)) len = 0;
     if (begin(ex, status, content_type, extra_headers, (long long)len) != 0 ||
         (!ex->head_only && len && append(ex, body, len) != 0)) {
         ex->out_off = ex->out_len = 0;

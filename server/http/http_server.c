@@ -46,6 +46,7 @@ static void free_exchange(uv_handle_t *h) {
     free(ex->fields);
     free(ex->body);
     free(ex->out);
+    free(ex->always);
     free(ex);
 }
 

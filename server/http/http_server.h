@@ -96,7 +96,13 @@ bool http_timed_out(const HttpExchange *ex); /* closed for a body slower than bo
 void http_set_user(HttpExchange *ex, void *user);
 
 /* ---- the response ----------------------------------------------------------- */
-/* extra_headers: NULL or "Name: value" strings, NULL-terminated. */
+/* A "Name: value" line for this exchange's response, whichever call makes
+ * it (http_respond, http_stream_begin): headers every answer must carry,
+ * such as CORS's, are added once when the request arrives. -1 if it is not
+ * a header line or memory ran out. */
+int http_add_header(HttpExchange *ex, const char *line);
+/* extra_headers: NULL or "Name: value" strings, NULL-terminated. 204 and
+ * 304 carry no body and no Content-Length. */
 int http_respond(HttpExchange *ex, unsigned status, const char *content_type, const char *body,
                  size_t len, const char *const *extra_headers);
 void http_defer(HttpExchange *ex);
