@@ -62,6 +62,8 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_RESPONSES_STORE_MIB) "MiB)\n"
     "  --responses-store-ttl SECONDS how long one is kept (default "
     DEFAULT_TEXT(DEFAULT_RESPONSES_STORE_TTL_SECONDS) ")\n"
+    "  --allowed-origins LIST        CORS: origins whose pages may call the API, comma-separated or\n"
+    "                                a JSON list ('[\"https://app.example\"]', \"*\": any; default none)\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 /* --default-chat-template-kwargs: checked now, so a typo stops the server
@@ -94,6 +96,7 @@ int command_serve(int argc, char **argv) {
         {"enable-auto-tool-choice", no_argument, 0, 'A'}, {"scheduling-policy", required_argument, 0, 'S'},
         {"responses-store-entries", required_argument, 0, 'E'}, {"responses-store-bytes", required_argument, 0, 'Y'},
         {"responses-store-ttl", required_argument, 0, 'L'},
+        {"allowed-origins", required_argument, 0, 'O'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     ApiServerOptions o = {.loader = backend_model_loader,
                           .host = DEFAULT_HOST,
@@ -155,6 +158,10 @@ int command_serve(int argc, char **argv) {
             rc = parse_default_kwargs(optarg, &default_kwargs, &err);
             break;
         case 'A': break;
+        case 'O':
+            cors_origins_free(&o.allowed_origins);
+            rc = cors_origins_parse(optarg, &o.allowed_origins, &err);
+            break;
         case 'R':
             if (strcmp(optarg, "qwen3") == 0 || strcmp(optarg, "deepseek_r1") == 0) o.reasoning_parser = REASONING_PARSER_QWEN3;
             else if (strcmp(optarg, "none") == 0) o.reasoning_parser = REASONING_PARSER_NONE;
@@ -178,6 +185,7 @@ int command_serve(int argc, char **argv) {
             else if (common == 2) {
                 free(chat_template);
                 json_decref(default_kwargs);
+                cors_origins_free(&o.allowed_origins);
                 return 0;
             }
             else if (common < 0) rc = -1;
@@ -191,6 +199,7 @@ int command_serve(int argc, char **argv) {
     if (rc) {
         free(chat_template);
         json_decref(default_kwargs);
+        cors_origins_free(&o.allowed_origins);
         fprintf(stderr, "nanovllm serve: %s\n%s", err.msg, USAGE);
         return 2;
     }
@@ -199,6 +208,7 @@ int command_serve(int argc, char **argv) {
     rc = api_server_run(&o, &err);
     free(chat_template);
     json_decref(default_kwargs);
+    cors_origins_free(&o.allowed_origins);
     if (rc) {
         fprintf(stderr, "nanovllm serve: %s\n", err.msg);
         return 1;

@@ -109,6 +109,11 @@ static void work_done(uv_work_t *w, int status) {
 
 static void on_request(void *ctx, HttpExchange *ex) {
     ApiServer *s = ctx;
+    /* Before the key: a browser's preflight never carries one. */
+    if (cors_prepare(&s->opts.allowed_origins, ex)) {
+        cors_answer_preflight(ex);
+        return;
+    }
     Route route = api_route_find(http_path(ex));
     ApiRequest *r = api_request_new(s, ex, route);
     if (!r) {

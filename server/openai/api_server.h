@@ -18,6 +18,7 @@
 #include "engine/scheduler.h"
 #include "chat/chat_template.h"
 #include "chat/tool_calls/tool_call_format.h"
+#include "server/openai/api_cors.h"
 #include "server/openai/response_store.h"
 
 /* --reasoning-parser: AUTO splits <think>...</think> off chat answers when
@@ -52,6 +53,7 @@ typedef struct ApiServerOptions {
     const ToolCallFormat *tool_call_parser;
     SchedulingPolicy scheduling_policy; /* --scheduling-policy */
     ResponseStoreLimits responses_store; /* --responses-store-* */
+    CorsOrigins allowed_origins; /* --allowed-origins; none: no CORS headers */
     RunnerOptions runner;
     ModelLoader loader; /* checkpoint + backend: the program's choice (cli/backend_setup.h) */
 } ApiServerOptions;
