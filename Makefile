@@ -58,6 +58,10 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# The chat page's files are assembled into this object (.incbin), which
+# the compiler's dependency files cannot see: an edited file rebuilds it.
+$(BUILD)/obj/server/webui/webui.o: $(wildcard server/webui/*.html server/webui/*.js server/webui/*.css)
+
 # Rebuilt from scratch: `ar r` would keep members of an earlier CUDA=0/1 build.
 $(BUILD)/libnanovllm.a: $(LIB_OBJ)
 	rm -f $@

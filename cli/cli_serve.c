@@ -64,6 +64,7 @@ static const char HELP[] =
     DEFAULT_TEXT(DEFAULT_RESPONSES_STORE_TTL_SECONDS) ")\n"
     "  --allowed-origins LIST        CORS: origins whose pages may call the API, comma-separated or\n"
     "                                a JSON list ('[\"https://app.example\"]', \"*\": any; default none)\n"
+    "  --no-webui                    no chat page at /\n"
     "  --quiet                       no log on stderr\n" RUNNER_OPTIONS_USAGE;
 
 /* --default-chat-template-kwargs: checked now, so a typo stops the server
@@ -96,7 +97,7 @@ int command_serve(int argc, char **argv) {
         {"enable-auto-tool-choice", no_argument, 0, 'A'}, {"scheduling-policy", required_argument, 0, 'S'},
         {"responses-store-entries", required_argument, 0, 'E'}, {"responses-store-bytes", required_argument, 0, 'Y'},
         {"responses-store-ttl", required_argument, 0, 'L'},
-        {"allowed-origins", required_argument, 0, 'O'},
+        {"allowed-origins", required_argument, 0, 'O'}, {"no-webui", no_argument, 0, 'w'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     ApiServerOptions o = {.loader = backend_model_loader,
                           .host = DEFAULT_HOST,
@@ -162,6 +163,7 @@ int command_serve(int argc, char **argv) {
             cors_origins_free(&o.allowed_origins);
             rc = cors_origins_parse(optarg, &o.allowed_origins, &err);
             break;
+        case 'w': o.no_webui = true; break;
         case 'R':
             if (strcmp(optarg, "qwen3") == 0 || strcmp(optarg, "deepseek_r1") == 0) o.reasoning_parser = REASONING_PARSER_QWEN3;
             else if (strcmp(optarg, "none") == 0) o.reasoning_parser = REASONING_PARSER_NONE;

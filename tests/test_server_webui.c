@@ -1,6 +1,10 @@
 /*
- * test_server_webui.c - CORS (--allowed-origins), against the real
- * `nanovllm serve` on the tiny model: preflights answered without the
+ * test_server_webui.c - the chat page at / and CORS (--allowed-origins),
+ * against the real `nanovllm serve` on the tiny model.
+ *
+ * The page's files are checked byte for byte against server/webui/ with
+ * their headers (type, ETag and 304, CSP), with and without an API key and
+ * with --no-webui. CORS: none by default, preflights answered without the
  * key, the Allow-Origin on JSON, error and streamed answers for an allowed
  * origin and never for another, both forms of the flag, bad lists refused.
  */
@@ -39,6 +43,94 @@ static void expect_no_header(const HttpResult *r, const char *name) {
     char *got = header_value(r->headers, name);
     cr_expect(!got, "%s: '%s', expected none\n%s", name, got, r->headers);
     free(got);
+}
+
+static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                          "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/* GET path: 200, the type, the file's bytes, an ETag that a 304 honours. */
+static void expect_asset(const TestServer *s, const char *path, const char *file, const char *type) {
+    HttpResult r = http(s, "GET", path, NULL, NULL);
+    cr_expect_eq(r.status, 200, "GET %s: %d %s", path, r.status, r.body);
+    char *want = read_text(file);
+    cr_expect(strcmp(r.body, want) == 0, "GET %s is not %s", path, file);
+    free(want);
+    expect_header(&r, "Content-Type", type);
+    expect_header(&r, "Cache-Control", "no-cache");
+    expect_header(&r, "Content-Security-Policy", CSP);
+    expect_header(&r, "X-Content-Type-Options", "nosniff");
+    char *etag = header_value(r.headers, "ETag");
+    cr_assert(etag && etag[0] == '"', "a strong ETag: %s", r.headers);
+    char args[128];
+    snprintf(args, sizeof args, "-H 'If-None-Match: %s'", etag);
+    HttpResult again = http(s, "GET", path, NULL, args);
+    cr_expect_eq(again.status, 304, "If-None-Match %s: %d", etag, again.status);
+    cr_expect_str_empty(again.body);
+    expect_no_header(&again, "Content-Length");
+    expect_header(&again, "ETag", etag);
+    http_free(&again);
+    HttpResult head = http(s, "HEAD", path, NULL, "-I"); /* -I: the headers go where the body would */
+    cr_expect_eq(head.status, 200);
+    size_t hl = strlen(head.body);
+    cr_expect(hl >= 4 && strcmp(head.body + hl - 4, "\r\n\r\n") == 0, "HEAD %s has a body: %s", path, head.body);
+    http_free(&head);
+    free(etag);
+    http_free(&r);
+}
+
+Test(webui, page_and_assets, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "");
+    expect_asset(&s, "/", "server/webui/index.html", "text/html; charset=utf-8");
+    expect_asset(&s, "/webui/app.js", "server/webui/app.js", "text/javascript; charset=utf-8");
+    expect_asset(&s, "/webui/style.css", "server/webui/style.css", "text/css; charset=utf-8");
+    HttpResult r = http(&s, "GET", "/", NULL, NULL);
+    cr_expect(strstr(r.body, "<script src=\"/webui/app.js\"") && strstr(r.body, "href=\"/webui/style.css\""));
+    http_free(&r);
+    /* Only GET and HEAD, only those paths: the rest is the API's as before. */
+    r = http(&s, "POST", "/", "{}", NULL);
+    cr_expect_eq(r.status, 404, "%s", r.body);
+    http_free(&r);
+    r = http(&s, "GET", "/webui/missing.js", NULL, NULL);
+    cr_expect_eq(r.status, 404);
+    http_free(&r);
+    /* CORS is off by default: no header for anyone, a preflight is a 405. */
+    r = http(&s, "GET", "/v1/models", NULL, "-H 'Origin: https://a.example'");
+    cr_expect_eq(r.status, 200);
+    expect_no_header(&r, "Access-Control-Allow-Origin");
+    expect_no_header(&r, "Vary");
+    http_free(&r);
+    r = http(&s, "OPTIONS", "/v1/chat/completions", NULL,
+             "-H 'Origin: https://a.example' -H 'Access-Control-Request-Method: POST'");
+    cr_expect_eq(r.status, 405, "%s", r.body);
+    expect_no_header(&r, "Access-Control-Allow-Origin");
+    http_free(&r);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+Test(webui, public_with_api_key_and_off_with_no_webui, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "--api-key sekrit");
+    HttpResult r = http(&s, "GET", "/", NULL, NULL); /* the page asks for the key itself */
+    cr_expect_eq(r.status, 200);
+    http_free(&r);
+    r = http(&s, "GET", "/webui/app.js", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    http_free(&r);
+    r = http(&s, "GET", "/v1/models", NULL, NULL);
+    cr_expect_eq(r.status, 401);
+    http_free(&r);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+
+    server_start(&s, "--no-webui");
+    const char *paths[] = {"/", "/webui/app.js", "/webui/style.css"};
+    for (size_t i = 0; i < 3; i++) {
+        r = http(&s, "GET", paths[i], NULL, NULL);
+        cr_expect_eq(r.status, 404, "GET %s with --no-webui: %d", paths[i], r.status);
+        cr_expect(strstr(r.body, "\"error\""), "%s", r.body);
+        http_free(&r);
+    }
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
 
 static const char PREFLIGHT[] = "-H 'Origin: %s' -H 'Access-Control-Request-Method: POST' %s";
@@ -142,4 +234,3 @@ Test(webui, cors_json_list_and_bad_lists, .timeout = 120) {
         free(err);
     }
 }
-

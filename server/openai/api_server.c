@@ -24,6 +24,7 @@
 #include "config/defaults.h"
 #include "base/log.h"
 #include "server/http/tcp_drain.h"
+#include "server/webui/webui.h"
 
 /* After the grace period, how long the final events may take to reach clients. */
 #define SHUTDOWN_FLUSH_SECONDS 2.0
@@ -109,11 +110,13 @@ static void work_done(uv_work_t *w, int status) {
 
 static void on_request(void *ctx, HttpExchange *ex) {
     ApiServer *s = ctx;
-    /* Before the key: a browser's preflight never carries one. */
+    /* Before the key: a browser's preflight never carries one, and the page
+     * is public (it asks for the key itself). */
     if (cors_prepare(&s->opts.allowed_origins, ex)) {
         cors_answer_preflight(ex);
         return;
     }
+    if (!s->opts.no_webui && webui_serve(ex)) return;
     Route route = api_route_find(http_path(ex));
     ApiRequest *r = api_request_new(s, ex, route);
     if (!r) {

@@ -54,6 +54,7 @@ typedef struct ApiServerOptions {
     SchedulingPolicy scheduling_policy; /* --scheduling-policy */
     ResponseStoreLimits responses_store; /* --responses-store-* */
     CorsOrigins allowed_origins; /* --allowed-origins; none: no CORS headers */
+    bool no_webui;               /* --no-webui: no chat page at / */
     RunnerOptions runner;
     ModelLoader loader; /* checkpoint + backend: the program's choice (cli/backend_setup.h) */
 } ApiServerOptions;
