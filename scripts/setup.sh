@@ -17,6 +17,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev  # make fuzz: clang with the libFuzzer runtime
   libcriterion-dev   # unit tests
   curl               # server tests and make docker-test drive the HTTP API with it
+  chromium           # the chat page's test runs it headless (tests/e2e/webui.mjs)
   python3-numpy      # scripts/qwen3_ref.py, scripts/make_random_qwen3.py (make bench's model)
 )
 

@@ -7,6 +7,10 @@
  * with --no-webui. CORS: none by default, preflights answered without the
  * key, the Allow-Origin on JSON, error and streamed answers for an allowed
  * origin and never for another, both forms of the flag, bad lists refused.
+ *
+ * webui/browser runs tests/e2e/webui.mjs: the page in headless Chromium
+ * (Debian's /usr/bin/chromium) through puppeteer-core. A missing browser or
+ * package fails the test, naming the set-up step; nothing is skipped.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "helpers.h"
 #include "server_helpers.h"
@@ -233,4 +238,42 @@ Test(webui, cors_json_list_and_bad_lists, .timeout = 120) {
         free(out);
         free(err);
     }
+}
+
+/* ---- the page in a browser -------------------------------------------------------------------- */
+
+static void require_browser(void) {
+    const char *chromium = getenv("CHROMIUM") ? getenv("CHROMIUM") : "/usr/bin/chromium";
+    if (access(chromium, X_OK) != 0)
+        cr_assert_fail("no browser at %s: run scripts/setup.sh (apt-get install chromium)", chromium);
+    if (access("tests/e2e/node_modules/puppeteer-core/package.json", R_OK) != 0)
+        cr_assert_fail("the e2e package puppeteer-core is not installed: run scripts/setup.sh "
+                       "(npm ci --prefix tests/e2e)");
+}
+
+Test(webui, browser, .timeout = 600) {
+    require_browser();
+    TestServer s, keyed;
+    server_start(&s, "--served-model-name tiny-qwen3");
+    server_start(&keyed, "--served-model-name tiny-qwen3 --api-key sekrit");
+    /* Kept after the test (not under a server's folder): the screenshots are for people. */
+    char *shots = make_temp_dir();
+    char cmd[1024], out_path[300];
+    snprintf(out_path, sizeof out_path, "%s/out.txt", shots);
+    snprintf(cmd, sizeof cmd, "node tests/e2e/webui.mjs %d tiny-qwen3 %d sekrit %s > %s 2>&1", s.port,
+             keyed.port, shots, out_path);
+    int rc = system(cmd);
+    char *out = read_text(out_path);
+    cr_expect_eq(rc, 0, "webui.mjs failed:\n%s", out);
+    cr_expect(strstr(out, "\nok 11\n"), "webui.mjs: expected \"ok 11\" last:\n%s", out);
+    fprintf(stderr, "webui/browser: screenshots in %s (webui-desktop.png, webui-phone.png, webui-key.png)\n", shots);
+    free(out);
+    /* Stop aborted the long answer on the server, not only in the page. */
+    char *log = server_log(&s);
+    cr_expect(strstr(log, "POST /v1/chat/completions 499") && strstr(log, "client disconnected, aborted"),
+              "the server did not abort the stopped request:\n%s", log);
+    free(log);
+    free(shots);
+    cr_expect_eq(server_stop(&keyed, SIGTERM), 0);
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
