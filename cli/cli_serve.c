@@ -54,6 +54,8 @@ static const char HELP[] =
     "  --tool-call-parser NAME       auto (the chat template's format), hermes, qwen3_xml (or\n"
     "                                qwen3_coder) or none (default auto)\n"
     "  --enable-auto-tool-choice     accepted for vLLM compatibility: tool calls are always parsed\n"
+    "  --runner NAME                 auto (default: embeddings when modules.json names a Pooling\n"
+    "                                module), pooling (/v1/embeddings only) or generate\n"
     "  --scheduling-policy NAME      fcfs (default) or priority: requests' \"priority\", lower first,\n"
     "                                preempting lower priority under KV pressure\n"
     "  --responses-store-entries N   /v1/responses kept for previous_response_id and GET (default "
@@ -98,6 +100,7 @@ int command_serve(int argc, char **argv) {
         {"responses-store-entries", required_argument, 0, 'E'}, {"responses-store-bytes", required_argument, 0, 'Y'},
         {"responses-store-ttl", required_argument, 0, 'L'},
         {"allowed-origins", required_argument, 0, 'O'}, {"no-webui", no_argument, 0, 'w'},
+        {"runner", required_argument, 0, 0x101},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     ApiServerOptions o = {.loader = backend_model_loader,
                           .host = DEFAULT_HOST,
@@ -174,6 +177,12 @@ int command_serve(int argc, char **argv) {
             o.tool_call_parser = tool_call_format_named(optarg);
             if (!o.tool_call_parser_auto && !o.tool_call_parser && strcmp(optarg, "none") != 0)
                 rc = error_set(&err, "--tool-call-parser: '%s' is not auto, hermes, qwen3_xml, qwen3_coder or none", optarg);
+            break;
+        case 0x101:
+            if (strcmp(optarg, "auto") == 0) o.runner_kind = API_RUNNER_AUTO;
+            else if (strcmp(optarg, "pooling") == 0) o.runner_kind = API_RUNNER_POOLING;
+            else if (strcmp(optarg, "generate") == 0) o.runner_kind = API_RUNNER_GENERATE;
+            else rc = error_set(&err, "--runner: '%s' is not auto, pooling or generate", optarg);
             break;
         case 'S':
             if (strcmp(optarg, "fcfs") == 0) o.scheduling_policy = SCHEDULING_FCFS;

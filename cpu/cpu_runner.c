@@ -8,7 +8,9 @@
  *   (cpu_moe.h) -> residual] -> RMSNorm -> lm_head
  * over all new tokens of all sequences at once (prefill and decode tokens
  * side by side), then greedy selection per sequence. The lm_head runs only
- * for the rows whose logits someone needs.
+ * for the rows whose logits someone needs; an embedding request's rows
+ * take their final-normed hidden states instead (pool_rows), the same
+ * place for every ISA path since all of them end in that norm.
  */
 #include "cpu_runner.h"
 
@@ -278,6 +280,30 @@ static void compute_logits(CpuRunner *r, float *dst, const int *rows, int n) {
     cpu_matmul(r->matmul, dst, r->normed, n, &r->weights.lm_head);
 }
 
+/* Embedding rows (runner.h's pooling): h holds every new token's
+ * final-normed hidden state, float32. */
+static void pool_rows(CpuRunner *r, const RunnerBatch *b) {
+    size_t H = (size_t)r->cfg.hidden_size;
+    int t = 0;
+    for (int s = 0; s < b->num_seqs; t += b->seqs[s].num_tokens, s++) {
+        const RunnerSeq *q = &b->seqs[s];
+        const float *rows = r->h + (size_t)t * H;
+        switch (q->pooling) {
+        case POOLING_LAST:
+            memcpy(q->pooled, rows + (size_t)(q->num_tokens - 1) * H, sizeof(float) * H);
+            break;
+        case POOLING_MEAN:
+            for (int i = 0; i < q->num_tokens; i++)
+                for (size_t j = 0; j < H; j++) q->pooled[j] += rows[(size_t)i * H + j];
+            break;
+        case POOLING_CLS:
+            if (q->start_pos == 0) memcpy(q->pooled, rows, sizeof(float) * H);
+            break;
+        case POOLING_NONE: break;
+        }
+    }
+}
+
 static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
     CpuRunner *r = (CpuRunner *)base;
     if (runner_validate_batch(base, b, err)) return -1;
@@ -287,6 +313,7 @@ static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err
     for_each_token(r, embed_token);
     mark(r, PHASE_ELEMENTWISE);
     for (int l = 0; l < r->cfg.num_layers; l++) forward_layer(r, l);
+    pool_rows(r, b);
 
     size_t V = (size_t)r->cfg.vocab_size;
     if (b->all_logits) { /* every token's logits, straight into the caller's buffer */

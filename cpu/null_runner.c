@@ -17,6 +17,10 @@ static int null_step(Runner *r, const RunnerBatch *b, int32_t *out, Error *err) 
         out[s] = q->compute_logits ? (int32_t)((q->start_pos + q->num_tokens) * 7919 % (vocab / 2) + vocab / 4)
                                    : -1;
         if (b->logprobs && q->compute_logits) b->logprobs[s] = (SampleLogprobs){.logprob = 0.0f};
+        /* Embeddings: a fixed unit vector, so a pooling request still ends. */
+        if (q->pooling == POOLING_LAST || (q->pooling == POOLING_CLS && q->start_pos == 0))
+            for (int j = 0; j < r->model->config.hidden_size; j++) q->pooled[j] = j == 0;
+        else if (q->pooling == POOLING_MEAN) q->pooled[0] += (float)q->num_tokens;
     }
     return 0;
 }

@@ -145,6 +145,23 @@ __global__ void gather_rows_kernel(uint16_t *out, const uint16_t *in, const int3
     for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
 }
 
+/* One block per pooled sequence; its rows one after another, each normed
+ * and added into the block's own output row. */
+__global__ void pool_rows_kernel(float *out, const float *x, const float *weight, const int32_t *ranges,
+                                 int hidden, float eps) {
+    int first = ranges[2 * blockIdx.x], count = ranges[2 * blockIdx.x + 1];
+    float *o = out + (size_t)blockIdx.x * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = 0.0f;
+    for (int t = first; t < first + count; t++) {
+        const float *xr = x + (size_t)t * hidden;
+        float sum = 0.0f;
+        for (int i = threadIdx.x; i < hidden; i += blockDim.x) sum += xr[i] * xr[i];
+        sum = block_sum(sum);
+        float inv = 1.0f / sqrtf(sum / (float)hidden + eps);
+        for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] += xr[i] * inv * weight[i];
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------------------- */
 
 static cudaStream_t as_stream(CudaStream s) { return (cudaStream_t)s; }
@@ -228,6 +245,14 @@ extern "C" int cuda_gather_rows(uint16_t *out, const uint16_t *in, const int32_t
     if (n <= 0) return 0;
     gather_rows_kernel<<<n, ROW_THREADS, 0, as_stream(stream)>>>(out, in, rows, width);
     CUDA_LAUNCHED("the row gather kernel", err);
+    return 0;
+}
+
+extern "C" int cuda_pool_rows(float *out, const float *x, const float *weight, const int32_t *ranges,
+                              int n, int hidden, float eps, CudaStream stream, Error *err) {
+    if (n <= 0) return 0;
+    pool_rows_kernel<<<n, ROW_THREADS, 0, as_stream(stream)>>>(out, x, weight, ranges, hidden, eps);
+    CUDA_LAUNCHED("the pooling kernel", err);
     return 0;
 }
 

@@ -121,6 +121,14 @@ int cuda_silu_mul_rows(uint16_t *out, const float *gate_up, int max_n, const int
 int cuda_gather_rows(uint16_t *out, const uint16_t *in, const int32_t *rows, int n, int width,
                      CudaStream stream, Error *err);
 
+/* Embedding pooling (engine/runner.h): for each i < n, out[i] ([hidden]
+ * float32) = the sum over rows [ranges[2i], ranges[2i] + ranges[2i + 1])
+ * of x's final norm, x[t] / rms(x[t]) * weight, in float32 (the bf16 copy
+ * the lm_head reads would cost the vector precision it does not need to
+ * lose). A count of 0 leaves zeros. */
+int cuda_pool_rows(float *out, const float *x, const float *weight, const int32_t *ranges, int n,
+                   int hidden, float eps, CudaStream stream, Error *err);
+
 /* Plain memory helpers for the runner and the tests. */
 void *cuda_alloc(size_t bytes, Error *err);
 void cuda_free(void *p);

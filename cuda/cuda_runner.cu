@@ -7,8 +7,9 @@
  *   embed -> N x [RMSNorm -> qkv GEMM -> q/k norm + RoPE + KV store ->
  *   paged attention -> o_proj GEMM -> residual + RMSNorm -> gate_up GEMM ->
  *   SiLU-and-mul -> down GEMM (a sparse layer: router GEMM -> the experts,
- *   cuda_moe.h) -> residual + RMSNorm] -> gather the rows that
- *   need logits -> lm_head GEMM -> the GPU sampler (cuda_sampler.h) -> copy
+ *   cuda_moe.h) -> residual + RMSNorm] -> the embedding rows' pooled final
+ *   norm (float32, copied back) -> gather the rows that need logits ->
+ *   lm_head GEMM -> the GPU sampler (cuda_sampler.h) -> copy
  *   the tokens back
  * all on one stream, with one synchronisation at the end of the step.
  * Activations are allocated once for the largest step
@@ -70,18 +71,31 @@ static int gemm(CudaRunner *r, float *y, const uint16_t *x, const uint16_t *w, i
 
 static size_t align4(size_t n) { return (n + 3) & ~(size_t)3; }
 
+/* The token range [*first, *first + return) sequence q pools this step
+ * (runner.h), its tokens starting at t0 in the batch; 0: none. */
+static int pool_range(const RunnerSeq *q, int t0, int *first) {
+    *first = t0;
+    switch (q->pooling) {
+    case POOLING_LAST: *first = t0 + q->num_tokens - 1; return 1;
+    case POOLING_MEAN: return q->num_tokens;
+    case POOLING_CLS: return q->start_pos == 0 ? 1 : 0;
+    default: return 0;
+    }
+}
+
 /* Flattens the batch into meta_host: per token its id, position and KV slot;
  * per sequence its CudaAttnSeq and block table; the attention items; the
- * rows whose logits are needed. */
+ * rows whose logits are needed; the embedding rows' token ranges. */
 static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
-    int bs = r->base.options.block_size, T = 0, n_items = 0, n_rows = 0;
+    int bs = r->base.options.block_size, T = 0, n_items = 0, n_rows = 0, n_pool = 0;
     for (int s = 0; s < b->num_seqs; s++) T += b->seqs[s].num_tokens;
     L->num_tokens = T;
     L->tokens = 0;
     L->positions = align4((size_t)T);
     L->slots = L->positions + align4((size_t)T);
     L->logit_rows = L->slots + align4((size_t)T);
-    L->seqs = L->logit_rows + align4((size_t)b->num_seqs);
+    L->pool = L->logit_rows + align4((size_t)b->num_seqs);
+    L->seqs = L->pool + align4(2 * (size_t)b->num_seqs);
     L->items = L->seqs + 4 * (size_t)b->num_seqs;
     size_t items_cap = 3 * (size_t)r->max_items;
     L->tables = L->items + align4(items_cap);
@@ -92,7 +106,12 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
     int t = 0;
     for (int s = 0; s < b->num_seqs; s++) {
         const RunnerSeq *q = &b->seqs[s];
-        int blocks = (q->start_pos + q->num_tokens + bs - 1) / bs;
+        int blocks = (q->start_pos + q->num_tokens + bs - 1) / bs, first;
+        int count = pool_range(q, t, &first);
+        if (count > 0) {
+            m[L->pool + 2 * n_pool] = first;
+            m[L->pool + 2 * n_pool++ + 1] = count;
+        }
         seqs[s] = (CudaAttnSeq){t, q->start_pos, q->num_tokens, (int32_t)(table_at - L->tables)};
         memcpy(m + table_at, q->block_table, sizeof(int32_t) * (size_t)blocks);
         table_at += (size_t)blocks;
@@ -110,6 +129,7 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
     }
     L->num_items = n_items;
     L->num_logit_rows = n_rows;
+    L->num_pool_rows = n_pool;
     L->total = table_at;
 }
 
@@ -205,7 +225,7 @@ static int graph_for(const CudaRunner *r, int n) {
 /* A padding sequence: token 0 at position 0, written to the padding block. */
 static RunnerSeq padding_seq(CudaRunner *r) {
     static const int32_t token = 0;
-    return (RunnerSeq){&token, 1, 0, &r->pad_block, 1, true, {}};
+    return (RunnerSeq){&token, 1, 0, &r->pad_block, 1, true, {}, POOLING_NONE, NULL};
 }
 
 /* b's sequences followed by padding up to n, in r->padded. */
@@ -240,6 +260,14 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
                                               r->prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);
     }
     if (forward(r, L, splits, err)) return -1;
+    if (L->num_pool_rows > 0) { /* x: the residual stream after the last layer */
+        const size_t bytes = sizeof(float) * (size_t)L->num_pool_rows * c->hidden_size;
+        if (cuda_pool_rows(r->pooled_dev, r->x, r->weights.final_norm, r->meta_dev + L->pool,
+                           L->num_pool_rows, c->hidden_size, (float)c->rms_norm_eps, r->stream, err))
+            return -1;
+        CUDA_TRY(cudaMemcpyAsync(r->pooled_host, r->pooled_dev, bytes, cudaMemcpyDeviceToHost, r->stream),
+                 "copying embeddings from the GPU", err);
+    }
     if (b->all_logits || L->num_logit_rows == 0) return 0;
     const uint16_t *rows = r->h; /* decode: every token is a logits row, in order */
     if (!decode) {
@@ -252,6 +280,22 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
                 c->hidden_size, err);
 }
 
+/* After the step's synchronisation: each embedding row's pooled vector
+ * from pooled_host (in prepare's order) into its sequence's buffer. */
+static void deliver_pooled(CudaRunner *r, const RunnerBatch *b) {
+    const size_t H = (size_t)r->cfg.hidden_size;
+    for (int s = 0, t = 0, row = 0; s < b->num_seqs; t += b->seqs[s].num_tokens, s++) {
+        const RunnerSeq *q = &b->seqs[s];
+        int first;
+        if (pool_range(q, t, &first) == 0) continue;
+        const float *v = r->pooled_host + (size_t)row++ * H;
+        if (q->pooling == POOLING_MEAN)
+            for (size_t j = 0; j < H; j++) q->pooled[j] += v[j];
+        else
+            memcpy(q->pooled, v, sizeof(float) * H);
+    }
+}
+
 static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Error *err) {
     CudaRunner *r = (CudaRunner *)base;
     if (runner_validate_batch(base, b, err)) return -1;
@@ -262,6 +306,7 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
     if (b->all_logits) { /* tests and tools: everything through the host */
         if (copy_all_logits(r, b, L.num_tokens, err)) return -1;
         CUDA_TRY(cudaStreamSynchronize(r->stream), "running the step", err);
+        deliver_pooled(r, b);
         int t = 0;
         for (int s = 0; s < b->num_seqs; s++) {
             t += b->seqs[s].num_tokens;
@@ -302,6 +347,7 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
                  "copying tokens from the GPU", err);
     }
     CUDA_TRY(cudaStreamSynchronize(r->stream), "running the step", err);
+    deliver_pooled(r, b);
     for (int s = 0, row = 0; s < b->num_seqs; s++) {
         out[s] = -1;
         if (!b->seqs[s].compute_logits) continue;
@@ -336,10 +382,10 @@ static void cuda_destroy(Runner *base) {
     void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
                       r->split_workspace, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
-                      r->masks_dev, r->biases_dev};
+                      r->masks_dev, r->biases_dev, r->pooled_dev};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) cuda_free(device[i]);
     void *pinned[] = {r->meta_host, r->tokens_host, r->logits_host, r->sample_rows_host,
-                      r->penalties_host, r->masks_host, r->biases_host};
+                      r->penalties_host, r->masks_host, r->biases_host, r->pooled_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) cudaFreeHost(pinned[i]);
     if (r->stream) cudaStreamDestroy(r->stream);
@@ -425,7 +471,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
         {(void **)&r->logits, S * c->vocab_size * 4}, {(void **)&r->h, T * H * 2},
         {(void **)&r->q, T * Q * 2},          {(void **)&r->attn, T * Q * 2},
         {(void **)&r->act, T * I * 2},        {(void **)&r->normed, S * H * 2},
-        {(void **)&r->tokens_dev, S * 4},
+        {(void **)&r->tokens_dev, S * 4},     {(void **)&r->pooled_dev, S * H * 4},
         {(void **)&r->sample_rows_dev, S * sizeof(CudaSampleRow)},
         {&r->sampler_workspace, cuda_sampler_workspace_bytes((int)S, c->vocab_size)},
         {(void **)&r->masks_dev, mask_bytes},
@@ -439,7 +485,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     r->tile_tokens = cuda_attention_tile_tokens(c->num_heads, c->num_kv_heads);
     r->max_blocks_per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;
     r->max_items = (int)(T / (size_t)r->tile_tokens + S);
-    r->meta_capacity = 3 * align4(T) + align4(S) + 4 * S + align4(3 * (size_t)r->max_items) +
+    r->meta_capacity = 3 * align4(T) + align4(S) + align4(2 * S) + 4 * S + align4(3 * (size_t)r->max_items) +
                        S * (size_t)r->max_blocks_per_seq;
     r->meta_dev = (int32_t *)cuda_alloc(sizeof(int32_t) * r->meta_capacity, err);
     if (!r->meta_dev) return -1;
@@ -453,6 +499,8 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     CUDA_TRY(cudaMallocHost((void **)&r->tokens_host, sizeof(int32_t) * S),
              "allocating pinned host memory", err);
     CUDA_TRY(cudaMallocHost((void **)&r->logits_host, sizeof(float) * S * c->vocab_size),
+             "allocating pinned host memory", err);
+    CUDA_TRY(cudaMallocHost((void **)&r->pooled_host, sizeof(float) * S * H),
              "allocating pinned host memory", err);
     r->padded = (RunnerSeq *)calloc(S, sizeof(RunnerSeq));
     if (!r->padded) return error_set(err, "out of memory");
@@ -488,10 +536,10 @@ static int warm_up(CudaRunner *r, Error *err) {
     r->layer_elems = (size_t)blocks * o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
     r->base.num_kv_blocks = blocks;
     {
-        seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, true, {}};
+        seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, true, {}, POOLING_NONE, NULL};
         RunnerBatch one = {seqs, 1, NULL, NULL, NULL};
         if (cuda_step(&r->base, &one, out, err)) goto done;
-        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, true, {}};
+        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, true, {}, POOLING_NONE, NULL};
         RunnerBatch many = {seqs, decode, NULL, NULL, NULL};
         if (cuda_step(&r->base, &many, out, err)) goto done;
     }

@@ -46,6 +46,8 @@ typedef struct CudaRunner {
     size_t meta_capacity; /* int32 values */
     int32_t *tokens_host; /* pinned [max_num_seqs] */
     float *logits_host;   /* pinned [max_num_seqs, vocab]: rows the CPU sampler takes */
+    /* embedding rows (runner.h's pooling): float32 [max_num_seqs, hidden] */
+    float *pooled_dev, *pooled_host;
     SamplerScratch sampler;
     /* the GPU sampler's inputs, pinned and on the device, and its workspace */
     CudaSampleRow *sample_rows_host, *sample_rows_dev; /* [max_num_seqs] */
@@ -75,8 +77,8 @@ typedef struct CudaRunner {
 
 /* Where each part of the metadata sits in meta_host / meta_dev (int32 offsets). */
 typedef struct StepLayout {
-    int num_tokens, num_items, num_logit_rows;
-    size_t tokens, positions, slots, logit_rows, seqs, items, tables, total;
+    int num_tokens, num_items, num_logit_rows, num_pool_rows;
+    size_t tokens, positions, slots, logit_rows, pool, seqs, items, tables, total;
 } StepLayout;
 
 /* cuda_runner_sampling.cu */

@@ -26,6 +26,7 @@ static void free_request(Request *r) {
     free(r->stop);
     free(r->seqs);
     free(r->prompt);
+    free(r->pooled);
     free(r);
 }
 
@@ -42,6 +43,7 @@ static int init_sequence(Request *r, int index) {
     s->params = &r->params;
     s->seed = r->seed;
     s->priority = r->priority;
+    s->no_prefix_reuse = r->pooling == POOLING_MEAN || r->pooling == POOLING_CLS;
     s->arrival = r->id; /* sample 0's is set at submission, when the id is known */
     if (r->tok) detokenizer_init(&s->detok, r->tok, !r->keep_special_tokens);
     if (r->constraint) {
@@ -186,7 +188,10 @@ const Runner *engine_runner(const Engine *e) { return e->runner; }
 
 int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Error *err) {
     const ModelConfig *c = &e->model->config;
-    const SamplingParams *p = &req->params;
+    /* An embedding request samples nothing: one sequence, no output tokens. */
+    SamplingParams pooling_params = sampling_params_default();
+    pooling_params.max_tokens = 0;
+    const SamplingParams *p = req->pooling != POOLING_NONE ? &pooling_params : &req->params;
     int max_len = e->runner->options.max_model_len;
     if (!req->on_output)
         return error_set_kind(err, ERROR_INVALID, "a request needs an output callback");
@@ -197,7 +202,11 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
             return error_set_kind(err, ERROR_INVALID,
                                   "prompt token id %d is outside the vocabulary [0, %d)",
                                   req->prompt[i], c->vocab_size);
-    if (sampling_params_validate(p, c->vocab_size, err)) return -1;
+    if (req->pooling < POOLING_NONE || req->pooling > POOLING_CLS)
+        return error_set_kind(err, ERROR_INVALID, "unknown pooling mode %d", (int)req->pooling);
+    if (req->pooling != POOLING_NONE && (req->num_stop > 0 || req->constraint))
+        return error_set_kind(err, ERROR_INVALID, "an embedding request takes no stop strings or constraint");
+    if (req->pooling == POOLING_NONE && sampling_params_validate(p, c->vocab_size, err)) return -1;
     if ((long)req->prompt_len + p->max_tokens > max_len)
         return error_set_kind(err, ERROR_TOO_LONG,
                               "this request needs %ld tokens (%d in the prompt + %d max_tokens), "
@@ -224,7 +233,8 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     Request *r = calloc(1, sizeof *r);
     if (r) r->prompt = malloc(sizeof(int32_t) * (size_t)req->prompt_len);
     if (r) r->seqs = calloc((size_t)p->n, sizeof *r->seqs);
-    if (!r || !r->prompt || !r->seqs) {
+    if (r && req->pooling != POOLING_NONE) r->pooled = calloc((size_t)c->hidden_size, sizeof *r->pooled);
+    if (!r || !r->prompt || !r->seqs || (req->pooling != POOLING_NONE && !r->pooled)) {
         if (r) free_request(r);
         return error_set(err, "out of memory");
     }
@@ -238,6 +248,8 @@ int engine_submit(Engine *e, const EngineRequest *req, uint64_t *request_id, Err
     r->constraint = req->constraint ? constraint_ref(req->constraint) : NULL;
     r->constraint_after = req->constraint_after;
     r->priority = req->priority;
+    r->pooling = req->pooling;
+    r->pooled_dim = c->hidden_size;
     if (req->num_stop > 0 && !(r->stop = calloc((size_t)req->num_stop, sizeof *r->stop))) {
         free_request(r);
         return error_set(err, "out of memory");

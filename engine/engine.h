@@ -11,6 +11,9 @@
  * each new token through the request's callback, on the stepping thread,
  * with no engine lock held.
  *
+ * Embedding requests (EngineRequest.pooling) are prefill-only sequences
+ * in the same queues and batches; they end with their pooled vector.
+ *
  * A request with n samples is prefilled once: its first sample computes the
  * prompt, and when it has its first token the other samples fork from it,
  * sharing the prompt's full KV blocks.
@@ -62,6 +65,11 @@ typedef struct EngineOutput {
     int num_prompt_tokens;
     int num_cached_tokens; /* prompt tokens served from the prefix cache */
     int num_output_tokens; /* of this sample, so far */
+    /* An embedding request's finish (FINISH_STOP, no token): the pooled
+     * vector, [embedding_dim] floats, valid during the call; raw (the
+     * caller normalises as the model says). NULL otherwise. */
+    const float *embedding;
+    int embedding_dim;
 } EngineOutput;
 
 /* Called on the stepping thread. The request is forgotten after its last
@@ -88,6 +96,14 @@ typedef struct EngineRequest {
      * are scheduled first and preempted last; ties go by submission order.
      * Under SCHEDULING_FCFS (the default) it is ignored. */
     int priority;
+    /* POOLING_NONE (0): generation. Otherwise an embedding request: the
+     * prompt is prefilled (chunked and batched like any other, max_tokens
+     * and n ignored), nothing is sampled, and it finishes after its last
+     * chunk with EngineOutput.embedding. Last-token pooling reuses cached
+     * prefix blocks (the last token is always computed); mean and CLS
+     * pooling need every token's hidden state, so they skip the prefix
+     * cache (their blocks are still committed for others to reuse). */
+    PoolingMode pooling;
     EngineOutputFn on_output;
     void *user;
 } EngineRequest;

@@ -41,6 +41,9 @@ typedef struct Request {
     Constraint *constraint; /* a reference, or NULL */
     int32_t constraint_after;
     int priority;   /* EngineRequest.priority */
+    PoolingMode pooling; /* EngineRequest.pooling */
+    float *pooled;       /* [hidden_size] with pooling: the runner's output buffer */
+    int pooled_dim;
     Sequence *seqs; /* [params.n]; seqs[0] starts, the others fork from it */
     int num_started, num_live;
     bool closed; /* no further samples will start (aborted or failed) */
@@ -110,6 +113,8 @@ static inline void engine_emit(Request *r, Sequence *s, bool has_token, int32_t 
         .num_prompt_tokens = r->prompt_len,
         .num_cached_tokens = r->seqs[0].num_cached_prompt,
         .num_output_tokens = sequence_num_output(s),
+        .embedding = finish == FINISH_STOP ? r->pooled : NULL,
+        .embedding_dim = r->pooled ? (int)r->pooled_dim : 0,
     };
     r->on_output(&out, r->user);
 }

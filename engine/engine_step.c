@@ -73,6 +73,19 @@ static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch
                        .output = s->tokens + s->num_prompt_tokens,
                        .output_len = sequence_num_output(s)},
         };
+        if (r->pooling != POOLING_NONE) {
+            /* Prefill only: the last chunk pools instead of sampling. A
+             * mean restarts whenever the prompt is computed from its start
+             * (the first chunk, or again after a preemption). */
+            RunnerSeq *q = &e->batch_seqs[i];
+            q->compute_logits = false;
+            q->pooled = r->pooled;
+            q->pooling = r->pooling == POOLING_LAST && !so->seqs[i].compute_logits ? POOLING_NONE
+                                                                                   : r->pooling;
+            if (r->pooling == POOLING_MEAN && s->num_computed == 0)
+                memset(r->pooled, 0, sizeof(float) * (size_t)r->pooled_dim);
+            continue;
+        }
         any_logprobs |= r->params.logprobs >= 0;
         if (!so->seqs[i].compute_logits) continue;
         s->end_forced = false;
@@ -100,6 +113,12 @@ static void postprocess(Engine *e, const SchedulerOutput *so) {
         block_manager_commit(e->bm, &s->blocks, s->tokens, s->num_computed);
         if (!so->seqs[i].compute_logits) continue;
         Request *r = s->owner;
+        if (r->pooling != POOLING_NONE) { /* the whole prompt is in: the vector is done */
+            if (r->pooling == POOLING_MEAN)
+                for (int j = 0; j < r->pooled_dim; j++) r->pooled[j] /= (float)r->prompt_len;
+            engine_finish(e, s, false, 0, NULL, FINISH_STOP, NULL, NO_TEXT);
+            continue;
+        }
         int32_t token = e->tokens_out[i];
         Error constraint_err;
         if (s->mask_failed) {

@@ -71,6 +71,8 @@ int runner_validate_batch(const Runner *r, const RunnerBatch *batch, Error *err)
         if (q->num_tokens < 1 || !q->tokens || q->start_pos < 0)
             return error_set(err, "sequence %d: empty step or negative start position", s);
         total += q->num_tokens;
+        if (q->pooling != POOLING_NONE && (!q->pooled || q->compute_logits))
+            return error_set(err, "sequence %d: a pooling row needs its output buffer and no logits", s);
         long end = (long)q->start_pos + q->num_tokens;
         if (end > o->max_model_len)
             return error_set(err, "sequence %d: context of %ld tokens exceeds max_model_len %d", s,

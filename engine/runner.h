@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "sampler.h"
+#include "model/model_pooling.h"
 #include "model/model_weights.h"
 
 typedef struct RunnerSeq {
@@ -37,6 +38,16 @@ typedef struct RunnerSeq {
     int num_blocks;
     bool compute_logits; /* false for a prefill chunk that is not the prompt's last */
     SampleInput sample;  /* how to choose the token; sample.params NULL means greedy */
+    /* An embedding request's rows (POOLING_NONE for generation): the
+     * final-normed hidden states, float32, into pooled [hidden_size] (host
+     * memory, the engine's): POOLING_LAST writes the step's last new token's
+     * (the engine asks for it only on the prompt's last chunk); POOLING_MEAN
+     * adds the sum over the step's new tokens (the engine zeroes it before
+     * the first and divides at the end); POOLING_CLS writes position 0's,
+     * in the step whose start_pos is 0. Such a row has no compute_logits:
+     * no lm_head, no sampling. */
+    PoolingMode pooling;
+    float *pooled;
 } RunnerSeq;
 
 typedef struct RunnerBatch {

@@ -197,7 +197,7 @@ static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
         Sequence *seq = s->waiting.head;
         PrefixMatch match = {0};
         int cached = seq->num_computed; /* forked samples arrive holding blocks */
-        if (seq->blocks.num_blocks == 0) {
+        if (seq->blocks.num_blocks == 0 && !seq->no_prefix_reuse) {
             /* The block holding the last token is never reused, so at least
              * that token is computed and gives logits. */
             match = block_manager_match(s->bm, seq->tokens, seq->num_tokens,

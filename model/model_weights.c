@@ -48,6 +48,9 @@ static void shape_string(char *buf, size_t size, const int64_t *shape, int ndim)
 static const TensorInfo *find_checked(ModelWeights *w, const char *name, int ndim,
                                       const int64_t *shape, Error *err) {
     const TensorInfo *t = safetensors_find(&w->checkpoint, name);
+    /* A sentence-transformers checkpoint (Qwen3-Embedding) saves the base
+     * model alone: the same tensors without the "model." prefix. */
+    if (!t && strncmp(name, "model.", 6) == 0) t = safetensors_find(&w->checkpoint, name + 6);
     if (!t) {
         error_set(err, "checkpoint is missing tensor '%s'", name);
         return NULL;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fuzz_api.py - random malformed requests against a running `nanovllm serve`.
 
-Takes valid completion, chat, responses, tokenize and detokenize bodies, mutates a few
+Takes valid completion, chat, responses, embeddings, tokenize and detokenize bodies, mutates a few
 fields at a time (wrong types, huge or negative numbers, NUL and surrogate-
 edge strings, deep or empty containers, dropped fields, truncated JSON, and
 null for any field at any depth, as SDKs send for unset fields) and
@@ -12,6 +12,9 @@ Best run against the sanitizer build, whose log then shows any fault:
     make asan   # builds build-asan/nanovllm
     build-asan/nanovllm serve --model tests/fixtures/tiny-qwen3 --port 8001 &
     python3 scripts/fuzz_api.py --port 8001 --requests 2000 --seed 1
+
+The /v1/embeddings bodies reach their parser on an embedding model
+(--model tests/fixtures/tiny-qwen3-embedding); the others, there, are refused early.
 
 Exits 1 at the first connection failure or if any answer was malformed.
 Only the standard library: it runs wherever python3 does.
@@ -90,7 +93,12 @@ RESPONSES_STREAM = {
              "verbosity": "medium"},
     "chat_template_kwargs": {"enable_thinking": False},
 }
-ROUTES = [("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT),
+EMBEDDINGS = {
+    "input": ["hi", "there"], "model": "tests/fixtures/tiny-qwen3-embedding", "encoding_format": "base64",
+    "dimensions": 8, "user": "u", "truncate_prompt_tokens": 16,
+}
+EMBEDDINGS_IDS = {"input": [[1, 2, 3], [4]], "encoding_format": "float"}
+ROUTES = [("/v1/embeddings", EMBEDDINGS), ("/v1/embeddings", EMBEDDINGS_IDS), ("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT),
           ("/tokenize", TOKENIZE), ("/detokenize", DETOKENIZE), ("/v1/chat/completions", CHAT_TOOLS),
           ("/v1/chat/completions", CHAT_FORMAT), ("/v1/completions", COMPLETION_GUIDED),
           ("/tokenize", TOKENIZE_TOOLS), ("/v1/responses", RESPONSES), ("/v1/responses", RESPONSES_STREAM)]

@@ -7,6 +7,8 @@ Usage (from the repository root):
     scripts/make_random_qwen3.py --preset tiny --seed 0 --out tests/fixtures/tiny-qwen3
     scripts/make_random_qwen3.py --preset tiny-moe --seed 0 --out tests/fixtures/tiny-qwen3-moe
     scripts/make_random_qwen3.py --preset qwen3-30b-a3b --out DIR  # ~61 GB, GPU machines only
+    scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out tests/fixtures/tiny-qwen3-embedding
+    scripts/make_random_qwen3.py --preset qwen3-0.6b-embedding --out DIR  # Qwen3-Embedding-0.6B's shape
 
 It needs nothing but numpy and the tokenizer files of tests/fixtures/tiny-qwen3, so it
 runs from a bare checkout: `make bench` (scripts/bench_cpu.sh), scripts/bench_cpu_decode.sh
@@ -22,6 +24,14 @@ mlp_only_layers past N dropped).
 Writes OUT/config.json, OUT/model.safetensors (bf16, HF Qwen3 tensor names, tied
 embeddings so no lm_head.weight) and copies tokenizer.json + tokenizer_config.json
 from --tokenizer-dir (default: tests/fixtures/tiny-qwen3 of this repository).
+
+Presets `tiny-embedding` and `qwen3-0.6b-embedding` lay the same weights as `tiny` and
+`qwen3-0.6b` (drawn under the same names, so the tensors are identical) out as
+Qwen3-Embedding-0.6B's folder is: the base model saved by sentence-transformers, its
+tensor names without the `model.` prefix (`embed_tokens.weight`, `layers.N....`,
+`norm.weight`), modules.json (Transformer, Pooling in 1_Pooling, Normalize),
+1_Pooling/config.json with pooling_mode_lasttoken, and a tokenizer.json whose
+post_processor is the TemplateProcessing that appends <|endoftext|> to every input.
 
 Weights are deterministic: tensor NAME is drawn from
 numpy.random.default_rng([seed, crc32(NAME)]) as float32 standard normals (in row
@@ -100,6 +110,54 @@ PRESETS = {
 }
 
 
+# name -> (base preset, what Qwen3-Embedding-0.6B's config.json changes in it)
+EMBEDDING_PRESETS = {
+    "tiny-embedding": "tiny",
+    "qwen3-0.6b-embedding": "qwen3-0.6b",
+}
+EMBEDDING_CONFIG = {"bos_token_id": 151643, "eos_token_id": 151643, "max_position_embeddings": 32768}
+
+MODULES = [  # sentence-transformers' modules.json of Qwen3-Embedding
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+]
+
+ENDOFTEXT = 151643
+TEMPLATE_PROCESSING = {  # appends <|endoftext|>, as Qwen3-Embedding's tokenizer.json does
+    "type": "TemplateProcessing",
+    "single": [{"Sequence": {"id": "A", "type_id": 0}},
+               {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+    "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+             {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+             {"Sequence": {"id": "B", "type_id": 1}},
+             {"SpecialToken": {"id": "<|endoftext|>", "type_id": 1}}],
+    "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [ENDOFTEXT],
+                                         "tokens": ["<|endoftext|>"]}},
+}
+
+
+def write_embedding_files(out, cfg, tokenizer_dir):
+    """modules.json, 1_Pooling/config.json, and the tokenizer with its post_processor."""
+    with open(os.path.join(out, "modules.json"), "w") as f:
+        json.dump(MODULES, f, indent=2)
+        f.write("\n")
+    os.makedirs(os.path.join(out, "1_Pooling"), exist_ok=True)
+    pooling = {"word_embedding_dimension": cfg["hidden_size"], "pooling_mode_cls_token": False,
+               "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+               "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+               "pooling_mode_lasttoken": True, "include_prompt": True}
+    with open(os.path.join(out, "1_Pooling", "config.json"), "w") as f:
+        json.dump(pooling, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8") as f:
+        tok = json.load(f)
+    tok["post_processor"] = TEMPLATE_PROCESSING
+    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
 def is_moe_layer(c, i):
     """HF Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers or off the sparse step."""
     return (c.get("num_experts", 0) > 0 and i not in c.get("mlp_only_layers", [])
@@ -166,9 +224,11 @@ def tensor_chunks(name, shape, kind, seed):
         yield w
 
 
-def write_safetensors(path, specs, seed, metadata):
+def write_safetensors(path, specs, seed, metadata, saved_name=lambda name: name):
+    """saved_name: the name a tensor is stored under (it is drawn under its own)."""
     header, off = {"__metadata__": metadata}, 0
     for name, shape, _ in specs:
+        name = saved_name(name)
         nbytes = 2 * int(np.prod(shape))
         header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + nbytes]}
         off += nbytes
@@ -185,7 +245,7 @@ def write_safetensors(path, specs, seed, metadata):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    ap.add_argument("--preset", choices=sorted(PRESETS) + sorted(EMBEDDING_PRESETS), default="tiny")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True, help="output model directory")
     ap.add_argument("--layers", type=int, help="number of layers (default: the preset's)")
@@ -193,7 +253,10 @@ def main():
                     help="folder holding tokenizer.json and tokenizer_config.json")
     a = ap.parse_args()
 
-    cfg = dict(BASE, **PRESETS[a.preset])
+    embedding = a.preset in EMBEDDING_PRESETS
+    cfg = dict(BASE, **PRESETS[EMBEDDING_PRESETS.get(a.preset, a.preset)])
+    if embedding:
+        cfg.update(EMBEDDING_CONFIG)
     if a.layers is not None:
         if a.layers < 1:
             ap.error("--layers must be at least 1")
@@ -206,8 +269,11 @@ def main():
         f.write("\n")
     meta = {"format": "pt", "generator": "make_random_qwen3.py", "preset": a.preset,
             "seed": str(a.seed)}
-    write_safetensors(os.path.join(a.out, "model.safetensors"), tensor_specs(cfg), a.seed, meta)
-    for fn in ("tokenizer.json", "tokenizer_config.json"):
+    strip = (lambda n: n[len("model."):] if n.startswith("model.") else n) if embedding else (lambda n: n)
+    write_safetensors(os.path.join(a.out, "model.safetensors"), tensor_specs(cfg), a.seed, meta, strip)
+    if embedding:
+        write_embedding_files(a.out, cfg, a.tokenizer_dir)
+    for fn in ("tokenizer_config.json",) if embedding else ("tokenizer.json", "tokenizer_config.json"):
         src, dst = os.path.join(a.tokenizer_dir, fn), os.path.join(a.out, fn)
         if os.path.exists(dst) and os.path.samefile(src, dst):
             continue

@@ -8,6 +8,7 @@ Usage (MODEL is a HF-style folder with config.json + model.safetensors):
   scripts/qwen3_ref.py MODEL logits --ids 9707,11,1879 [--top 10] [--all-positions] [--out last.f32]
   scripts/qwen3_ref.py MODEL greedy --ids 9707,11,1879 -n 16
   scripts/qwen3_ref.py MODEL dump   --ids 9707,11,1879 [--out acts.npz]
+  scripts/qwen3_ref.py MODEL embed  --ids 9707,11,1879,151643 [--pooling last|mean|cls] [--raw]
 --ids takes comma/space separated ids, or @FILE holding the same (a JSON list works too).
 `dump` names follow llama.cpp's graph callback names (attn_norm-0, Qcur_normed-0, Qcur-0 = after
 RoPE, kqv_out-0, ffn_out-0, l_out-0, result_norm, ...), plus attn_out-N = o_proj output.
@@ -75,14 +76,17 @@ class Qwen3:
             self.cfg = json.load(f)
         self.dt = np.dtype(dtype)
         w = load_safetensors(os.path.join(model_dir, "model.safetensors"))
-        self.w = {k: v.astype(self.dt) for k, v in w.items()}
+        # a sentence-transformers folder (Qwen3-Embedding) saves the base model without "model."
+        self.w = {k if k.startswith(("model.", "lm_head.")) else "model." + k: v.astype(self.dt)
+                  for k, v in w.items()}
         tied = self.cfg.get("tie_word_embeddings", False)  # HF ties lm_head to embed_tokens
         self.lm_head = self.w["model.embed_tokens.weight" if tied else "lm_head.weight"]
         if tied and "lm_head.weight" in self.w:
             print("note: tied embeddings; ignoring lm_head.weight in the file", file=sys.stderr)
 
-    def forward(self, ids, last_only=False, trace=None):
-        """Token ids -> logits [T, vocab] (or [1, vocab] if last_only). trace: dict to fill."""
+    def forward(self, ids, last_only=False, trace=None, hidden=False):
+        """Token ids -> logits [T, vocab] (or [1, vocab] if last_only). trace: dict to fill.
+        hidden: the final-normed hidden states [T, hidden] instead (no lm_head)."""
         c, w, dt = self.cfg, self.w, self.dt
         T, D, eps = len(ids), c["head_dim"], c["rms_norm_eps"]
         nq, nkv = c["num_attention_heads"], c["num_key_value_heads"]
@@ -136,6 +140,8 @@ class Qwen3:
             x = x[-1:]
         x = rms_norm(x, w["model.norm.weight"], eps)
         rec("result_norm", x)
+        if hidden:
+            return x
         logits = x @ self.lm_head.T
         rec("result_output", logits)
         return logits
@@ -161,6 +167,12 @@ class Qwen3:
                 e = int(top[t, j])
                 out[t] += weight[t, j] * mlp(h[t:t + 1], w, f"{p}mlp.experts.{e}.")[0]
         return out
+
+    def embed(self, ids, pooling="last", normalize=True):
+        """sentence-transformers' Pooling over the final-normed hidden states, then Normalize."""
+        h = self.forward(ids, hidden=True)
+        v = {"last": h[-1], "mean": h.mean(axis=0), "cls": h[0]}[pooling]
+        return v / max(np.linalg.norm(v), 1e-12) if normalize else v
 
     def greedy(self, ids, n):
         """n greedy tokens, full recompute each step. Returns (tokens, top1-top2 margins)."""
@@ -191,12 +203,14 @@ def parse_ids(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
-    ap.add_argument("cmd", choices=["logits", "greedy", "dump"])
+    ap.add_argument("cmd", choices=["logits", "greedy", "dump", "embed"])
     ap.add_argument("--ids", required=True, type=parse_ids)
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--top", type=int, default=10, help="logits: top-k to print per position")
     ap.add_argument("--all-positions", action="store_true", help="logits: print every position")
     ap.add_argument("-n", type=int, default=16, help="greedy: tokens to generate")
+    ap.add_argument("--pooling", default="last", choices=["last", "mean", "cls"], help="embed: pooling")
+    ap.add_argument("--raw", action="store_true", help="embed: no L2 normalisation")
     ap.add_argument("--out", help="logits: raw little-endian f32 of the last position's logits; "
                                   "dump: .npz of all activations")
     a = ap.parse_args()
@@ -211,6 +225,8 @@ def main():
                   " ".join(f"{i}:{v:.6f}" for i, v in zip(ids, vals)))
         if a.out:
             L[-1].astype("<f4").tofile(a.out)
+    elif a.cmd == "embed":
+        print(json.dumps([float(x) for x in m.embed(a.ids, a.pooling, not a.raw)]))
     elif a.cmd == "greedy":
         toks, margins = m.greedy(a.ids, a.n)
         print("greedy_ids", json.dumps(toks))

@@ -735,8 +735,9 @@ Test(server, readme_examples, .timeout = 120) {
     server_start(&s, "");
     Block blocks[64];
     int n = readme_blocks(blocks, 64), ran = 0;
-    char port[32];
+    char port[32], embed_port[32] = "";
     snprintf(port, sizeof port, "127.0.0.1:%d", s.port);
+    TestServer embed_server; /* the embedding examples' server, started at the first */
     for (int b = 0; b < n; b++) {
         if (strcmp(blocks[b].lang, "sh") == 0) {
             /* logical lines: a trailing backslash or pipe continues the command */
@@ -748,14 +749,21 @@ Test(server, readme_examples, .timeout = 120) {
                 bool offline = strncmp(line, "build/nanovllm generate", 23) == 0 ||
                                strstr(line, "build/nanovllm tokenize") != NULL;
                 if (!curl && !offline) continue; /* set-up, make, docker: not examples to run here */
-                char *cmd = replace_all(line, "127.0.0.1:8000", port);
+                bool embeddings = curl && strstr(line, "/v1/embeddings");
+                if (embeddings && !embed_port[0]) {
+                    server_start(&embed_server, "--model tests/fixtures/tiny-qwen3-embedding");
+                    snprintf(embed_port, sizeof embed_port, "127.0.0.1:%d", embed_server.port);
+                }
+                char *cmd = replace_all(line, "127.0.0.1:8000", embeddings ? embed_port : port);
                 char *quiet = offline ? replace_all(cmd, " --json", " --json --quiet") : strdup(cmd);
                 char full[4096], out_path[300];
                 snprintf(out_path, sizeof out_path, "%s/example.out", s.dir);
                 snprintf(full, sizeof full, "( %s ) < /dev/null > %s 2>/dev/null", quiet, out_path);
                 cr_expect_eq(system(full), 0, "README example failed: %s", line);
                 char *out = read_text(out_path);
-                if (curl && strstr(line, "/v1/responses")) {
+                if (embeddings) {
+                    cr_expect(strstr(out, "\"object\":\"embedding\""), "no embedding from: %s\n%s", line, out);
+                } else if (curl && strstr(line, "/v1/responses")) {
                     cr_expect(strstr(out, "\"object\":\"response\""), "no response from: %s\n%s", line, out);
                 } else if (curl) {
                     cr_expect(strstr(out, "\"choices\""), "no choices from: %s\n%s", line, out);
@@ -800,6 +808,7 @@ Test(server, readme_examples, .timeout = 120) {
     cr_expect_geq(ran, 5, "README examples found and run: %d", ran);
     cr_log_info("ran %d README examples", ran);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
+    if (embed_port[0]) cr_expect_eq(server_stop(&embed_server, SIGTERM), 0);
 }
 
 /* A model folder's generation_config.json sets the defaults of requests

@@ -32,6 +32,10 @@ static const char TOKENIZE_PROMPT[] = "{\"prompt\": \"hi\"}";
 static const char TOKENIZE_CHAT[] = "{\"messages\": " CHAT_MESSAGES "}";
 static const char DETOKENIZE[] = "{\"tokens\": [1, 2, 3]}";
 static const char RESPONSES[] = "{\"input\": \"hi\", \"max_output_tokens\": 4, \"temperature\": 0, \"seed\": 7}";
+/* served by a second server, on the embedding fixture (embed_server) */
+#define EMBED_MODEL "tests/fixtures/tiny-qwen3-embedding"
+static const char EMBED[] = "{\"input\": [\"hi\", \"there\"], \"model\": \"" EMBED_MODEL "\", \"encoding_format\": "
+                            "\"float\", \"dimensions\": 8, \"user\": \"u\", \"truncate_prompt_tokens\": 16}";
 
 /* Fragments for `with`: what a field needs beside it to be read at all. */
 #define TOOLS "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"add\", \"description\": \"adds\", " \
@@ -194,8 +198,10 @@ static const NullCase OPTIONAL[] = {
     R("input.1.summary", R_ITEMS), R("input.1.id", R_ITEMS), R("input.2.id", R_ITEMS),
     R("input.2.status", R_ITEMS), R("input.3.id", R_ITEMS), R("input.3.status", R_ITEMS),
 
-    /* /v1/embeddings: its optional fields go here as that endpoint lands
-     * (base E beside C, P and R). */
+    /* /v1/embeddings (api_embeddings.c) */
+    {EMBED, "model", NULL}, {EMBED, "encoding_format", NULL}, {EMBED, "dimensions", NULL},
+    {EMBED, "user", NULL}, {EMBED, "truncate_prompt_tokens", NULL},
+    {EMBED, "encoding_format", "{\"encoding_format\": \"base64\"}"},
 };
 
 /* Where null is not "not given" but a missing required field: a 400. */
@@ -215,13 +221,16 @@ static const NullCase REQUIRED[] = {
     R("input.2.name", R_ITEMS), R("input.2.arguments", R_ITEMS), R("input.3.call_id", R_ITEMS),
     R("input.3.output", R_ITEMS), R("tools.0.name", R_ITEMS), R("tools.0.type", R_ITEMS),
     R("text.format.type", R_SCHEMA), R("text.format.schema", R_SCHEMA),
-    /* /v1/embeddings: its required fields go here. */
+    /* /v1/embeddings */
+    {EMBED, "input", NULL}, {EMBED, "input.1", NULL}, {EMBED, "input.0", "{\"input\": [[1, 2], [3]]}"},
+    {EMBED, "input.0.1", "{\"input\": [[1, 2], [3]]}"},
 };
 
 static const char *endpoint(const char *base) {
     if (base == CHAT) return "/v1/chat/completions";
     if (base == COMPLETION) return "/v1/completions";
     if (base == RESPONSES) return "/v1/responses";
+    if (base == EMBED) return "/v1/embeddings";
     if (base == DETOKENIZE) return "/detokenize";
     return "/tokenize";
 }
@@ -303,10 +312,12 @@ static json_t *answer(const TestServer *s, const char *path, const char *body, i
 }
 
 Test(server_nulls, null_is_absent_for_every_optional_field, .timeout = 600) {
-    TestServer s;
-    server_start(&s, "");
+    TestServer gen, embed_server;
+    server_start(&gen, "");
+    server_start(&embed_server, "--model " EMBED_MODEL);
     for (size_t i = 0; i < sizeof OPTIONAL / sizeof OPTIONAL[0]; i++) {
         const NullCase *c = &OPTIONAL[i];
+        const TestServer s = c->base == EMBED ? embed_server : gen;
         char *absent = variant(c, false), *null = variant(c, true);
         int want_status, got_status;
         json_t *want = answer(&s, endpoint(c->base), absent, &want_status);
@@ -327,14 +338,17 @@ Test(server_nulls, null_is_absent_for_every_optional_field, .timeout = 600) {
         free(absent);
         free(null);
     }
-    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+    cr_expect_eq(server_stop(&gen, SIGTERM), 0);
+    cr_expect_eq(server_stop(&embed_server, SIGTERM), 0);
 }
 
 Test(server_nulls, null_is_a_400_for_required_fields, .timeout = 300) {
-    TestServer s;
-    server_start(&s, "");
+    TestServer gen, embed_server;
+    server_start(&gen, "");
+    server_start(&embed_server, "--model " EMBED_MODEL);
     for (size_t i = 0; i < sizeof REQUIRED / sizeof REQUIRED[0]; i++) {
         const NullCase *c = &REQUIRED[i];
+        const TestServer s = c->base == EMBED ? embed_server : gen;
         char *null = variant(c, true);
         int status;
         json_t *got = http_json(&s, endpoint(c->base), null, &status);
@@ -345,5 +359,6 @@ Test(server_nulls, null_is_a_400_for_required_fields, .timeout = 300) {
         json_decref(got);
         free(null);
     }
-    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+    cr_expect_eq(server_stop(&gen, SIGTERM), 0);
+    cr_expect_eq(server_stop(&embed_server, SIGTERM), 0);
 }

@@ -268,8 +268,17 @@ Test(tokenizer_load, unsupported_components_are_named) {
                       "does not compile");
     expect_load_error("{\"decoder\": {\"type\": \"WordPiece\"}}", "decoder 'WordPiece'");
     expect_load_error("{\"decoder\": null}", "decoder 'none'");
+    expect_load_error("{\"post_processor\": {\"type\": \"BertProcessing\"}}",
+                      "post_processor 'BertProcessing'");
+    /* TemplateProcessing is read (Qwen3-Embedding's), so a malformed one is named */
     expect_load_error("{\"post_processor\": {\"type\": \"TemplateProcessing\"}}",
-                      "post_processor 'TemplateProcessing'");
+                      "post_processor TemplateProcessing: 'single' must be a list");
+    expect_load_error("{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+                      "{\"id\": \"<x>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {}}}",
+                      "special token '<x>' has no ids");
+    expect_load_error("{\"post_processor\": {\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"}, "
+                      "{\"type\": \"RobertaProcessing\"}]}}",
+                      "post_processor 'RobertaProcessing'");
     expect_load_error("{\"truncation\": {\"max_length\": 8}}", "'truncation' is set");
 }
 

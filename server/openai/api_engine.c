@@ -136,6 +136,8 @@ void api_on_engine_output(const EngineOutput *o, void *user) {
         ev->text_len = o->text_len;
     }
     if (o->error) ev->error = strdup(o->error);
+    if (o->embedding && r->choices[choice].embedding) /* read by the loop only after the event */
+        memcpy(r->choices[choice].embedding, o->embedding, sizeof(float) * (size_t)o->embedding_dim);
     pthread_mutex_lock(&s->events_lock);
     if (r->ev_tail) r->ev_tail->next = ev; else r->ev_head = ev;
     r->ev_tail = ev;

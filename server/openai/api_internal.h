@@ -20,6 +20,8 @@
  *   api_send.c      (loop)        SSE chunks, or the whole body at the end;
  *   api_request.c   (loop)        the request freed once its client is done.
  * /tokenize and /detokenize (api_tokenize.c) stop after preparation.
+ * /v1/embeddings (api_embeddings.c) has its own parse, preparation,
+ * submission and answer, and shares the engine bridge (api_engine.c).
  */
 #ifndef NANOVLLM_API_INTERNAL_H
 #define NANOVLLM_API_INTERNAL_H
@@ -56,6 +58,7 @@ typedef enum Route {
     ROUTE_DETOKENIZE,
     ROUTE_RESPONSES, /* POST /v1/responses */
     ROUTE_RESPONSE,  /* GET or DELETE /v1/responses/{id} */
+    ROUTE_EMBEDDINGS, /* POST /v1/embeddings */
 } Route;
 
 /* One engine output, copied off the engine thread. */
@@ -93,6 +96,7 @@ typedef struct Choice {
     ByteBuf reasoning;
     json_t *tool_calls; /* [{id, type, function}] */
     int num_tool_calls; /* released so far (streaming: the next index) */
+    float *embedding;   /* /v1/embeddings: [hidden_size], the engine's vector */
 } Choice;
 
 typedef struct ApiServer ApiServer;
@@ -117,6 +121,12 @@ struct ApiRequest {
     json_t *body;
     OpenAIParams params;
     ResponsesState *responses; /* /v1/responses: its own ends (api_responses.h); else NULL */
+    struct {                   /* /v1/embeddings (api_embeddings.c) */
+        int num_texts;         /* text inputs, tokenized on the pool (0: token ids, already read) */
+        bool base64;           /* encoding_format */
+        int dimensions;        /* 0: the model's */
+        int truncate;          /* truncate_prompt_tokens: 0 not given, -1 the model's length */
+    } embed;
     ApiRequest *prev, *next; /* ApiServer.requests */
 
     /* prepared on the worker pool */
@@ -169,6 +179,7 @@ struct ApiServer {
     ConstraintCache *constraints;
     ResponseStore *responses; /* finished responses, for retrieval and previous_response_id */
     bool reasoning;                /* chat answers split <think>...</think> off */
+    ModelPooling pooling; /* mode POOLING_NONE: a generation model; else it serves embeddings only */
     /* How the template asks for tool calls (or --tool-call-parser); NULL:
      * not parsed, because the template takes no tools (or parsing is off),
      * or because it writes them in a format not known here
@@ -233,6 +244,12 @@ bool api_prompt_in_reasoning(const ApiRequest *r, int prompt_index);
 /* api_tokenize.c: /tokenize and /detokenize */
 void api_tokenize(ApiRequest *r);         /* worker pool: the answer into r->result */
 void api_tokenize_respond(ApiRequest *r); /* loop */
+
+/* api_embeddings.c: /v1/embeddings */
+int api_embeddings_parse(ApiRequest *r, ApiError *err);        /* loop */
+void api_embeddings_prepare(ApiRequest *r);                    /* worker pool */
+void api_embeddings_submit(ApiRequest *r);                     /* loop */
+void api_embeddings_event(ApiRequest *r, const ApiEvent *ev);  /* loop: answers after the last */
 
 /* api_engine.c: to the engine and back */
 void api_submit(ApiRequest *r);                              /* loop */

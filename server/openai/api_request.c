@@ -26,6 +26,7 @@ Route api_route_find(const char *path) {
         if (strcmp(path, routes[i].path) == 0) return routes[i].route;
     if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) return ROUTE_MODEL;
     if (strcmp(path, "/v1/responses") == 0) return ROUTE_RESPONSES;
+    if (strcmp(path, "/v1/embeddings") == 0) return ROUTE_EMBEDDINGS;
     if (strncmp(path, "/v1/responses/", 14) == 0 && path[14] && !strchr(path + 14, '/')) return ROUTE_RESPONSE;
     return ROUTE_NONE;
 }
@@ -58,7 +59,7 @@ ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route) {
         unsigned long long x = (unsigned long long)(r->t_arrival * 1e9) ^ ++counter;
         memcpy(rnd, &x, sizeof x);
     }
-    int o = snprintf(r->id, sizeof r->id, "%s", route == ROUTE_CHAT ? "chatcmpl-" : route == ROUTE_RESPONSES ? "resp_" : "cmpl-");
+    int o = snprintf(r->id, sizeof r->id, "%s", route == ROUTE_CHAT ? "chatcmpl-" : route == ROUTE_RESPONSES ? "resp_" : route == ROUTE_EMBEDDINGS ? "embd-" : "cmpl-");
     for (size_t i = 0; i < sizeof rnd; i++) o += snprintf(r->id + o, sizeof r->id - (size_t)o, "%02x", rnd[i]);
     r->next = s->requests;
     if (s->requests) s->requests->prev = r;
@@ -98,6 +99,7 @@ void api_request_maybe_free(ApiRequest *r) {
         byte_buf_free(&r->choices[i].text);
         json_decref(r->choices[i].logprobs);
         free(r->choices[i].final_event);
+        free(r->choices[i].embedding);
         api_chat_output_end(&r->choices[i]);
     }
     free(r->choices);

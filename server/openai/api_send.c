@@ -267,6 +267,10 @@ static void take_parsed(ApiRequest *r, Choice *c, const ApiEvent *ev) {
 }
 
 void api_response_event(ApiRequest *r, const ApiEvent *ev) {
+    if (r->route == ROUTE_EMBEDDINGS) {
+        api_embeddings_event(r, ev);
+        return;
+    }
     Choice *c = &r->choices[ev->choice];
     if (r->responses) {
         if (!r->done) api_responses_event(r, c, ev);

@@ -44,9 +44,10 @@ static bool authorized(const ApiServer *s, HttpExchange *ex) {
 }
 
 static json_t *model_object(const ApiServer *s) {
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i}", "id", s->model_name, "object", "model",
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i, s:s}", "id", s->model_name, "object", "model",
                      "created", (json_int_t)s->created, "owned_by", "nanovllm", "root",
-                     s->opts.model_dir, "max_model_len", s->max_model_len);
+                     s->opts.model_dir, "max_model_len", s->max_model_len, "task",
+                     s->pooling.mode != POOLING_NONE ? "embed" : "generate");
 }
 
 /* GET /v1/models, and GET /v1/models/{id} (OpenAI's retrieve). */
@@ -85,6 +86,7 @@ static void metrics_page(ApiRequest *r) {
 static void work_run(uv_work_t *w) {
     ApiRequest *r = w->data;
     if (r->route == ROUTE_TOKENIZE || r->route == ROUTE_DETOKENIZE) api_tokenize(r);
+    else if (r->route == ROUTE_EMBEDDINGS) api_embeddings_prepare(r);
     else api_prepare(r);
 }
 
@@ -101,6 +103,8 @@ static void work_done(uv_work_t *w, int status) {
         ApiError e;
         api_error(&e, 503, NULL, "the server is shutting down");
         api_respond_error(r, &e);
+    } else if (r->route == ROUTE_EMBEDDINGS) {
+        api_embeddings_submit(r);
     } else {
         api_submit(r);
     }
@@ -171,8 +175,16 @@ static void on_request(void *ctx, HttpExchange *ex) {
         api_respond_error(r, &e);
         return;
     }
-    if ((route == ROUTE_COMPLETIONS || route == ROUTE_CHAT || route == ROUTE_RESPONSES) &&
-        api_parse_request(r, &e)) {
+    bool generation = route == ROUTE_COMPLETIONS || route == ROUTE_CHAT || route == ROUTE_RESPONSES;
+    if (generation && s->pooling.mode != POOLING_NONE)
+        api_error(&e, 400, NULL, "this model serves embeddings only (it was started as a pooling model): "
+                                 "use /v1/embeddings");
+    else if (route == ROUTE_EMBEDDINGS && s->pooling.mode == POOLING_NONE)
+        api_error(&e, 400, NULL, "this model does not serve embeddings: it has no sentence-transformers "
+                                 "Pooling module (modules.json); start it with --runner pooling to embed");
+    else if (route == ROUTE_EMBEDDINGS) api_embeddings_parse(r, &e);
+    else if (generation) api_parse_request(r, &e);
+    if (e.status) {
         api_respond_error(r, &e);
         return;
     }
@@ -238,6 +250,20 @@ static void load_run(uv_work_t *w) {
     s->load_rc = s->opts.loader.open(&s->model, s->opts.model_dir, &s->opts.runner, &s->load_err);
     if (s->load_rc) return;
     const ModelConfig *c = &s->model.weights.config;
+    if (model_pooling_load(&s->pooling, s->opts.model_dir, &s->load_err)) {
+        s->load_rc = -1;
+        return;
+    }
+    if (s->opts.runner_kind == API_RUNNER_GENERATE) {
+        s->pooling.mode = POOLING_NONE;
+    } else if (s->opts.runner_kind == API_RUNNER_POOLING && s->pooling.mode == POOLING_NONE) {
+        /* vLLM's default for a causal LM run as a pooling model */
+        s->pooling = (ModelPooling){POOLING_LAST, true, false};
+    }
+    if (s->pooling.mode != POOLING_NONE)
+        log_info("embeddings: %s pooling%s (%s); generation endpoints off", pooling_mode_name(s->pooling.mode),
+                 s->pooling.normalize ? ", L2-normalised" : ", not normalised",
+                 s->pooling.from_folder ? "from modules.json" : "--runner pooling's default");
     s->tok = tokenizer_load(s->opts.model_dir, c->vocab_size, &s->load_err);
     s->engine = s->tok ? engine_create(&s->model.weights, s->model.runner, &s->load_err) : NULL;
     if (!s->engine) {

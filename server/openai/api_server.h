@@ -25,6 +25,12 @@
  * the tokenizer has both tags (Qwen3), QWEN3 insists, NONE never. */
 typedef enum ReasoningParserChoice { REASONING_PARSER_AUTO, REASONING_PARSER_QWEN3, REASONING_PARSER_NONE } ReasoningParserChoice;
 
+/* --runner (vLLM's flag): AUTO serves embeddings when the folder's
+ * modules.json names a Pooling module, else generation; POOLING embeds
+ * with any Qwen3 folder (its Pooling module, else last-token pooling,
+ * normalised); GENERATE never embeds. */
+typedef enum ApiRunnerKind { API_RUNNER_AUTO, API_RUNNER_GENERATE, API_RUNNER_POOLING } ApiRunnerKind;
+
 typedef struct ApiServerOptions {
     const char *model_dir;
     const char *served_model_name; /* NULL: model_dir, as vLLM names it */
@@ -56,6 +62,7 @@ typedef struct ApiServerOptions {
     CorsOrigins allowed_origins; /* --allowed-origins; none: no CORS headers */
     bool no_webui;               /* --no-webui: no chat page at / */
     RunnerOptions runner;
+    ApiRunnerKind runner_kind; /* --runner */
     ModelLoader loader; /* checkpoint + backend: the program's choice (cli/backend_setup.h) */
 } ApiServerOptions;
 

@@ -10,7 +10,10 @@
  *   pre_tokenizer  Split(regex, Isolated) + ByteLevel(use_regex=false)
  *                  (Qwen2/3, Llama 3), or ByteLevel(use_regex=true) (GPT-2);
  *                  no prefix space
- *   post_processor none or ByteLevel (which changes no ids)
+ *   post_processor none, ByteLevel (which changes no ids), TemplateProcessing
+ *                  (special tokens around a single sequence, e.g.
+ *                  Qwen3-Embedding's trailing <|endoftext|>; added only by
+ *                  tokenizer_add_special_tokens), or a Sequence of those
  *   decoder        ByteLevel
  * Anything else is refused with an error that names the component and its
  * type, because a tokenizer that half-understands its file gives wrong ids
@@ -222,11 +225,63 @@ static int load_pre_tokenizer(Tokenizer *t, json_t *p, Error *err) {
     return pretokenizer_init_regex(&t->pretok, json_string_value(regex), false, err);
 }
 
-static int check_rest(json_t *doc, Error *err) {
-    json_t *pp = json_object_get(doc, "post_processor");
-    if (pp && !json_is_null(pp) && strcmp(type_of(pp), "ByteLevel") != 0)
-        return error_set(err, "post_processor '%s' is not supported (it would add tokens; "
-                              "supported: ByteLevel or none)", type_of(pp));
+/* TemplateProcessing's "single" template: [SpecialToken...] Sequence A
+ * [SpecialToken...], each special token's ids from "special_tokens". The
+ * pair template is never used (one text per encode). */
+static int load_template(Tokenizer *t, json_t *pp, Error *err) {
+    json_t *single = json_object_get(pp, "single"), *specials = json_object_get(pp, "special_tokens");
+    if (!json_is_array(single)) return error_set(err, "post_processor TemplateProcessing: 'single' must be a list");
+    bool seen_a = false;
+    size_t i;
+    json_t *piece;
+    json_array_foreach(single, i, piece) {
+        json_t *seq = json_object_get(piece, "Sequence"), *sp = json_object_get(piece, "SpecialToken");
+        if (seq) {
+            const char *id = json_string_value(json_object_get(seq, "id"));
+            if (seen_a || !id || strcmp(id, "A") != 0)
+                return error_set(err, "post_processor TemplateProcessing: 'single' must hold Sequence A once");
+            seen_a = true;
+            continue;
+        }
+        const char *name = json_string_value(json_object_get(sp, "id"));
+        json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
+        if (!name || !json_is_array(ids))
+            return error_set(err, "post_processor TemplateProcessing: special token '%s' has no ids",
+                             name ? name : "(unnamed)");
+        size_t k;
+        json_t *idv;
+        json_array_foreach(ids, k, idv) {
+            int *n = seen_a ? &t->num_post_after : &t->num_post_before;
+            int32_t *dst = seen_a ? t->post_after : t->post_before;
+            json_int_t id = json_integer_value(idv);
+            if (!json_is_integer(idv) || id < 0 || id > INT32_MAX)
+                return error_set(err, "post_processor TemplateProcessing: '%s' has a bad id", name);
+            if (*n == TOKENIZER_MAX_TEMPLATE_IDS)
+                return error_set(err, "post_processor TemplateProcessing: more than %d special ids on a side",
+                                 TOKENIZER_MAX_TEMPLATE_IDS);
+            dst[(*n)++] = (int32_t)id;
+        }
+    }
+    if (!seen_a) return error_set(err, "post_processor TemplateProcessing: 'single' has no Sequence A");
+    return 0;
+}
+
+static int load_post_processor(Tokenizer *t, json_t *pp, Error *err) {
+    if (!pp || json_is_null(pp) || strcmp(type_of(pp), "ByteLevel") == 0) return 0;
+    if (strcmp(type_of(pp), "TemplateProcessing") == 0) return load_template(t, pp, err);
+    if (strcmp(type_of(pp), "Sequence") == 0) {
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(pp, "processors"), i, p)
+            if (load_post_processor(t, p, err)) return -1;
+        return 0;
+    }
+    return error_set(err, "post_processor '%s' is not supported (supported: ByteLevel, "
+                          "TemplateProcessing, a Sequence of them, or none)", type_of(pp));
+}
+
+static int check_rest(Tokenizer *t, json_t *doc, Error *err) {
+    if (load_post_processor(t, json_object_get(doc, "post_processor"), err)) return -1;
     json_t *dec = json_object_get(doc, "decoder");
     if (!dec || json_is_null(dec) || strcmp(type_of(dec), "ByteLevel") != 0)
         return error_set(err, "decoder '%s' is not supported (supported: ByteLevel)",
@@ -318,7 +373,7 @@ static int load_tokenizer_json(Tokenizer *t, const char *path, Error *err) {
     if (rc == 0) rc = load_added_tokens(t, json_object_get(doc, "added_tokens"), err);
     if (rc == 0) rc = load_normalizer(t, json_object_get(doc, "normalizer"), err);
     if (rc == 0) rc = load_pre_tokenizer(t, json_object_get(doc, "pre_tokenizer"), err);
-    if (rc == 0) rc = check_rest(doc, err);
+    if (rc == 0) rc = check_rest(t, doc, err);
     if (rc == 0) rc = added_tokens_build(&t->added, t->nfc, err);
     if (rc == 0) rc = build_id_tables(t, err);
     json_decref(doc);
@@ -545,4 +600,17 @@ char *tokenizer_id_to_token(const Tokenizer *t, int32_t id, Error *err) {
     }
     s[o] = '\0';
     return s;
+}
+
+int tokenizer_add_special_tokens(const Tokenizer *t, int32_t **ids, size_t *n, Error *err) {
+    int before = t->num_post_before, after = t->num_post_after;
+    if (before + after == 0) return 0;
+    int32_t *v = realloc(*ids, sizeof *v * (*n + (size_t)before + (size_t)after));
+    if (!v) return error_set(err, "out of memory");
+    memmove(v + before, v, sizeof *v * *n);
+    memcpy(v, t->post_before, sizeof *v * (size_t)before);
+    memcpy(v + before + *n, t->post_after, sizeof *v * (size_t)after);
+    *ids = v;
+    *n += (size_t)before + (size_t)after;
+    return 0;
 }

@@ -51,6 +51,12 @@ void tokenizer_free(Tokenizer *t);
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t **ids,
                      size_t *n_ids, Error *err);
 
+/* What Hugging Face's add_special_tokens=True adds to an encoded text: a
+ * TemplateProcessing post_processor's special tokens around *ids (realloc'ed;
+ * *n grows). Nothing for a tokenizer without one (Qwen3's own); Qwen3-Embedding's
+ * appends <|endoftext|>, the token its embedding is read at. */
+int tokenizer_add_special_tokens(const Tokenizer *t, int32_t **ids, size_t *n, Error *err);
+
 /* ids -> *text (malloc'ed, NUL-terminated, *len bytes without the NUL; it
  * may contain U+0000). skip_special_tokens drops the special added tokens
  * (special: true in tokenizer.json). Invalid UTF-8 in the joined token

@@ -24,6 +24,8 @@ typedef struct StatePool {
     EncodeState *all;  /* every state, for tokenizer_free */
 } StatePool;
 
+#define TOKENIZER_MAX_TEMPLATE_IDS 8
+
 struct Tokenizer {
     Bpe bpe;
     AddedTokens added;
@@ -37,6 +39,10 @@ struct Tokenizer {
     uint32_t *bytes_len;
     ByteBuf added_bytes; /* what added tokens decode to */
     int32_t eos_id, pad_id, bos_id;
+    /* A TemplateProcessing post_processor's single-sequence template: the
+     * ids around the text, added by tokenizer_add_special_tokens. */
+    int32_t post_before[TOKENIZER_MAX_TEMPLATE_IDS], post_after[TOKENIZER_MAX_TEMPLATE_IDS];
+    int num_post_before, num_post_after;
     char *chat_template, *tool_use_template; /* tool_use: the named list's, for requests with tools */
     json_t *special_strings;                 /* {"eos_token": "<|im_end|>", ...} */
     StatePool *pool;
