@@ -1,7 +1,8 @@
 # nanovllm - build, test, sanitizers, benchmark.
 #
-#   make              build/nanovllm (cli/, server/) and build/libnanovllm.a (every other room:
-#                     base/ text/ structured/ chat/ model/ engine/ cpu/ cuda/)
+#   make              build/nanovllm (cli/, server/), build/libnanovllm.a (every other room:
+#                     base/ text/ structured/ chat/ model/ engine/ cpu/ cuda/), and the embedding
+#                     fixture's generated weights and tokenizer (tests/fixtures/tiny-qwen3-embedding)
 #   make test         the include order of the rooms (make layers), then the Criterion suite
 #                     (and the binary it drives)
 #   make layers       scripts/check_layers.sh: every include points down the rooms' order
@@ -48,7 +49,16 @@ TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all test layers asan bench fuzz docker-test clean
 
-all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
+# The embedding fixture's weights and tokenizer are the tiny model's, stored
+# under Qwen3-Embedding's names and with its end-of-text post-processor:
+# generated from them (byte for byte the same each time, ~1.5 s) rather than
+# committed a second time (21 MB).
+EMBED_FIXTURE   = tests/fixtures/tiny-qwen3-embedding
+EMBED_GENERATED = $(EMBED_FIXTURE)/model.safetensors $(EMBED_FIXTURE)/tokenizer.json
+all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a $(EMBED_GENERATED)
+
+$(EMBED_GENERATED) &: scripts/make_random_qwen3.py tests/fixtures/tiny-qwen3/tokenizer.json
+	scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out $(EMBED_FIXTURE) > /dev/null
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -74,7 +84,7 @@ $(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcriterion $(LDLIBS) -o $@
 
 # Tests find the binary through NANOVLLM_BIN and the fixtures relative to here.
-test: layers $(BUILD)/test_nanovllm $(BUILD)/nanovllm
+test: layers $(BUILD)/test_nanovllm $(BUILD)/nanovllm $(EMBED_GENERATED)
 	NANOVLLM_BIN=$(BUILD)/nanovllm $(BUILD)/test_nanovllm $(TEST_ARGS)
 
 layers:
