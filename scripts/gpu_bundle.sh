@@ -17,6 +17,9 @@ make -j"$(nproc)" CUDA=1 build/nanovllm build/test_nanovllm
 rm -rf gpu-bundle
 mkdir -p gpu-bundle/lib
 cp build/nanovllm build/test_nanovllm gpu-bundle/
+# Without their debug sections (a third of the pack): what a device call may
+# carry is the working tree and the bundle together, 64 MiB.
+strip --strip-debug gpu-bundle/nanovllm gpu-bundle/test_nanovllm
 for bin in build/nanovllm build/test_nanovllm; do
     ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | grep -vE '^(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^ ]*)\.so' |

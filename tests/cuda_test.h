@@ -25,7 +25,7 @@ static inline void require_gpu(void) {
 /* Uniform in [-1, 1) from a 64-bit LCG: reproducible, never all zeros. */
 static inline float test_uniform(uint64_t *state) {
     *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((*state >> 40) * (1.0 / (1u << 23))) * 2.0f - 1.0f;
+    return (float)((*state >> 40) * (1.0 / (1u << 24))) * 2.0f - 1.0f; /* 24 bits: [-1, 1) */
 }
 
 static inline float *random_floats(size_t n, float scale, uint64_t seed) {
