@@ -21,50 +21,12 @@ import { concat } from '@langchain/core/utils/stream';
 import { generateText, generateObject, streamText, streamObject, tool as aiTool, jsonSchema } from 'ai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { z } from 'zod';
-import Ajv2020 from 'ajv/dist/2020.js';
 import assert from 'node:assert/strict';
+import { ajv, check, finish, noThinking, question, weatherSchema, weatherZod, assertWeatherArgs, personSchema,
+         assertPerson, agentRunSummary } from './shared.mjs';
 
 const [port, model, apiKey = 'none'] = process.argv.slice(2);
 const baseURL = `http://127.0.0.1:${port}/v1`;
-const ajv = new Ajv2020({ strict: false });
-let checks = 0;
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e.stack ?? e}${e.cause ? `\ncause: ${e.cause.stack ?? e.cause}` : ''}`);
-    process.exit(1);
-  }
-  checks++;
-  console.log(`pass ${name} [${((Date.now() - t0) / 1000).toFixed(1)} s]`);
-}
-
-const noThinking = { chat_template_kwargs: { enable_thinking: false } };
-const question = 'What is the weather in Paris?';
-// The tool every client declares, as JSON Schema (what the server constrains to) and as zod.
-const weatherSchema = {
-  type: 'object',
-  properties: { city: { type: 'string', maxLength: 12 }, unit: { type: 'string', enum: ['c', 'f'] } },
-  required: ['city', 'unit'], additionalProperties: false,
-};
-const weatherZod = z.object({ city: z.string().max(12), unit: z.enum(['c', 'f']) });
-const validWeather = ajv.compile(weatherSchema);
-function assertWeatherArgs(args) {
-  assert.ok(validWeather(args), `arguments ${JSON.stringify(args)}: ${ajv.errorsText(validWeather.errors)}`);
-}
-// The object the structured-output checks ask for.
-const personSchema = {
-  type: 'object',
-  properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer', minimum: 0, maximum: 120 },
-                pets: { type: 'array', items: { type: 'string', enum: ['cat', 'dog'] }, maxItems: 2 } },
-  required: ['name', 'age', 'pets'], additionalProperties: false,
-};
-const validPerson = ajv.compile(personSchema);
-function assertPerson(obj) {
-  assert.ok(validPerson(obj), `object ${JSON.stringify(obj)}: ${ajv.errorsText(validPerson.errors)}`);
-}
-
 // ---- the OpenAI Agents SDK, over chat completions ----------------------------------------
 
 setTracingDisabled(true); // nothing leaves the machine
@@ -85,28 +47,10 @@ function weatherAgent(calls) {
   });
 }
 
-// What a finished run did: the tool's calls and outputs, the items, the final text.
-function summary(result, calls) {
-  assert.equal(calls.length, 1, `the tool ran once: ${JSON.stringify(calls)}`);
-  assertWeatherArgs(calls[0]);
-  const types = result.newItems.map((i) => i.type);
-  assert.deepEqual(types, ['tool_call_item', 'tool_call_output_item', 'message_output_item'], types.join());
-  const call = result.newItems[0].rawItem;
-  assert.equal(call.name, 'get_weather');
-  assert.ok(call.callId, `a call id: ${JSON.stringify(call)}`);
-  assert.deepEqual(JSON.parse(call.arguments), calls[0], 'the tool got the arguments the model sent');
-  assert.equal(result.newItems[1].output, `sunny in ${calls[0].city}`);
-  assert.equal(result.newItems[1].rawItem.callId, call.callId);
-  assert.equal(result.rawResponses.length, 2, 'two model turns');
-  assert.equal(typeof result.finalOutput, 'string', `the run ended with a final output: ${result.finalOutput}`);
-  assert.equal(result.lastAgent.name, 'weather');
-  return { args: calls[0], callId: call.callId, finalOutput: result.finalOutput };
-}
-
 let agentRun;
 await check('agents (chat completions): the agent calls its tool, then finishes', async () => {
   const calls = [];
-  agentRun = summary(await run(weatherAgent(calls), question, { maxTurns: 3 }), calls);
+  agentRun = agentRunSummary(await run(weatherAgent(calls), question, { maxTurns: 3 }), calls);
 });
 
 await check('agents (chat completions), streamed: the same run', async () => {
@@ -118,7 +62,7 @@ await check('agents (chat completions), streamed: the same run', async () => {
   }
   await result.completed;
   assert.equal(result.error ?? null, null);
-  const streamed = summary(result, calls);
+  const streamed = agentRunSummary(result, calls);
   assert.deepEqual(streamed.args, agentRun.args);
   assert.equal(streamed.finalOutput, agentRun.finalOutput);
   assert.equal(text, agentRun.finalOutput, 'the text deltas assemble to the final output');
@@ -277,4 +221,4 @@ await check('ai sdk: streamText assembles to generateText', async () => {
   assert.equal((await s.usage).outputTokens, 24, 'usage arrives with the stream');
 });
 
-console.log(`ok ${checks}`);
+finish();

@@ -5,16 +5,11 @@
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { check, finish } from './shared.mjs';
 
 const [port, model, apiKey, goldenPath] = process.argv.slice(2);
 const golden = JSON.parse(readFileSync(goldenPath, 'utf8')).cases;
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey, maxRetries: 0 });
-let checks = 0;
-async function check(name, fn) {
-  await fn();
-  checks++;
-  console.log(`pass ${name}`);
-}
 
 function cosineDistance(a, b) {
   let dot = 0, na = 0, nb = 0;
@@ -81,4 +76,4 @@ await check('a bad dimensions is a 400 naming it', async () => {
   });
 });
 
-console.log(`ok ${checks}`);
+finish();

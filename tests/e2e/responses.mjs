@@ -19,52 +19,17 @@ import OpenAI from 'openai';
 import { zodTextFormat } from 'openai/helpers/zod';
 import { Agent, run, tool as agentTool, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled } from '@openai/agents';
 import { z } from 'zod';
-import Ajv2020 from 'ajv/dist/2020.js';
 import assert from 'node:assert/strict';
+import { ajv, check, finish, noThinking, question, weatherSchema, weatherZod, assertWeatherArgs, personSchema,
+         assertPerson, agentRunSummary } from './shared.mjs';
 
 const [port, model, apiKey = 'none'] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey, maxRetries: 0, timeout: 300_000 });
-const ajv = new Ajv2020({ strict: false });
-let checks = 0;
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e.stack ?? e}${e.error ? `\nbody: ${JSON.stringify(e.error)}` : ''}`);
-    process.exit(1);
-  }
-  checks++;
-  console.log(`pass ${name} [${((Date.now() - t0) / 1000).toFixed(1)} s]`);
-}
-
-const noThinking = { chat_template_kwargs: { enable_thinking: false } };
-const question = 'What is the weather in Paris?';
-const weatherSchema = {
-  type: 'object',
-  properties: { city: { type: 'string', maxLength: 12 }, unit: { type: 'string', enum: ['c', 'f'] } },
-  required: ['city', 'unit'], additionalProperties: false,
-};
 const weatherTool = { type: 'function', name: 'get_weather', description: 'Weather in a city',
                       parameters: weatherSchema, strict: true };
 const timeTool = { type: 'function', name: 'get_time', description: 'Time in a city', strict: true,
                    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } },
                                  required: ['city'], additionalProperties: false } };
-const validWeather = ajv.compile(weatherSchema);
-function assertWeatherArgs(args) {
-  assert.ok(validWeather(args), `arguments ${JSON.stringify(args)}: ${ajv.errorsText(validWeather.errors)}`);
-}
-const personSchema = {
-  type: 'object',
-  properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer', minimum: 0, maximum: 120 },
-                pets: { type: 'array', items: { type: 'string', enum: ['cat', 'dog'] }, maxItems: 2 } },
-  required: ['name', 'age', 'pets'], additionalProperties: false,
-};
-const validPerson = ajv.compile(personSchema);
-function assertPerson(obj) {
-  assert.ok(validPerson(obj), `object ${JSON.stringify(obj)}: ${ajv.errorsText(validPerson.errors)}`);
-}
-
 // The documented shape of a whole response.
 function assertResponse(r, { status = 'completed' } = {}) {
   assert.equal(r.object, 'response');
@@ -301,7 +266,7 @@ setOpenAIAPI('responses');
 function weatherAgent(calls) {
   const getWeather = agentTool({
     name: 'get_weather', description: 'Weather in a city',
-    parameters: z.object({ city: z.string().max(12), unit: z.enum(['c', 'f']) }),
+    parameters: weatherZod,
     execute: async (args) => { calls.push(args); return `sunny in ${args.city}`; },
   });
   return new Agent({
@@ -311,25 +276,12 @@ function weatherAgent(calls) {
   });
 }
 
-function summary(result, calls) {
-  assert.equal(calls.length, 1, `the tool ran once: ${JSON.stringify(calls)}`);
-  assertWeatherArgs(calls[0]);
-  const types = result.newItems.map((i) => i.type);
-  assert.deepEqual(types, ['tool_call_item', 'tool_call_output_item', 'message_output_item'], types.join());
-  const call = result.newItems[0].rawItem;
-  assert.equal(call.name, 'get_weather');
-  assert.deepEqual(JSON.parse(call.arguments), calls[0], 'the tool got the arguments the model sent');
-  assert.equal(result.newItems[1].rawItem.callId, call.callId);
-  assert.equal(result.rawResponses.length, 2, 'two model turns');
-  assert.ok(result.rawResponses.every((r) => r.responseId?.startsWith('resp_')), 'answers of /v1/responses');
-  assert.equal(typeof result.finalOutput, 'string', `the run ended with a final output: ${result.finalOutput}`);
-  return { args: calls[0], finalOutput: result.finalOutput };
-}
-
 let agentRun;
 await check('agents (responses): the agent calls its tool, then finishes', async () => {
   const calls = [];
-  agentRun = summary(await run(weatherAgent(calls), question, { maxTurns: 3 }), calls);
+  const result = await run(weatherAgent(calls), question, { maxTurns: 3 });
+  agentRun = agentRunSummary(result, calls);
+  assert.ok(result.rawResponses.every((r) => r.responseId?.startsWith('resp_')), 'answers of /v1/responses');
 });
 
 await check('agents (responses), streamed: the same run', async () => {
@@ -341,8 +293,9 @@ await check('agents (responses), streamed: the same run', async () => {
   }
   await result.completed;
   assert.equal(result.error ?? null, null);
-  const streamed = summary(result, calls);
+  const streamed = agentRunSummary(result, calls);
   assert.deepEqual(streamed, agentRun);
+  assert.ok(result.rawResponses.every((r) => r.responseId?.startsWith('resp_')), 'answers of /v1/responses');
   assert.equal(text, agentRun.finalOutput, 'the text deltas assemble to the final output');
 });
 
@@ -357,4 +310,4 @@ await check('agents (responses): a run continued by previousResponseId', async (
   assert.equal(calls.length, 1, 'no tool call in the follow-up');
 });
 
-console.log(`ok ${checks}`);
+finish();
