@@ -3,12 +3,16 @@
  */
 #include "server_helpers.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -171,4 +175,29 @@ bool wait_for_gauge(const TestServer *s, const char *name, double value) {
         sleep_ms(25);
     }
     return false;
+}
+
+double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void pause_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int tcp_dial(int port, int rcvbuf) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0, "socket: %s", strerror(errno));
+    if (rcvbuf > 0) cr_assert(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+void tcp_send_all(int fd, const void *data, size_t len) {
+    cr_assert(send(fd, data, len, MSG_NOSIGNAL) == (ssize_t)len, "send: %s", strerror(errno));
 }

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 typedef struct TestServer {
@@ -44,5 +45,12 @@ bool wait_for_gauge(const TestServer *s, const char *name, double value);
 /* The SSE events of a streamed body: every "data: {...}" parsed, in order;
  * *done set when "data: [DONE]" ended it. */
 json_t *sse_events(const char *body, int *done);
+
+/* Raw sockets, for the tests of the HTTP edge. rcvbuf > 0: a small
+ * receive buffer, set before the window is agreed. */
+double monotonic_seconds(void);
+void pause_ms(int ms);
+int tcp_dial(int port, int rcvbuf);
+void tcp_send_all(int fd, const void *data, size_t len);
 
 #endif

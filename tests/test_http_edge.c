@@ -26,33 +26,6 @@
 #include "helpers.h"
 #include "server_helpers.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void pause_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* rcvbuf > 0: a small receive buffer, set before the window is agreed. */
-static int dial_with_rcvbuf(int port, int rcvbuf) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    if (rcvbuf > 0) cr_assert(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
-    return fd;
-}
-
-static int dial(int port) { return dial_with_rcvbuf(port, 0); }
-
-static void put(int fd, const char *data, size_t len) {
-    cr_assert(send(fd, data, len, MSG_NOSIGNAL) == (ssize_t)len, "send: %s", strerror(errno));
-}
 
 typedef struct Reply {
     char data[65536];
@@ -64,10 +37,10 @@ typedef struct Reply {
 /* What the server sends until it closes or `timeout` seconds pass: all of
  * it, or its start and, for a long stream, its last 32 KiB. */
 static void read_reply(int fd, double timeout, Reply *r) {
-    double t0 = now();
+    double t0 = monotonic_seconds();
     r->len = 0;
     r->closed = false;
-    while (now() - t0 < timeout) {
+    while (monotonic_seconds() - t0 < timeout) {
         struct pollfd pf = {fd, POLLIN, 0};
         if (poll(&pf, 1, 50) <= 0) continue;
         if (r->len > sizeof r->data - 4096) { /* keep the head (status line) and the tail */
@@ -82,7 +55,7 @@ static void read_reply(int fd, double timeout, Reply *r) {
         r->len += (size_t)n;
     }
     r->data[r->len] = '\0';
-    r->seconds = now() - t0;
+    r->seconds = monotonic_seconds() - t0;
 }
 
 static int status_of(const Reply *r) {
@@ -98,8 +71,8 @@ static int count(const char *hay, const char *needle) {
 /* One connection: send, optionally shut the sending side, read the reply. */
 static void exchange(int port, const char *data, size_t len, bool half_close, double timeout,
                      Reply *r) {
-    int fd = dial(port);
-    put(fd, data, len);
+    int fd = tcp_dial(port, 0);
+    tcp_send_all(fd, data, len);
     if (half_close) shutdown(fd, SHUT_WR);
     read_reply(fd, timeout, r);
     close(fd);
@@ -213,11 +186,11 @@ Test(http_edge, slow_header_blocks_time_out, .timeout = 60) {
     server_start(&s, "--header-timeout 1");
     enum { N = 5 };
     int fds[N];
-    for (int i = 0; i < N; i++) fds[i] = dial(s.port);
+    for (int i = 0; i < N; i++) fds[i] = tcp_dial(s.port, 0);
     const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
-    double t0 = now();
+    double t0 = monotonic_seconds();
     bool open[N] = {true, true, true, true, true};
-    for (size_t k = 0; k < strlen(head) && now() - t0 < 4; k++) {
+    for (size_t k = 0; k < strlen(head) && monotonic_seconds() - t0 < 4; k++) {
         for (int i = 0; i < N; i++)
             if (open[i] && send(fds[i], head + k, 1, MSG_NOSIGNAL) != 1) open[i] = false;
         pause_ms(200);
@@ -229,7 +202,7 @@ Test(http_edge, slow_header_blocks_time_out, .timeout = 60) {
         cr_expect(r.closed);
         close(fds[i]);
     }
-    cr_expect(now() - t0 < 6, "the deadline is for the whole block, not idle time");
+    cr_expect(monotonic_seconds() - t0 < 6, "the deadline is for the whole block, not idle time");
     HttpResult m = http(&s, "GET", "/metrics", NULL, NULL);
     cr_expect(strstr(m.body, "http_connections_dropped_total{reason=\"header_timeout\",model_name=\"" TINY_MODEL "\"} 5"),
               "%s", m.body);
@@ -244,8 +217,8 @@ Test(http_edge, connection_limit_refuses_fast_and_sheds_slow_headers, .timeout =
     server_start(&s, "--max-connections 4 --header-timeout 20");
     int slow[4];
     for (int i = 0; i < 4; i++) {
-        slow[i] = dial(s.port);
-        put(slow[i], "POST /v1/comp", 13);
+        slow[i] = tcp_dial(s.port, 0);
+        tcp_send_all(slow[i], "POST /v1/comp", 13);
     }
     pause_ms(100);
     char req[256];
@@ -269,9 +242,9 @@ Test(http_edge, connection_limit_refuses_fast_and_sheds_slow_headers, .timeout =
 Test(http_edge, slow_body_is_cut, .timeout = 60) {
     TestServer s;
     server_start(&s, "--body-timeout 1");
-    int fd = dial(s.port);
+    int fd = tcp_dial(s.port, 0);
     const char *req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"";
-    put(fd, req, strlen(req));
+    tcp_send_all(fd, req, strlen(req));
     Reply r;
     read_reply(fd, 5, &r);
     cr_expect(r.closed && r.seconds < 3, "closed after %.1f s", r.seconds);
@@ -314,8 +287,8 @@ Test(http_edge, streams_cut_by_shutdown_end_properly, .timeout = 60) {
     size_t n = completion_request(req, sizeof req, body);
     int fds[2];
     for (int i = 0; i < 2; i++) {
-        fds[i] = dial(s.port);
-        put(fds[i], req, n);
+        fds[i] = tcp_dial(s.port, 0);
+        tcp_send_all(fds[i], req, n);
     }
     cr_assert(wait_for_gauge(&s, "num_requests_running", 2), "the streams never started");
     kill(s.pid, SIGTERM);
@@ -337,11 +310,11 @@ Test(http_edge, streams_cut_by_shutdown_end_properly, .timeout = 60) {
 Test(http_edge, exit_waits_until_responses_are_delivered, .timeout = 60) {
     TestServer s;
     server_start(&s, "");
-    int fd = dial_with_rcvbuf(s.port, 2048); /* a stream of ~13 KB: more than this holds */
+    int fd = tcp_dial(s.port, 2048); /* a stream of ~13 KB: more than this holds */
     char req[512];
     size_t n = completion_request(req, sizeof req,
                                   "{\"prompt\": \"a\", \"max_tokens\": 64, \"ignore_eos\": true, \"stream\": true}");
-    put(fd, req, n);
+    tcp_send_all(fd, req, n);
     /* Done for the server (its only connection left is the /metrics poll)... */
     cr_assert(wait_for_gauge(&s, "http_connections", 1), "the stream never completed");
     /* ...while its end is still queued: not in our receive buffer yet. */
@@ -360,9 +333,9 @@ Test(http_edge, exit_waits_until_responses_are_delivered, .timeout = 60) {
     cr_expect(r.closed && strstr(r.data, "data: [DONE]\n\n") && strstr(r.data, "\r\n0\r\n\r\n"),
               "the whole stream arrived: %s", r.len > 200 ? r.data + r.len - 200 : r.data);
     close(fd);
-    double t0 = now();
+    double t0 = monotonic_seconds();
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
-    cr_expect(now() - t0 < 2, "the server exited %.1f s after the client read everything", now() - t0);
+    cr_expect(monotonic_seconds() - t0 < 2, "the server exited %.1f s after the client read everything", monotonic_seconds() - t0);
 }
 
 /* 7: who left is logged as 499 and counted; routes and codes as OpenAI has them. */
@@ -376,15 +349,15 @@ Test(http_edge, accounting_and_routes, .timeout = 60) {
     const char *body = "{\"prompt\": \"a\", \"max_tokens\": 1500, \"ignore_eos\": true, \"stream\": true}";
     int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %zu\r\n\r\n%s",
                      auth, strlen(body), body);
-    int fd = dial(s.port);
-    put(fd, req, (size_t)n);
+    int fd = tcp_dial(s.port, 0);
+    tcp_send_all(fd, req, (size_t)n);
     read_reply(fd, 0.3, &r);
     close(fd);
     /* clients that close before their body is complete */
     for (int i = 0; i < 5; i++) {
-        fd = dial(s.port);
+        fd = tcp_dial(s.port, 0);
         n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: 50\r\n\r\n{", auth);
-        put(fd, req, (size_t)n);
+        tcp_send_all(fd, req, (size_t)n);
         pause_ms(50);
         close(fd);
     }
@@ -481,8 +454,8 @@ Test(http_edge, soak_with_hung_up_streams, .timeout = 300) {
     int started = 0, finished = 0, hung = 0, done = 0, failed = 0, reused = 0;
     long rss_warm = -1;
     uint64_t seed = 12345;
-    double t0 = now();
-    while (finished < TOTAL && now() - t0 < 240) {
+    double t0 = monotonic_seconds();
+    while (finished < TOTAL && monotonic_seconds() - t0 < 240) {
         for (int i = 0; i < CONCURRENCY && started < TOTAL; i++) {
             if (conns[i].busy) continue;
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -492,9 +465,9 @@ Test(http_edge, soak_with_hung_up_streams, .timeout = 300) {
             int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %zu\r\n\r\n%s",
                              conns[i].keep ? "" : "Connection: close\r\n", strlen(body), body);
             int fd = conns[i].fd;
-            if (fd < 0) fd = dial(s.port); else reused++;
+            if (fd < 0) fd = tcp_dial(s.port, 0); else reused++;
             conns[i] = (SoakConn){.fd = fd, .keep = conns[i].keep, .busy = true, .hang_up = (seed >> 20) % 5 == 0};
-            put(fd, req, (size_t)n);
+            tcp_send_all(fd, req, (size_t)n);
             started++;
         }
         struct pollfd pf[CONCURRENCY];
@@ -530,7 +503,7 @@ Test(http_edge, soak_with_hung_up_streams, .timeout = 300) {
     cr_expect(wait_for_gauge(&s, "kv_cache_blocks_used", 0), "every hung-up stream's blocks came back");
     long rss_end = rss_kib(s.pid);
     cr_log_info("soak: %d done (%d on kept-alive connections), %d hung up in %.1f s; RSS %ld KiB after "
-                "warm-up, %ld KiB at the end", done, reused, hung, now() - t0, rss_warm, rss_end);
+                "warm-up, %ld KiB at the end", done, reused, hung, monotonic_seconds() - t0, rss_warm, rss_end);
     if (under_asan(s.pid))
         cr_log_info("soak: RSS bound not checked under AddressSanitizer (its quarantine holds freed memory)");
     else

@@ -25,30 +25,8 @@
 #include "helpers.h"
 #include "server_helpers.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
-static void pause_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0, "socket: %s", strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
-    return fd;
-}
-
-static void put(int fd, const char *data) {
-    size_t len = strlen(data);
-    cr_assert(send(fd, data, len, MSG_NOSIGNAL) == (ssize_t)len, "send: %s", strerror(errno));
-}
+static void put(int fd, const char *data) { tcp_send_all(fd, data, strlen(data)); }
 
 /* A connection's bytes, read as they come; responses are cut off its front. */
 typedef struct Conn {
@@ -68,7 +46,7 @@ typedef struct Resp {
 
 /* Reads more into c within the deadline; false when nothing more can come. */
 static bool fill(Conn *c, double deadline) {
-    while (now() < deadline && !c->eof) {
+    while (monotonic_seconds() < deadline && !c->eof) {
         struct pollfd pf = {c->fd, POLLIN, 0};
         if (poll(&pf, 1, 20) <= 0) continue;
         ssize_t n = recv(c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len, 0);
@@ -96,7 +74,7 @@ static const char *header_in(const char *head, const char *name) {
 /* One response off the connection, by its framing (Content-Length or
  * chunked); false if it did not come whole within `timeout` seconds. */
 static bool read_response(Conn *c, double timeout, Resp *r) {
-    double deadline = now() + timeout;
+    double deadline = monotonic_seconds() + timeout;
     memset(r, 0, sizeof *r);
     char *end;
     while (!(end = strstr(c->buf, "\r\n\r\n")))
@@ -139,8 +117,8 @@ static bool read_response(Conn *c, double timeout, Resp *r) {
 
 /* Whether the server closes the connection within `timeout` (no bytes first). */
 static bool closed_within(Conn *c, double timeout) {
-    double deadline = now() + timeout;
-    while (!c->eof && now() < deadline) fill(c, deadline);
+    double deadline = monotonic_seconds() + timeout;
+    while (!c->eof && monotonic_seconds() < deadline) fill(c, deadline);
     return c->eof && c->len == 0;
 }
 
@@ -155,7 +133,7 @@ static void completion(char *req, size_t cap, const char *body, const char *extr
 Test(http_keepalive, one_connection_serves_n_requests, .timeout = 60) {
     TestServer s;
     server_start(&s, "--keep-alive-requests 20");
-    Conn c = {.fd = dial(s.port)};
+    Conn c = {.fd = tcp_dial(s.port, 0)};
     char req[512];
     for (int i = 1; i <= 20; i++) {
         if (i % 2) put(c.fd, HEALTH);
@@ -178,7 +156,7 @@ Test(http_keepalive, one_connection_serves_n_requests, .timeout = 60) {
 Test(http_keepalive, pipelined_requests_answered_in_order, .timeout = 60) {
     TestServer s;
     server_start(&s, "");
-    Conn c = {.fd = dial(s.port)};
+    Conn c = {.fd = tcp_dial(s.port, 0)};
     char req[2048], one[512];
     completion(one, sizeof one, "{\"prompt\": \"hi\", \"max_tokens\": 3}", "");
     snprintf(req, sizeof req, "%sGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n%s"
@@ -204,14 +182,14 @@ Test(http_keepalive, pipelined_requests_answered_in_order, .timeout = 60) {
 Test(http_keepalive, idle_connection_closes_after_timeout, .timeout = 60) {
     TestServer s;
     server_start(&s, "--keep-alive-timeout 1");
-    Conn c = {.fd = dial(s.port)};
+    Conn c = {.fd = tcp_dial(s.port, 0)};
     put(c.fd, HEALTH);
     Resp r;
     cr_assert(read_response(&c, 5, &r));
     cr_expect(!r.closes);
-    double t0 = now();
+    double t0 = monotonic_seconds();
     cr_expect(closed_within(&c, 5), "the idle connection was closed");
-    double idle = now() - t0;
+    double idle = monotonic_seconds() - t0;
     cr_expect(idle > 0.7 && idle < 2.5, "closed after %.2f s idle (timeout 1 s)", idle);
     close(c.fd);
     /* An idle close is no drop: nothing counted. */
@@ -225,20 +203,20 @@ Test(http_keepalive, idle_connection_closes_after_timeout, .timeout = 60) {
 Test(http_keepalive, slow_headers_on_a_later_request_are_cut, .timeout = 60) {
     TestServer s;
     server_start(&s, "--header-timeout 1 --keep-alive-timeout 30");
-    Conn c = {.fd = dial(s.port)};
+    Conn c = {.fd = tcp_dial(s.port, 0)};
     put(c.fd, HEALTH);
     Resp r;
     cr_assert(read_response(&c, 5, &r));
     pause_ms(500); /* idle a while first: the deadline runs from the first byte */
     const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
-    double t0 = now();
-    for (size_t k = 0; k < strlen(head) && now() - t0 < 4; k++) {
+    double t0 = monotonic_seconds();
+    for (size_t k = 0; k < strlen(head) && monotonic_seconds() - t0 < 4; k++) {
         if (send(c.fd, head + k, 1, MSG_NOSIGNAL) != 1) break;
         struct pollfd pf = {c.fd, POLLIN, 0};
         if (poll(&pf, 1, 200) > 0) break; /* the server answered */
     }
     bool whole = read_response(&c, 3, &r);
-    double took = now() - t0;
+    double took = monotonic_seconds() - t0;
     cr_expect(whole && r.status == 408 && r.closes, "408 and close: %s", r.head);
     cr_expect(took < 3, "cut %.2f s after its first byte (header timeout 1 s)", took);
     cr_expect(closed_within(&c, 3));
@@ -268,7 +246,7 @@ Test(http_keepalive, malformed_later_request_gets_a_well_formed_error, .timeout 
         {"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX", 400},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        Conn c = {.fd = dial(s.port)};
+        Conn c = {.fd = tcp_dial(s.port, 0)};
         put(c.fd, HEALTH);
         Resp r;
         cr_assert(read_response(&c, 5, &r) && r.status == 200 && !r.closes, "%zu: the first", i);
@@ -294,7 +272,7 @@ Test(http_keepalive, http10_and_connection_close_still_close, .timeout = 60) {
                           "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                           "GET /health HTTP/1.1\r\nHost: x\r\nConnection: foo, Close\r\n\r\n"};
     for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
-        Conn c = {.fd = dial(s.port)};
+        Conn c = {.fd = tcp_dial(s.port, 0)};
         put(c.fd, reqs[i]);
         Resp r;
         cr_assert(read_response(&c, 5, &r), "%zu", i);
@@ -304,7 +282,7 @@ Test(http_keepalive, http10_and_connection_close_still_close, .timeout = 60) {
     }
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
     server_start(&s, "--keep-alive-timeout 0");
-    Conn c = {.fd = dial(s.port)};
+    Conn c = {.fd = tcp_dial(s.port, 0)};
     put(c.fd, HEALTH);
     Resp r;
     cr_assert(read_response(&c, 5, &r));
@@ -318,7 +296,7 @@ Test(http_keepalive, http10_and_connection_close_still_close, .timeout = 60) {
 Test(http_keepalive, stream_then_another_request, .timeout = 60) {
     TestServer s;
     server_start(&s, "");
-    Conn c = {.fd = dial(s.port)};
+    Conn c = {.fd = tcp_dial(s.port, 0)};
     char req[512];
     completion(req, sizeof req, "{\"prompt\": \"hi\", \"max_tokens\": 4, \"stream\": true}", "");
     for (int i = 0; i < 2; i++) {
@@ -357,7 +335,7 @@ Test(http_keepalive, idle_connections_do_not_lock_out_a_new_client, .timeout = 1
     static Conn c; /* one reader at a time: each answer is read whole before the next */
     Resp r;
     for (int i = 0; i < IDLE; i++) {
-        fds[i] = dial(s.port);
+        fds[i] = tcp_dial(s.port, 0);
         put(fds[i], HEALTH);
         if (i % 200 == 199 || i == IDLE - 1) /* answers in batches: a bounded backlog */
             for (int k = i - (i % 200); k <= i; k++) {
@@ -371,11 +349,11 @@ Test(http_keepalive, idle_connections_do_not_lock_out_a_new_client, .timeout = 1
     http_free(&m);
     c = (Conn){.fd = fds[0]};
     cr_expect(closed_within(&c, 5), "the connection idle longest was closed for it");
-    double t0 = now();
-    c = (Conn){.fd = dial(s.port)};
+    double t0 = monotonic_seconds();
+    c = (Conn){.fd = tcp_dial(s.port, 0)};
     put(c.fd, HEALTH);
     cr_expect(read_response(&c, 5, &r) && r.status == 200, "and another: %s", r.head);
-    cr_expect(now() - t0 < 2, "served in %.2f s", now() - t0);
+    cr_expect(monotonic_seconds() - t0 < 2, "served in %.2f s", monotonic_seconds() - t0);
     close(c.fd);
     /* The newest idle one is still served on its connection. */
     c = (Conn){.fd = fds[IDLE - 1]};
