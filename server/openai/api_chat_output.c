@@ -45,7 +45,7 @@ json_t *api_tool_calls_json(const ChatOutputDelta *d, int first, bool stream) {
     json_t *list = json_array();
     for (int i = 0; list && i < d->num_calls; i++) {
         char id[32];
-        api_new_tool_call_id(id);
+        api_random_id(id, sizeof id, "call_");
         const ChatToolCallOut *call = &d->calls[i];
         if (!stream) {
             json_array_append_new(list, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",

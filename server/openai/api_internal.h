@@ -212,6 +212,8 @@ Route api_route_find(const char *path);
 const char *api_route_method(Route route); /* what Allow says: "GET", "POST" or "GET, DELETE" */
 bool api_route_allows(Route route, const char *method);
 ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route);
+/* prefix and 96 random bits in hex (request, call and item ids) */
+void api_random_id(char *out, size_t size, const char *prefix);
 void api_request_maybe_free(ApiRequest *r);
 
 /* api_parse.c: completions and chat fields (loop) */
@@ -220,7 +222,6 @@ int api_parse_request(ApiRequest *r, ApiError *err);
 /* api_tools.c: tools, tool_choice, parallel_tool_calls (loop, after api_parse_params) */
 int api_parse_tools(ApiRequest *r, ApiError *err);
 ChatOutputOptions api_chat_output_options(const ApiRequest *r, int prompt_index);
-void api_new_tool_call_id(char out[32]);
 
 /* api_chat_output.c: each chat choice's text through its parser (loop) */
 int api_chat_output_begin(ApiRequest *r); /* at submission: -1 out of memory */

@@ -42,6 +42,19 @@ bool api_route_allows(Route r, const char *method) {
     return r != ROUTE_NONE && strcmp(method, api_route_method(r)) == 0;
 }
 
+/* 96 random bits, as OpenAI's ids look: unguessable, not a counter. */
+void api_random_id(char *out, size_t size, const char *prefix) {
+    unsigned char rnd[12] = {0};
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        static unsigned long long counter;
+        unsigned long long x = (unsigned long long)(now_seconds() * 1e9) ^ ++counter;
+        memcpy(rnd, &x, sizeof x);
+    }
+    int o = snprintf(out, size, "%s", prefix);
+    for (size_t i = 0; i < sizeof rnd && o > 0 && (size_t)o < size; i++)
+        o += snprintf(out + o, size - (size_t)o, "%02x", rnd[i]);
+}
+
 ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route) {
     ApiRequest *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -52,15 +65,10 @@ ApiRequest *api_request_new(ApiServer *s, HttpExchange *ex, Route route) {
     r->created = (long)time(NULL);
     snprintf(r->method, sizeof r->method, "%s", http_method(ex));
     snprintf(r->path, sizeof r->path, "%s", http_path(ex));
-    /* 96 random bits, as OpenAI's ids look: unguessable, not a counter. */
-    unsigned char rnd[12] = {0};
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        static unsigned long long counter;
-        unsigned long long x = (unsigned long long)(r->t_arrival * 1e9) ^ ++counter;
-        memcpy(rnd, &x, sizeof x);
-    }
-    int o = snprintf(r->id, sizeof r->id, "%s", route == ROUTE_CHAT ? "chatcmpl-" : route == ROUTE_RESPONSES ? "resp_" : route == ROUTE_EMBEDDINGS ? "embd-" : "cmpl-");
-    for (size_t i = 0; i < sizeof rnd; i++) o += snprintf(r->id + o, sizeof r->id - (size_t)o, "%02x", rnd[i]);
+    api_random_id(r->id, sizeof r->id, route == ROUTE_CHAT        ? "chatcmpl-"
+                                       : route == ROUTE_RESPONSES  ? "resp_"
+                                       : route == ROUTE_EMBEDDINGS ? "embd-"
+                                                                   : "cmpl-");
     r->next = s->requests;
     if (s->requests) s->requests->prev = r;
     s->requests = r;

@@ -16,22 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "api_internal.h"
 #include "base/log.h"
-
-void api_responses_new_id(char *out, size_t size, const char *prefix) {
-    unsigned char rnd[12] = {0};
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        static unsigned long long counter;
-        unsigned long long x = (unsigned long long)(now_seconds() * 1e9) ^ ++counter;
-        memcpy(rnd, &x, sizeof x);
-    }
-    int o = snprintf(out, size, "%s_", prefix);
-    for (size_t i = 0; i < sizeof rnd && o > 0 && (size_t)o < size; i++)
-        o += snprintf(out + o, size - (size_t)o, "%02x", rnd[i]);
-}
 
 void api_responses_free(ResponsesState *st) {
     if (!st) return;

@@ -57,8 +57,6 @@ void api_responses_free(ResponsesState *st);
 /* A reasoning effort (Responses' reasoning.effort, chat's reasoning_effort)
  * into the chat body's chat_template_kwargs, as the template can take it. */
 int api_reasoning_effort(ApiRequest *r, json_t *chat, const json_t *effort, const char *param, ApiError *err);
-/* "<prefix>_" and 96 random bits in hex. */
-void api_responses_new_id(char *out, size_t size, const char *prefix);
 
 /* api_responses_send.c (loop) */
 void api_responses_stream_open(ApiRequest *r); /* response.created, response.in_progress */

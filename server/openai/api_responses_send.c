@@ -190,7 +190,7 @@ static void append_text(ApiRequest *r, ResponsesItem kind, const char *text, siz
     if (st->open != kind) {
         close_item(r);
         st->open = kind;
-        api_responses_new_id(st->open_id, sizeof st->open_id, kind == ITEM_REASONING ? "rs" : "msg");
+        api_random_id(st->open_id, sizeof st->open_id, kind == ITEM_REASONING ? "rs_" : "msg_");
         int index = output_index(r);
         emit(r, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", index, "item",
                                                         text_item(r, "in_progress", NULL)));
@@ -211,8 +211,8 @@ static void add_function_call(ApiRequest *r, const ChatToolCallOut *call) {
     ResponsesState *st = r->responses;
     close_item(r);
     char id[48], call_id[32];
-    api_responses_new_id(id, sizeof id, "fc");
-    api_new_tool_call_id(call_id);
+    api_random_id(id, sizeof id, "fc_");
+    api_random_id(call_id, sizeof call_id, "call_");
     int index = output_index(r);
     json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type", "function_call", "status",
                              "completed", "call_id", call_id, "name", call->name, "arguments", call->arguments);

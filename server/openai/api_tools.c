@@ -8,7 +8,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "api_internal.h"
 #include "base/log.h"
@@ -151,13 +150,3 @@ ChatOutputOptions api_chat_output_options(const ApiRequest *r, int prompt_index)
     return o;
 }
 
-void api_new_tool_call_id(char out[32]) {
-    unsigned char rnd[12] = {0};
-    static unsigned long long counter;
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        unsigned long long x = (unsigned long long)(now_seconds() * 1e9) ^ ++counter;
-        memcpy(rnd, &x, sizeof x);
-    }
-    int o = snprintf(out, 32, "call_");
-    for (size_t i = 0; i < sizeof rnd; i++) o += snprintf(out + o, 32 - (size_t)o, "%02x", rnd[i]);
-}
