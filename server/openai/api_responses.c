@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "api_internal.h"
-#include "base/log.h"
+#include "base/log.h" /* now_seconds */
 
 void api_responses_free(ResponsesState *st) {
     if (!st) return;

@@ -52,33 +52,28 @@ static json_t *usage_json(const ApiRequest *r) {
                      r->responses->reasoning_tokens, "total_tokens", r->prompt_tokens + r->completion_tokens);
 }
 
-/* v without the members given as null (not given), at any depth. */
-static json_t *without_nulls(const json_t *v) {
-    json_t *copy = json_deep_copy(v);
-    json_t *stack[64] = {copy};
-    int depth = copy ? 1 : 0;
-    while (depth > 0) {
-        json_t *at = stack[--depth];
-        const char *key;
-        json_t *member, *tmp;
-        size_t i;
-        if (json_is_object(at)) {
-            json_object_foreach_safe(at, tmp, key, member) {
-                if (json_is_null(member)) json_object_del(at, key);
-                else if (depth < 64) stack[depth++] = member;
-            }
-        } else if (json_is_array(at)) {
-            json_array_foreach(at, i, member) if (depth < 64) stack[depth++] = member;
+/* Drops the members given as null (not given), at any depth (jansson
+ * bounds a parsed document's depth). */
+static void drop_nulls_deep(json_t *v) {
+    const char *key;
+    json_t *member, *tmp;
+    size_t i;
+    if (json_is_object(v)) {
+        json_object_foreach_safe(v, tmp, key, member) {
+            if (json_is_null(member)) json_object_del(v, key);
+            else drop_nulls_deep(member);
         }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, member) drop_nulls_deep(member);
     }
-    return copy;
 }
 
 /* The request's own value of a field as the response echoes it (nulls
  * dropped: they were not given), or dflt; a new reference either way. */
 static json_t *echo(const ApiRequest *r, const char *key, json_t *dflt) {
     json_t *v = json_object_get(r->responses->request, key);
-    json_t *copy = v && !json_is_null(v) ? without_nulls(v) : NULL;
+    json_t *copy = v && !json_is_null(v) ? json_deep_copy(v) : NULL;
+    drop_nulls_deep(copy);
     if (copy) {
         json_decref(dflt);
         return copy;
@@ -304,7 +299,7 @@ void api_responses_complete(ApiRequest *r) {
         json_object_set_new(resp, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
     if (resp && r->error_message)
         json_object_set_new(resp, "error", json_pack("{s:s, s:s}", "code", "server_error", "message", r->error_message));
-    if (resp && !r->error_message && st->store) {
+    if (resp && !r->error_message && st->store && r->srv->opts.responses_store.max_entries > 0) {
         json_t *conv = conversation_after(r);
         if (!conv || response_store_put(r->srv->responses, resp, conv, now_seconds()) < 0)
             log_info("%s: out of memory: the response was not stored", r->id);
