@@ -1,0 +1,111 @@
+/*
+ * weight_format.h - how a weight matrix's values are encoded in memory.
+ *
+ * bf16 and f32 come from safetensors checkpoints; the block-quantized types
+ * come from GGUF files (llama.cpp's format, model/gguf.h) and are laid out
+ * exactly as there, so a matrix is used in place from the file: each row of
+ * `cols` values is cols / block_elems consecutive blocks, rows one after
+ * another. The structs below are written from the format's definition
+ * (ggml's block layouts are part of the GGUF file format); nothing here
+ * is a copy of ggml's code. All multi-byte fields are little-endian.
+ *
+ *   Q8_0  32 values: x = d * q                    (q int8, d f16)
+ *   Q4_K 256 values in 8 sub-blocks of 32:  x = d * sc[j] * q - dmin * m[j]
+ *        (q 4 bits; sc, m 6 bits each, packed in 12 bytes; d, dmin f16)
+ *   Q5_K as Q4_K with a fifth bit of q in qh
+ *   Q6_K 256 values in 16 sub-blocks of 16: x = d * sc[j] * (q - 32)
+ *        (q 6 bits: low 4 in ql, high 2 in qh; sc int8; d f16)
+ *   Q8_K 256 values: x = d * q (q int8, d f32) with the sum of each 16
+ *        values' q kept beside: the activations' side of the integer dot
+ *        products, never a weight.
+ *
+ * The reference functions (weight_format.c) are the definition the SIMD
+ * kernels are tested against: plain C, one value at a time.
+ */
+#ifndef NANOVLLM_WEIGHT_FORMAT_H
+#define NANOVLLM_WEIGHT_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum WeightType {
+    WEIGHT_BF16,
+    WEIGHT_F32,
+    WEIGHT_Q8_0,
+    WEIGHT_Q4_K,
+    WEIGHT_Q5_K,
+    WEIGHT_Q6_K,
+} WeightType;
+
+#define QK8_0 32
+#define QK_K 256
+
+typedef struct BlockQ8_0 {
+    uint16_t d; /* f16 */
+    int8_t qs[QK8_0];
+} BlockQ8_0;
+
+typedef struct BlockQ4K {
+    uint16_t d;    /* f16: scale of the 6-bit sub-block scales */
+    uint16_t dmin; /* f16: scale of the 6-bit sub-block mins */
+    uint8_t scales[12];
+    uint8_t qs[QK_K / 2]; /* 4-bit values, see weight_format.c for the order */
+} BlockQ4K;
+
+typedef struct BlockQ5K {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[QK_K / 8]; /* the fifth bit of each value */
+    uint8_t qs[QK_K / 2];
+} BlockQ5K;
+
+typedef struct BlockQ6K {
+    uint8_t ql[QK_K / 2];      /* low 4 bits */
+    uint8_t qh[QK_K / 4];      /* high 2 bits */
+    int8_t scales[QK_K / 16];  /* one per 16 values */
+    uint16_t d;                /* f16 */
+} BlockQ6K;
+
+typedef struct BlockQ8K {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16]; /* sum of each 16 consecutive qs */
+} BlockQ8K;
+
+_Static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(BlockQ4K) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(BlockQ5K) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(BlockQ6K) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(BlockQ8K) == 292, "Q8_K block is 292 bytes");
+
+/* Values per block (1 for bf16/f32) and bytes per block. */
+int weight_block_elems(WeightType t);
+size_t weight_block_bytes(WeightType t);
+
+/* Bytes of one row of `cols` values; 0 when cols is not a whole number of blocks. */
+size_t weight_row_bytes(WeightType t, int cols);
+
+bool weight_type_quantized(WeightType t);
+const char *weight_type_name(WeightType t); /* "bf16", "q4_k", ... */
+
+/* Reference decode of n values (n a multiple of the block) from src to dst. */
+void weight_dequantize_row(WeightType t, const void *src, float *dst, int n);
+
+/* Reference encoders (tests and fixtures build quantized matrices with
+ * them): n a multiple of the block; the choice of scales is simple
+ * (max-abs based), decoding what they write is exact by definition. */
+void weight_quantize_row(WeightType t, const float *src, void *dst, int n);
+
+/* The activations' side: n (a multiple of 256) floats to Q8_K blocks
+ * (d = max|x| / 127, q = round(x / d)), and to Q8_0 blocks for Q8_0
+ * weights (d rounded to f16 first, as the weights' own). */
+void quantize_row_q8_k(const float *x, BlockQ8K *y, int n);
+void quantize_row_q8_0(const float *x, BlockQ8_0 *y, int n);
+
+/* Reference dot product of one weight row (type t, n values) with the
+ * matching quantized activation row (Q8_0 blocks for WEIGHT_Q8_0, Q8_K for
+ * the K types), summed in the integers per block as the kernels do. */
+float weight_dot_q8_ref(WeightType t, const void *w_row, const void *x_q8, int n);
+
+#endif
