@@ -23,8 +23,7 @@
 
 #include "model_config.h"
 #include "safetensors.h"
-
-typedef enum WeightType { WEIGHT_BF16, WEIGHT_F32 } WeightType;
+#include "weight_format.h"
 
 /* A row-major [rows, cols] matrix; as in PyTorch's Linear, rows = out_features. */
 typedef struct Weight {

@@ -73,11 +73,13 @@ typedef struct BlockQ8K {
     int16_t bsums[QK_K / 16]; /* sum of each 16 consecutive qs */
 } BlockQ8K;
 
+#ifndef __cplusplus /* C11 keyword; the CUDA sources see only the layouts */
 _Static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(BlockQ4K) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(BlockQ5K) == 176, "Q5_K block is 176 bytes");
 _Static_assert(sizeof(BlockQ6K) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(BlockQ8K) == 292, "Q8_K block is 292 bytes");
+#endif
 
 /* Values per block (1 for bf16/f32) and bytes per block. */
 int weight_block_elems(WeightType t);
