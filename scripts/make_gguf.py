@@ -375,7 +375,7 @@ def check_config(c):
 
 def plan_tensors(c, st, qtype):
     """[(gguf name, ggml ne, type, [hf names])]; several HF names are experts stacked."""
-    H, L = c["hidden_size"], c["num_hidden_layers"]
+    L = c["num_hidden_layers"]
     tied = c.get("tie_word_embeddings", False)
     plan = []
 
