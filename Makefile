@@ -55,10 +55,41 @@ TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 # committed a second time (21 MB).
 EMBED_FIXTURE   = tests/fixtures/tiny-qwen3-embedding
 EMBED_GENERATED = $(EMBED_FIXTURE)/model.safetensors $(EMBED_FIXTURE)/tokenizer.json
-all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a $(EMBED_GENERATED)
+
+# The GGUF fixtures: the tiny-gguf and tiny-gguf-moe presets (seed 0) written by
+# scripts/make_gguf.py in each tensor type, each X.gguf with X.ref beside it: the
+# float64 reference (scripts/qwen3_ref.py) of exactly the weights X.gguf holds, at
+# every position of a fixed 12-token prompt, and its 16 greedy tokens (the layout is
+# in make_gguf.py's docstring). Generated, byte for byte the same each time; the
+# decoded F32 folders they come from are deleted (160 MB each).
+GGUF_FIXTURE   = tests/fixtures/tiny-qwen3-gguf
+GGUF_TYPES     = q8_0 q4_k q5_k q6_k bf16 mix
+GGUF_MOE_TYPES = q4_k q8_0
+GGUF_GENERATED = $(foreach t,$(GGUF_TYPES),$(GGUF_FIXTURE)/$(t).gguf $(GGUF_FIXTURE)/$(t).ref) \
+                 $(foreach t,$(GGUF_MOE_TYPES),$(GGUF_FIXTURE)/moe-$(t).gguf $(GGUF_FIXTURE)/moe-$(t).ref)
+GGUF_TMP       = $(BUILD)/gguf-fixture-src
+
+all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a $(EMBED_GENERATED) $(GGUF_GENERATED)
 
 $(EMBED_GENERATED) &: scripts/make_random_qwen3.py tests/fixtures/tiny-qwen3/tokenizer.json
 	scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out $(EMBED_FIXTURE) > /dev/null
+
+$(GGUF_GENERATED) &: scripts/make_gguf.py scripts/qwen3_ref.py scripts/make_random_qwen3.py \
+                     tests/fixtures/tiny-qwen3/tokenizer.json tests/fixtures/tiny-qwen3/tokenizer_config.json
+	@rm -rf $(GGUF_TMP) && mkdir -p $(GGUF_FIXTURE)
+	scripts/make_random_qwen3.py --preset tiny-gguf --seed 0 --out $(GGUF_TMP)/dense > /dev/null
+	scripts/make_random_qwen3.py --preset tiny-gguf-moe --seed 0 --out $(GGUF_TMP)/moe > /dev/null
+	for t in $(GGUF_TYPES); do \
+	    scripts/make_gguf.py --model $(GGUF_TMP)/dense --name tiny-qwen3-gguf --type $$t \
+	        --out $(GGUF_FIXTURE)/$$t.gguf --ref-out $(GGUF_TMP)/ref \
+	        --ref-logits $(GGUF_FIXTURE)/$$t.ref > /dev/null || exit 1; \
+	done
+	for t in $(GGUF_MOE_TYPES); do \
+	    scripts/make_gguf.py --model $(GGUF_TMP)/moe --name tiny-qwen3-gguf-moe --type $$t \
+	        --out $(GGUF_FIXTURE)/moe-$$t.gguf --ref-out $(GGUF_TMP)/ref \
+	        --ref-logits $(GGUF_FIXTURE)/moe-$$t.ref > /dev/null || exit 1; \
+	done
+	rm -rf $(GGUF_TMP)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -84,7 +115,7 @@ $(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcriterion $(LDLIBS) -o $@
 
 # Tests find the binary through NANOVLLM_BIN and the fixtures relative to here.
-test: layers $(BUILD)/test_nanovllm $(BUILD)/nanovllm $(EMBED_GENERATED)
+test: layers $(BUILD)/test_nanovllm $(BUILD)/nanovllm $(EMBED_GENERATED) $(GGUF_GENERATED)
 	NANOVLLM_BIN=$(BUILD)/nanovllm $(BUILD)/test_nanovllm $(TEST_ARGS)
 
 layers:

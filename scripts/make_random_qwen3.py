@@ -9,6 +9,8 @@ Usage (from the repository root):
     scripts/make_random_qwen3.py --preset qwen3-30b-a3b --out DIR  # ~61 GB, GPU machines only
     scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out tests/fixtures/tiny-qwen3-embedding
     scripts/make_random_qwen3.py --preset qwen3-0.6b-embedding --out DIR  # Qwen3-Embedding-0.6B's shape
+    scripts/make_random_qwen3.py --preset tiny-gguf --seed 0 --out DIR      # GGUF fixtures' source
+    scripts/make_random_qwen3.py --preset tiny-gguf-moe --seed 0 --out DIR  # (see scripts/make_gguf.py)
 
 It needs nothing but numpy and the tokenizer files of tests/fixtures/tiny-qwen3, so it
 runs from a bare checkout: `make bench` (scripts/bench_cpu.sh), scripts/bench_cpu_decode.sh
@@ -107,6 +109,16 @@ PRESETS = {
                      max_window_layers=3, num_attention_heads=4, num_key_value_heads=2,
                      head_dim=128, num_experts=16, num_experts_per_tok=4,
                      moe_intermediate_size=48, mlp_only_layers=[1], tie_word_embeddings=False),
+    # GGUF fixtures (scripts/make_gguf.py): every matrix's row length a multiple of 256, as
+    # the K-quants need; tied embeddings
+    "tiny-gguf": {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+                  "max_window_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+                  "head_dim": 128},
+    # its MoE twin: layer 0 dense (mlp_only_layers), layer 1 8 experts, 2 per token; lm_head untied
+    "tiny-gguf-moe": dict(MOE, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                          max_window_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                          head_dim=128, num_experts=8, num_experts_per_tok=2,
+                          moe_intermediate_size=256, mlp_only_layers=[0], tie_word_embeddings=False),
 }
 
 
