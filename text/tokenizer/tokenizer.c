@@ -299,7 +299,7 @@ static int check_rest(Tokenizer *t, json_t *doc, Error *err) {
  * (an added token's text goes through the ByteLevel decoder too: mapped
  * back to bytes when all its characters are in the byte alphabet, else
  * its UTF-8 as is). */
-static int build_id_tables(Tokenizer *t, Error *err) {
+int tokenizer_build_id_tables(Tokenizer *t, Error *err) {
     int32_t size = t->bpe.num_ids;
     for (size_t i = 0; i < t->added.count; i++)
         if (t->added.tokens[i].id >= size) size = t->added.tokens[i].id + 1;
@@ -375,7 +375,7 @@ static int load_tokenizer_json(Tokenizer *t, const char *path, Error *err) {
     if (rc == 0) rc = load_pre_tokenizer(t, json_object_get(doc, "pre_tokenizer"), err);
     if (rc == 0) rc = check_rest(t, doc, err);
     if (rc == 0) rc = added_tokens_build(&t->added, t->nfc, err);
-    if (rc == 0) rc = build_id_tables(t, err);
+    if (rc == 0) rc = tokenizer_build_id_tables(t, err);
     json_decref(doc);
     munmap(text, size);
     return rc ? error_prefix(err, "%s", path) : 0;
@@ -485,7 +485,7 @@ static int load_config(Tokenizer *t, const char *dir, Error *err) {
 
 /* ---- public ---- */
 
-Tokenizer *tokenizer_load(const char *model_dir, int model_vocab_size, Error *err) {
+Tokenizer *tokenizer_new(Error *err) {
     Tokenizer *t = calloc(1, sizeof *t);
     StatePool *pool = calloc(1, sizeof *pool);
     if (!t || !pool || pthread_mutex_init(&pool->lock, NULL) != 0) {
@@ -495,17 +495,26 @@ Tokenizer *tokenizer_load(const char *model_dir, int model_vocab_size, Error *er
         return NULL;
     }
     t->pool = pool;
+    t->eos_id = t->pad_id = t->bos_id = -1;
     unicode_props_init();
+    return t;
+}
+
+int tokenizer_fit_model_vocab(Tokenizer *t, int model_vocab_size, const char *source, Error *err) {
+    t->model_vocab_size = model_vocab_size > 0 ? model_vocab_size : t->size;
+    if (t->model_vocab_size < t->size)
+        return error_set(err, "%s has token ids up to %d but the model's vocabulary has only %d rows",
+                         source, t->size - 1, t->model_vocab_size);
+    return 0;
+}
+
+Tokenizer *tokenizer_load(const char *model_dir, int model_vocab_size, Error *err) {
+    Tokenizer *t = tokenizer_new(err);
+    if (!t) return NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    if (load_tokenizer_json(t, path, err) || load_config(t, model_dir, err)) {
-        tokenizer_free(t);
-        return NULL;
-    }
-    t->model_vocab_size = model_vocab_size > 0 ? model_vocab_size : t->size;
-    if (t->model_vocab_size < t->size) {
-        error_set(err, "%s has token ids up to %d but the model's vocabulary has only %d rows",
-                  path, t->size - 1, t->model_vocab_size);
+    if (load_tokenizer_json(t, path, err) || load_config(t, model_dir, err) ||
+        tokenizer_fit_model_vocab(t, model_vocab_size, path, err)) {
         tokenizer_free(t);
         return NULL;
     }

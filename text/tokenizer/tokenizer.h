@@ -107,6 +107,37 @@ const json_t *tokenizer_special_token_strings(const Tokenizer *t);
  * the hand-written splitter knows it. Call before any encode. */
 int tokenizer_use_pcre2(Tokenizer *t, Error *err);
 
+/* ---- tokenizer from tables (GGUF) ------------------------------------------ */
+
+/* A tokenizer given as tables (a GGUF file's tokenizer.ggml.* keys) instead of tokenizer.json. */
+typedef struct TokenizerText { const char *p; size_t len; } TokenizerText;
+typedef enum TokenKind { TOKEN_KIND_NORMAL = 1, TOKEN_KIND_UNKNOWN = 2, TOKEN_KIND_CONTROL = 3,
+                         TOKEN_KIND_USER_DEFINED = 4, TOKEN_KIND_UNUSED = 5, TOKEN_KIND_BYTE = 6 } TokenKind;
+typedef struct TokenizerVocab {
+    TokenizerText model;          /* tokenizer.ggml.model: only "gpt2" (byte-level BPE) */
+    TokenizerText pre;            /* tokenizer.ggml.pre: "qwen2" (Qwen2/2.5/3's pre-tokenizer); others refused by name */
+    const TokenizerText *tokens;  /* tokenizer.ggml.tokens: id -> token text as tokenizer.json writes it ("Ġhello") */
+    const int32_t *token_types;   /* tokenizer.ggml.token_type, TokenKind per id; NULL: all normal */
+    int num_tokens;
+    const TokenizerText *merges;  /* tokenizer.ggml.merges: "a b" */
+    int num_merges;
+    int32_t bos_id, eos_id, pad_id; /* tokenizer.ggml.{bos,eos,padding}_token_id; -1 absent */
+    bool add_bos, add_eos;          /* tokenizer.ggml.add_{bos,eos}_token */
+    TokenizerText chat_template;    /* tokenizer.chat_template; p NULL when absent */
+} TokenizerVocab;
+
+/* The same Tokenizer tokenizer_load gives for the tokenizer.json these
+ * tables were converted from (llama.cpp's convert_hf_to_gguf.py): NORMAL
+ * tokens are the BPE vocabulary, CONTROL and USER_DEFINED tokens added
+ * tokens (CONTROL ones special), UNUSED ids ("[PAD<id>]") holes that
+ * decode to nothing; UNKNOWN is BPE's unknown token (at most one); BYTE is
+ * refused. bos/eos/pad become tokenizer_bos_id() etc. and the special
+ * token strings; add_bos/add_eos make tokenizer_add_special_tokens put
+ * them around the text. model_vocab_size as in tokenizer_load. Anything
+ * else or out of range is an error naming the key. The tables are copied:
+ * v may be freed once this returns. */
+Tokenizer *tokenizer_load_vocab(const TokenizerVocab *v, int model_vocab_size, Error *err);
+
 /* ---- detokenizer --------------------------------------------------------- */
 
 /*

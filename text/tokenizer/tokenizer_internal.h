@@ -1,7 +1,8 @@
 /*
  * tokenizer_internal.h - the Tokenizer struct, shared by the files that
- * implement tokenizer.h: tokenizer.c (loading, lookups), tokenizer_encode.c
- * and detokenizer.c. Nothing outside them includes this.
+ * implement tokenizer.h: tokenizer.c (loading, lookups), tokenizer_vocab.c
+ * (loading from tables), tokenizer_encode.c and detokenizer.c. Nothing
+ * outside them includes this.
  */
 #ifndef NANOVLLM_TOKENIZER_INTERNAL_H
 #define NANOVLLM_TOKENIZER_INTERNAL_H
@@ -49,5 +50,15 @@ struct Tokenizer {
 };
 
 void tokenizer_free_states(StatePool *pool);
+
+/* The steps tokenizer_load (tokenizer.c) and tokenizer_load_vocab
+ * (tokenizer_vocab.c) share. tokenizer_new: an empty tokenizer (no special
+ * ids) for tokenizer_free. tokenizer_build_id_tables: the per-id tables,
+ * once the BPE model and the added tokens are complete. tokenizer_fit_model_vocab:
+ * sets the model's size (0: the tokenizer's own), an error naming source
+ * when the tokenizer has more ids. */
+Tokenizer *tokenizer_new(Error *err);
+int tokenizer_build_id_tables(Tokenizer *t, Error *err);
+int tokenizer_fit_model_vocab(Tokenizer *t, int model_vocab_size, const char *source, Error *err);
 
 #endif
