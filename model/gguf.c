@@ -339,7 +339,8 @@ static int read_tensor_info(Reader *r, GgufTensor *t, uint64_t *offset, Error *e
     if (!too_big) bytes = blocks * TENSOR_TYPES[type].block_bytes;
     for (int d = 1; d < GGUF_MAX_DIMS; d++) {
         if (too_big || elems > INT64_MAX / t->ne[d] || bytes > SIZE_MAX / (uint64_t)t->ne[d]) {
-            error_set(err, "the shape [%lld, %lld, %lld, %lld] holds more elements than fit in 64 bits",
+            error_set(err, "the shape [%lld, %lld, %lld, %lld] is too large (its element or byte count "
+                           "overflows 64 bits)",
                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
             goto fail;
         }
