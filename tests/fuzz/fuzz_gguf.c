@@ -24,7 +24,7 @@ static volatile uint8_t sink;
 static void touch(const uint8_t *data, size_t size, const void *p, uint64_t n) {
     if (n == 0) return;
     const uint8_t *b = p;
-    if (b < data || n > size || b + n > data + size) abort();
+    if (b < data || n > size || (size_t)(b - data) > size - n) abort();
     sink ^= b[0];
     sink ^= b[n - 1];
 }
