@@ -155,7 +155,7 @@ STRUCTURED_FUZZ_SRC = $(wildcard structured/*.c text/tokenizer/*.c) $(FUZZ_BASE)
 TOOL_CALLS_FUZZ_SRC = $(wildcard chat/tool_calls/*.c) $(STRUCTURED_FUZZ_SRC)
 CHAT_OUTPUT_FUZZ_SRC = $(wildcard chat/chat_output*.c) $(TOOL_CALLS_FUZZ_SRC)
 FUZZ_SRC  = $(wildcard text/jinja/*.c) chat/chat_template.c $(TOOL_CALLS_FUZZ_SRC)
-fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured build-fuzz/fuzz_chat_output
+fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured build-fuzz/fuzz_chat_output build-fuzz/fuzz_gguf
 
 build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR) $(wildcard chat/*.h chat/tool_calls/*.h structured/*.h)
 	@mkdir -p $(dir $@)
@@ -172,6 +172,10 @@ build-fuzz/fuzz_structured: tests/fuzz/fuzz_structured.c $(STRUCTURED_FUZZ_SRC) 
 build-fuzz/fuzz_chat_output: tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) $(FUZZ_HDR) $(wildcard chat/*.h chat/tool_calls/*.h structured/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
+
+build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c model/gguf.c model/gguf.h $(FUZZ_BASE) $(FUZZ_HDR)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf.c model/gguf.c $(FUZZ_BASE) -lm -o $@
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -91,7 +91,7 @@ typedef struct GgufKv {
     /* Scalars (numbers and bools) are read with gguf_get_*; a string is
      * `str`; an array is `arr_type` x `arr_count` starting at `arr_data`
      * (for GGUF_STRING arrays, each element is a u64 length then bytes:
-     * walk them with gguf_array_string). */
+     * each is in arr_strings, checked). */
     const void *value; /* the raw scalar bytes */
     GgufString str;
     GgufValueType arr_type;
