@@ -9,7 +9,7 @@
 #   make asan         the same suite under AddressSanitizer + UBSan (CPU only)
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
 #   make docker-test  build the CPU container image with podman, run it, check it serves
-#   make fuzz         libFuzzer targets: build-fuzz/fuzz_tokenizer, fuzz_jinja, fuzz_structured,
+#   make fuzz         libFuzzer targets: build-fuzz/fuzz_tokenizer, fuzz_jinja, fuzz_structured, fuzz_gguf,
 #                     fuzz_chat_output (clang-14)
 #   CUDA=0            build without the CUDA sources even when nvcc is present
 #

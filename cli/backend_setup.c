@@ -70,13 +70,20 @@ static void log_model(const ModelWeights *w, const char *model_dir) {
         snprintf(arch, sizeof arch, "Qwen3 MoE (%d of %d layers sparse: %d experts, %d per token)",
                  sparse, c->num_layers, c->num_experts, c->num_experts_per_tok);
     }
+    char encodings[160];
+    if (w->gguf.map) { /* a GGUF file mixes encodings: say which */
+        char counts[128];
+        model_weights_encodings(w, counts, sizeof counts);
+        snprintf(encodings, sizeof encodings, "GGUF matrices: %s", counts);
+    } else {
+        snprintf(encodings, sizeof encodings, "%s",
+                 w->dummy ? "dummy bf16, seed 0" : c->torch_dtype[0] ? c->torch_dtype : "dtype not stated");
+    }
     log_info("model %s: %s, %d layers, hidden %d, %d/%d heads x %d, vocab %d; %.3gB parameters, "
              "%.3gB active per token; %.3g GB of weights (%s), %.3g GB read per decode token",
              model_dir, arch, c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads,
              c->head_dim, c->vocab_size, size.total_params / 1e9, size.active_params / 1e9,
-             model_weights_bytes(w) / 1e9,
-             w->dummy ? "dummy bf16, seed 0" : c->torch_dtype[0] ? c->torch_dtype : "dtype not stated",
-             size.bytes_per_token / 1e9);
+             model_weights_bytes(w) / 1e9, encodings, size.bytes_per_token / 1e9);
 }
 
 int loaded_model_open(LoadedModel *m, const char *model_dir, const RunnerOptions *opts,

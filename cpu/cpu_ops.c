@@ -235,6 +235,11 @@ int argmax(const float *x, int n) {
 
 void embed_row(float *out, const Weight *embed, int id) {
     size_t off = (size_t)id * (size_t)embed->cols;
+    if (weight_type_quantized(embed->type)) { /* one row per token: the reference decode */
+        const char *row = (const char *)embed->data + (size_t)id * weight_row_bytes(embed->type, embed->cols);
+        weight_dequantize_row(embed->type, row, out, embed->cols);
+        return;
+    }
     if (embed->type == WEIGHT_F32) {
         memcpy(out, (const float *)embed->data + off, sizeof(float) * (size_t)embed->cols);
         return;

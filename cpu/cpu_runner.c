@@ -508,7 +508,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
              "cpu (%d threads, %s kernels, OpenBLAS %s), %s matmul inputs, %s weights %s, %s KV cache",
              o.num_threads, cpu_isa_name(cpu_isa_active()), cpu_matmul_blas_core(),
              o.dtype == COMPUTE_BF16 ? "bf16" : "float32",
-             model->embed_tokens.type == WEIGHT_BF16 ? "bf16" : "f32",
+             weight_type_name(model->layers[0].q_proj.type),
              r->weights.memory ? "in huge pages" : "mapped in place",
              r->kv_bf16 ? "bf16" : "float32");
     return &r->base;

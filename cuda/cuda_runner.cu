@@ -683,6 +683,11 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
         return NULL;
     }
     o.dtype = COMPUTE_BF16;
+    if (model->gguf.map) {
+        error_set(err, "GGUF files run on the CPU backend only for now (the CUDA runner reads "
+                       "Hugging Face bf16 weights); use --device cpu");
+        return NULL;
+    }
     CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);
     if (!r) {
         error_set(err, "out of memory");

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf_model.h"
+
 /* Reads an integer field into *out. A missing field is an error when
  * required, else *out keeps its default. Bounds keep every size product in
  * the forward pass far from overflow. */
@@ -315,6 +317,7 @@ static char *read_small_file(const char *path, bool *missing, Error *err) {
 }
 
 int model_config_load(ModelConfig *cfg, const char *model_dir, Error *err) {
+    if (gguf_is_file(model_dir)) return model_config_load_gguf(cfg, model_dir, err);
     char path[4096];
     bool missing;
     snprintf(path, sizeof path, "%s/config.json", model_dir);

@@ -50,7 +50,8 @@ typedef struct ModelConfig {
     unsigned char sparse_layer[MODEL_MAX_LAYERS]; /* 1: the layer's MLP is the experts */
 } ModelConfig;
 
-/* Reads DIR/config.json and, when present, DIR/generation_config.json. */
+/* Reads DIR/config.json and, when present, DIR/generation_config.json; or,
+ * when DIR is a GGUF file, its metadata (gguf_model.h). */
 int model_config_load(ModelConfig *cfg, const char *model_dir, Error *err);
 
 /* Same, from a config.json text already in memory (gen_text may be NULL). */

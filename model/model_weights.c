@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "dummy_weights.h"
+#include "gguf_model.h"
 #include "base/half.h"
 
 static void *own(ModelWeights *w, size_t bytes, Error *err) {
@@ -91,6 +92,23 @@ static int checkpoint_vector(ModelWeights *w, const char *name, int n, const flo
     return 0;
 }
 
+/* n f32 or f16 values from src (any alignment) into an owned f32 buffer. */
+static float *widen_to_f32(ModelWeights *w, const void *src, size_t n, bool f16, Error *err) {
+    float *f = own(w, n * sizeof(float), err);
+    if (!f) return NULL;
+    const uint8_t *p = src;
+    for (size_t i = 0; i < n; i++) {
+        if (!f16) {
+            memcpy(&f[i], p + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            f[i] = f16_to_f32(h);
+        }
+    }
+    return f;
+}
+
 /* bf16 and f32 matrices are used in place when aligned to their element size;
  * f16 (and anything misaligned) is converted into an owned buffer. */
 static int checkpoint_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
@@ -119,20 +137,57 @@ static int checkpoint_matrix(ModelWeights *w, const char *name, int rows, int co
         out->data = t->data;
         return 0;
     }
-    float *f = own(w, n * sizeof(float), err);
-    if (!f) return -1;
-    const uint8_t *src = t->data;
-    for (size_t i = 0; i < n; i++) {
-        if (t->dtype == DTYPE_F32) {
-            memcpy(&f[i], src + 4 * i, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            f[i] = f16_to_f32(h);
+    out->data = widen_to_f32(w, t->data, n, t->dtype == DTYPE_F16, err);
+    return out->data ? 0 : -1;
+}
+
+/* ---- GGUF files: the same tensors under their GGUF names (gguf_model.h) ---- */
+
+static int gguf_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
+    GgufSlice s;
+    if (gguf_model_find(&w->gguf, name, n, 0, &s, err)) return -1;
+    if (s.type != GGUF_TYPE_F32 && s.type != GGUF_TYPE_F16 && s.type != GGUF_TYPE_BF16)
+        return error_set(err, "tensor '%s' is %s; a norm must be f32, f16 or bf16", s.gguf_name,
+                         gguf_type_name(s.type));
+    float *v = own(w, sizeof(float) * (size_t)n, err);
+    if (!v) return -1;
+    const uint8_t *src = s.data;
+    for (int i = 0; i < n; i++) {
+        uint16_t h;
+        if (s.type == GGUF_TYPE_F32) {
+            memcpy(&v[i], src + 4 * i, 4);
+            continue;
         }
+        memcpy(&h, src + 2 * i, 2);
+        v[i] = s.type == GGUF_TYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
     }
-    out->data = f;
+    *out = v;
     return 0;
+}
+
+/* Quantized, bf16 and f32 matrices are used in place (the data section is
+ * aligned); f16 is widened to f32 as from safetensors. */
+static int gguf_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
+                       Error *err) {
+    GgufSlice s;
+    if (gguf_model_find(&w->gguf, name, rows, cols, &s, err)) return -1;
+    *out = (Weight){.data = s.data, .rows = rows, .cols = cols};
+    switch (s.type) {
+    case GGUF_TYPE_BF16: out->type = WEIGHT_BF16; return 0;
+    case GGUF_TYPE_F32: out->type = WEIGHT_F32; return 0;
+    case GGUF_TYPE_Q8_0: out->type = WEIGHT_Q8_0; return 0;
+    case GGUF_TYPE_Q4_K: out->type = WEIGHT_Q4_K; return 0;
+    case GGUF_TYPE_Q5_K: out->type = WEIGHT_Q5_K; return 0;
+    case GGUF_TYPE_Q6_K: out->type = WEIGHT_Q6_K; return 0;
+    case GGUF_TYPE_F16:
+        out->type = WEIGHT_F32;
+        out->data = widen_to_f32(w, s.data, (size_t)rows * (size_t)cols, true, err);
+        return out->data ? 0 : -1;
+    default:
+        return error_set(err, "tensor '%s' is %s; supported types: f32, f16, bf16, q8_0, q4_K, "
+                              "q5_K, q6_K (Q4_K_M, Q5_K_M, Q6_K and Q8_0 files)",
+                         s.gguf_name, gguf_type_name(s.type));
+    }
 }
 
 /* ---- dummies: the same tensors from (seed, name) ---- */
@@ -155,11 +210,13 @@ static void dummy_matrix(ModelWeights *w, const char *name, int rows, int cols, 
 }
 
 static int source_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
-    return w->dummy ? dummy_vector(w, name, n, out, err) : checkpoint_vector(w, name, n, out, err);
+    if (w->dummy) return dummy_vector(w, name, n, out, err);
+    return w->gguf.map ? gguf_vector(w, name, n, out, err) : checkpoint_vector(w, name, n, out, err);
 }
 
 static int source_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
                          Error *err) {
+    if (w->gguf.map) return gguf_matrix(w, name, rows, cols, out, err);
     if (!w->dummy) return checkpoint_matrix(w, name, rows, cols, out, err);
     dummy_matrix(w, name, rows, cols, out);
     return 0;
@@ -257,10 +314,23 @@ int model_weights_load_dummy(ModelWeights *w, const ModelConfig *cfg, uint64_t s
     return rc;
 }
 
-int model_weights_load(ModelWeights *w, const char *model_dir, Error *err) {
+static int load_gguf(ModelWeights *w, const char *path, Error *err) {
+    memset(w, 0, sizeof *w);
+    int rc = gguf_open(&w->gguf, path, err);
+    if (rc == 0) rc = model_config_from_gguf(&w->config, &w->gguf, err);
+    if (rc == 0) rc = load_tensors(w, err);
+    if (rc) {
+        error_prefix(err, "%s", path);
+        model_weights_free(w);
+    }
+    return rc;
+}
+
+int model_weights_load(ModelWeights *w, const char *model_path, Error *err) {
+    if (gguf_is_file(model_path)) return load_gguf(w, model_path, err);
     ModelConfig cfg;
-    if (model_config_load(&cfg, model_dir, err)) return -1;
-    return model_weights_load_with_config(w, &cfg, model_dir, err);
+    if (model_config_load(&cfg, model_path, err)) return -1;
+    return model_weights_load_with_config(w, &cfg, model_path, err);
 }
 
 void model_weights_free(ModelWeights *w) {
@@ -269,11 +339,38 @@ void model_weights_free(ModelWeights *w) {
     free(w->layers);
     free(w->experts);
     safetensors_close(&w->checkpoint);
+    gguf_close(&w->gguf);
     memset(w, 0, sizeof *w);
 }
 
 size_t weight_bytes(const Weight *m) {
-    return (size_t)m->rows * (size_t)m->cols * (m->type == WEIGHT_BF16 ? 2 : 4);
+    return (size_t)m->rows * weight_row_bytes(m->type, m->cols);
+}
+
+/* n bytes at p, which lies inside path's mapping at map, read with pread. */
+static int read_from_file(const char *path, const void *map, const void *p, size_t n, void *dst,
+                          Error *err) {
+    size_t off = (size_t)((uintptr_t)p - (uintptr_t)map);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return error_set(err, "cannot reopen %s: %s", path, strerror(errno));
+    size_t done = 0;
+    while (done < n) {
+        ssize_t got = pread(fd, (char *)dst + done, n - done, (off_t)(off + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int e = got < 0 ? errno : EIO;
+            close(fd);
+            return error_set(err, "cannot read %s: %s", path, strerror(e));
+        }
+        done += (size_t)got;
+    }
+    close(fd);
+    return 0;
+}
+
+static bool inside(const void *map, size_t size, const void *p, size_t n) {
+    uintptr_t base = (uintptr_t)map, at = (uintptr_t)p;
+    return map && at >= base && at - base <= size && n <= size - (at - base);
 }
 
 int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst, Error *err) {
@@ -283,27 +380,13 @@ int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst,
         for (size_t i = 0; i < n / 2; i++) out[i] = dummy_bf16(dummy_value(w->key, i, w->amplitude));
         return 0;
     }
-    uintptr_t p = (uintptr_t)w->data;
     for (int i = 0; i < m->checkpoint.num_files; i++) {
         const MappedFile *f = &m->checkpoint.files[i];
-        uintptr_t base = (uintptr_t)f->map;
-        if (p < base || p - base > f->size || n > f->size - (p - base)) continue;
-        int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return error_set(err, "cannot reopen %s: %s", f->path, strerror(errno));
-        size_t done = 0;
-        while (done < n) {
-            ssize_t got = pread(fd, (char *)dst + done, n - done, (off_t)(p - base + done));
-            if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) {
-                int e = got < 0 ? errno : EIO;
-                close(fd);
-                return error_set(err, "cannot read %s: %s", f->path, strerror(e));
-            }
-            done += (size_t)got;
-        }
-        close(fd);
-        return 0;
+        if (inside(f->map, f->size, w->data, n))
+            return read_from_file(f->path, f->map, w->data, n, dst, err);
     }
+    if (m->gguf.path && inside(m->gguf.map, m->gguf.size, w->data, n))
+        return read_from_file(m->gguf.path, m->gguf.map, w->data, n, dst, err);
     memcpy(dst, w->data, n); /* converted at load time: not in any file */
     return 0;
 }
@@ -346,30 +429,57 @@ size_t model_weights_bytes(const ModelWeights *w) {
     return bytes;
 }
 
+/* Bytes per decode token count each matrix in its own encoding (a GGUF
+ * file mixes them), the norms as float32 and one embedding row. */
 ModelSize model_weights_size(const ModelWeights *w) {
     const ModelConfig *c = &w->config;
-    double per_param = w->embed_tokens.type == WEIGHT_BF16 ? 2 : 4;
-    double embed = (double)w->embed_tokens.rows * w->embed_tokens.cols;
-    double head = model_weights_tied(w) ? 0 : (double)w->lm_head.rows * w->lm_head.cols;
-    ModelSize s = {embed + head, (double)w->embed_tokens.cols + (double)w->lm_head.rows * w->lm_head.cols, 0};
+    const Weight *embed = &w->embed_tokens, *head = &w->lm_head;
+    double embed_params = (double)embed->rows * embed->cols;
+    double head_params = (double)head->rows * head->cols;
+    ModelSize s = {embed_params + (model_weights_tied(w) ? 0 : head_params), embed->cols + head_params,
+                   (double)weight_row_bytes(embed->type, embed->cols) + (double)weight_bytes(head)};
     Weight *mats[model_layer_max_matrices(c)];
     for (int l = 0; l < c->num_layers; l++) {
         int n = model_layer_matrices(c, &w->layers[l], mats);
-        double total = 0, norms = 2.0 * c->hidden_size + 2.0 * c->head_dim;
-        for (int i = 0; i < n; i++) total += (double)mats[i]->rows * mats[i]->cols;
+        double total = 0, bytes = 0, norms = 2.0 * c->hidden_size + 2.0 * c->head_dim;
+        for (int i = 0; i < n; i++) {
+            total += (double)mats[i]->rows * mats[i]->cols;
+            bytes += (double)weight_bytes(mats[i]);
+        }
         double active = total;
         if (w->layers[l].experts) { /* only k of the experts */
             const ExpertWeights *x = &w->layers[l].experts[0];
-            double expert = (double)x->gate_proj.rows * x->gate_proj.cols +
-                            (double)x->up_proj.rows * x->up_proj.cols +
-                            (double)x->down_proj.rows * x->down_proj.cols;
-            active -= expert * (c->num_experts - c->num_experts_per_tok);
+            double unused = c->num_experts - c->num_experts_per_tok;
+            active -= unused * ((double)x->gate_proj.rows * x->gate_proj.cols +
+                                (double)x->up_proj.rows * x->up_proj.cols +
+                                (double)x->down_proj.rows * x->down_proj.cols);
+            bytes -= unused * (double)(weight_bytes(&x->gate_proj) + weight_bytes(&x->up_proj) +
+                                       weight_bytes(&x->down_proj));
         }
         s.total_params += total + norms;
         s.active_params += active + norms;
+        s.bytes_per_token += bytes + 4 * norms;
     }
     s.total_params += c->hidden_size;
     s.active_params += c->hidden_size;
-    s.bytes_per_token = s.active_params * per_param;
+    s.bytes_per_token += 4.0 * c->hidden_size;
     return s;
+}
+
+void model_weights_encodings(const ModelWeights *w, char *out, size_t size) {
+    const ModelConfig *c = &w->config;
+    int count[WEIGHT_Q6_K + 1] = {0};
+    count[w->embed_tokens.type]++;
+    if (!model_weights_tied(w)) count[w->lm_head.type]++;
+    Weight *mats[model_layer_max_matrices(c)];
+    for (int l = 0; l < c->num_layers; l++) {
+        int n = model_layer_matrices(c, &w->layers[l], mats);
+        for (int i = 0; i < n; i++) count[mats[i]->type]++;
+    }
+    size_t used = 0;
+    out[0] = '\0';
+    for (int t = 0; t <= WEIGHT_Q6_K && used < size; t++)
+        if (count[t])
+            used += (size_t)snprintf(out + used, size - used, "%s%d %s", used ? ", " : "", count[t],
+                                     weight_type_name((WeightType)t));
 }

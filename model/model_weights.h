@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gguf.h"
 #include "model_config.h"
 #include "safetensors.h"
 #include "weight_format.h"
@@ -57,6 +58,7 @@ typedef struct LayerWeights {
 typedef struct ModelWeights {
     ModelConfig config;
     Safetensors checkpoint;
+    Gguf gguf; /* a GGUF file's mapping (gguf.map NULL for a Hugging Face folder) */
     Weight embed_tokens; /* [vocab, hidden] */
     Weight lm_head;      /* [vocab, hidden]; == embed_tokens when tied */
     const float *final_norm;
@@ -76,7 +78,7 @@ typedef struct ModelSize {
     double bytes_per_token;
 } ModelSize;
 
-/* Loads DIR/config.json and the checkpoint in DIR. */
+/* Loads DIR/config.json and the checkpoint in DIR, or a GGUF file (gguf_model.h). */
 int model_weights_load(ModelWeights *w, const char *model_dir, Error *err);
 
 /* Same with a config already parsed (tests build odd configs). */
@@ -102,7 +104,10 @@ int model_layer_max_matrices(const ModelConfig *cfg);
 /* Whether lm_head is the embedding matrix itself. */
 bool model_weights_tied(const ModelWeights *w);
 
-/* Bytes of one matrix as stored (bf16 or f32). */
+/* "196 q4_k, 57 q6_k": how many matrices each encoding holds (for the log). */
+void model_weights_encodings(const ModelWeights *w, char *out, size_t size);
+
+/* Bytes of one matrix as stored (weight_row_bytes per row). */
 size_t weight_bytes(const Weight *w);
 
 /* Copies matrix w's bytes into dst. A matrix that lives in the checkpoint
