@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli_args.h"
 #include "commands.h"
@@ -29,6 +28,7 @@
 #include "chat/chat_template.h"
 #include "chat/chat_output.h"
 #include "backend_setup.h"
+#include "engine/model_tokenizer.h"
 
 static const char USAGE[] =
     "usage: nanovllm generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --chat FILE) [options]\n";
@@ -174,11 +174,8 @@ static void on_output(const EngineOutput *o, void *user) {
 
 /* The tokenizer: needed for --prompt, used for "text" when the folder has one. */
 static Tokenizer *open_tokenizer(const GenerateArgs *a, int vocab, Error *err) {
-    char path[4096];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/tokenizer.json", a->model_dir);
-    if (!a->prompt_text && !a->chat_file && stat(path, &st) != 0) return NULL;
-    return tokenizer_load(a->model_dir, vocab, err);
+    if (!a->prompt_text && !a->chat_file && !model_has_tokenizer(a->model_dir)) return NULL;
+    return model_tokenizer_load(a->model_dir, vocab, err);
 }
 
 static int encode_prompt(const Tokenizer *tok, const char *text, int32_t **prompt, int *len,

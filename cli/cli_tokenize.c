@@ -22,6 +22,9 @@
 #include "chat/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 #include "cli/bench/bench_tokenizer.h"
+#include "engine/model_tokenizer.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
 
 static const char USAGE[] =
     "usage: nanovllm tokenize --model DIR [--chat [--chat-template FILE|TEXT]] [--json] < input\n";
@@ -115,6 +118,9 @@ static int parse_args(int argc, char **argv, TokenizeArgs *a, Error *err) {
 /* The model's embedding rows from config.json, or 0 (the tokenizer's size)
  * when the folder has no readable config.json: tokenizing needs no weights. */
 static int model_vocab_size(const char *dir) {
+    ModelConfig gguf_config;
+    Error ignored;
+    if (gguf_is_file(dir)) return model_config_load(&gguf_config, dir, &ignored) ? 0 : gguf_config.vocab_size;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_t *cfg = json_load_file(path, 0, NULL);
@@ -243,7 +249,7 @@ int command_tokenize(int argc, char **argv) {
         return 2;
     }
     double t0 = now_seconds();
-    Tokenizer *t = tokenizer_load(a.model_dir, model_vocab_size(a.model_dir), &err);
+    Tokenizer *t = model_tokenizer_load(a.model_dir, model_vocab_size(a.model_dir), &err);
     if (!t || (a.pcre2 && tokenizer_use_pcre2(t, &err))) {
         fprintf(stderr, "nanovllm tokenize: %s\n", err.msg);
         tokenizer_free(t);

@@ -33,6 +33,7 @@
 #include "base/log.h"
 #include "structured/constraint.h"
 #include "text/tokenizer/tokenizer.h"
+#include "engine/model_tokenizer.h"
 
 #define COMPILE_RUNS 5            /* fresh compiles timed, at most... */
 #define COMPILE_BUDGET_SECONDS 3.0 /* ...and at least 3 once this much time is spent */
@@ -440,7 +441,7 @@ static void compare_generation(Engine *e, const StructuredBenchConfig *c, Constr
 int bench_structured(Engine *e, const StructuredBenchConfig *c, Error *err) {
     const ModelConfig *mc = engine_model_config(e);
     double t0 = now_seconds();
-    Tokenizer *tok = tokenizer_load(c->model_dir, mc->vocab_size, err);
+    Tokenizer *tok = model_tokenizer_load(c->model_dir, mc->vocab_size, err);
     if (!tok) return -1;
     TokenVocab *v = token_vocab_new(tok, mc->vocab_size, err);
     double vocab_ms = (now_seconds() - t0) * 1e3;

@@ -26,6 +26,7 @@
 #include "text/tokenizer/pretokenizer.h"
 #include "text/tokenizer/unicode9_assigned.h"
 #include "text/tokenizer/utf8.h"
+#include "engine/model_tokenizer.h"
 
 /* ---- deterministic text ---- */
 
@@ -375,7 +376,7 @@ int bench_tokenizer(const Tokenizer *t, const char *model_dir, const TokenizerBe
     double load_ms[LOADS];
     for (int i = 0; i < LOADS; i++) {
         double t0 = now_seconds();
-        Tokenizer *again = tokenizer_load(model_dir, tokenizer_model_vocab_size(t), err);
+        Tokenizer *again = model_tokenizer_load(model_dir, tokenizer_model_vocab_size(t), err);
         load_ms[i] = (now_seconds() - t0) * 1e3;
         if (!again) return -1;
         tokenizer_free(again);

@@ -25,6 +25,8 @@
 #include "base/log.h"
 #include "server/http/tcp_drain.h"
 #include "server/webui/webui.h"
+#include "engine/model_tokenizer.h"
+#include "model/gguf.h"
 
 /* After the grace period, how long the final events may take to reach clients. */
 #define SHUTDOWN_FLUSH_SECONDS 2.0
@@ -264,7 +266,7 @@ static void load_run(uv_work_t *w) {
         log_info("embeddings: %s pooling%s (%s); generation endpoints off", pooling_mode_name(s->pooling.mode),
                  s->pooling.normalize ? ", L2-normalised" : ", not normalised",
                  s->pooling.from_folder ? "from modules.json" : "--runner pooling's default");
-    s->tok = tokenizer_load(s->opts.model_dir, c->vocab_size, &s->load_err);
+    s->tok = model_tokenizer_load(s->opts.model_dir, c->vocab_size, &s->load_err);
     s->engine = s->tok ? engine_create(&s->model.weights, s->model.runner, &s->load_err) : NULL;
     if (!s->engine) {
         s->load_rc = -1;
@@ -400,10 +402,11 @@ int api_server_run(const ApiServerOptions *opts, Error *err) {
     struct stat st;
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s/config.json", opts->model_dir);
-    if (stat(cfg, &st) != 0) {
+    if (stat(cfg, &st) != 0 && !gguf_is_file(opts->model_dir)) {
         response_store_free(s->responses);
         free(s);
-        return error_set(err, "%s: no config.json (is this a Hugging Face model folder?)", opts->model_dir);
+        return error_set(err, "%s: no config.json (is this a Hugging Face model folder or a GGUF file?)",
+                         opts->model_dir);
     }
     HttpHandlers handlers = {on_request, on_closed, on_dropped};
     HttpServerOptions ho = {opts->host,          opts->port,          opts->max_body_bytes,
