@@ -21,6 +21,7 @@
 #include "cpu_matmul.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 
 #include "cpu_matmul_amx.h"
 #include "cpu_matmul_bf16.h"
+#include "cpu_matmul_quant.h"
 #include "cpu_matmul_small.h"
 #include "cpu_simd.h"
 #include "base/half.h"
@@ -81,6 +83,13 @@
 /* Weight rows per AMX task (a multiple of 32, the kernel's block). */
 #define AMX_TASK_ROWS 128
 
+/* Weight rows per task of the quantized kernels: as the float32 GEMM (at
+ * 1 row, k/v_proj's 1024 rows make 4 tasks for 2 threads). */
+#define QUANT_ROWS_PER_TASK 256
+
+/* Activation rows per task when quantizing a large input in parallel. */
+#define QUANT_INPUT_ROWS_PER_TASK 16
+
 /* Weight rows per widened panel: 128 rows x K=3072 x 4 bytes = 1.5 MiB, in L2. */
 #define PANEL_ROWS 128
 
@@ -106,6 +115,11 @@ struct CpuMatmul {
     int input_rows;   /* rows of `inputs` */
     MatmulTask *tasks;
     int max_tasks;
+    /* Quantized weights: the current input quantized once per call, as Q8_0
+     * and as Q8_K blocks (a q/k/v group may mix Q8_0 and K types), room for
+     * max_rows rows of max_cols (rounded up to a block). */
+    void *xq[2];
+    int xq_cols; /* max_cols rounded up to 256 */
 };
 
 typedef void (*RowsKernel)(float *y, int ldy, const float *x, int ldx, int M, const void *w, int K,
@@ -356,6 +370,13 @@ static void blas_task(const MatmulJob *j, const MatmulTask *t, int thread) {
                 0.0f, j->ys[t->wi] + t->n0, N);
 }
 
+/* Rows [n0, n1) of a quantized weight against the job's quantized input. */
+static void quant_task(const MatmulJob *j, const MatmulTask *t) {
+    const Weight *w = j->ws[t->wi];
+    quant_gemm(j->isa, w->type, w->data, w->cols, j->mm->xq[quant_act_type(w->type)], j->M,
+               j->ys[t->wi], w->rows, t->n0, t->n1);
+}
+
 static void matmul_task(void *ctx, int task, int thread) {
     const MatmulJob *j = ctx;
     const MatmulTask *t = &j->tasks[task];
@@ -370,6 +391,7 @@ static void matmul_task(void *ctx, int task, int thread) {
                    j->ws[t->wi], t->n0, t->n1);
         break;
     case MATMUL_BLAS: blas_task(j, t, thread); break;
+    case MATMUL_QUANT: quant_task(j, t); break;
     default: rows_task(j, t); break;
     }
 }
@@ -382,7 +404,8 @@ static void pack_task(void *ctx, int group, int thread) {
 
 /* Weight rows per task of each strategy. */
 static int rows_per_task(MatmulStrategy s) {
-    return s == MATMUL_AMX    ? AMX_TASK_ROWS
+    return s == MATMUL_AMX      ? AMX_TASK_ROWS
+           : s == MATMUL_QUANT ? QUANT_ROWS_PER_TASK
            : s == MATMUL_BLAS ? PANEL_ROWS
            : s == MATMUL_GEMM ? GEMM_ROWS_PER_TASK
                               : GEMV_ROWS_PER_TASK;
@@ -397,6 +420,7 @@ static int amx_tokens_per_task(int K) {
 }
 
 MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
+    if (weight_type_quantized(w->type)) return MATMUL_QUANT;
     if (M > AMX_MIN_ROWS && isa >= CPU_ISA_AMX && amx_supports(w)) return MATMUL_AMX;
     if (small_gemm_kernel(isa, w->type)) {
         if (M < GEMM_MIN_ROWS) return MATMUL_ROWS;
@@ -477,13 +501,102 @@ static void run_bf16(CpuMatmul *mm, const float *x, int M, const Weight *const *
     }
 }
 
+/* ---- quantized weights ---- */
+
+typedef struct QuantInputJob {
+    CpuIsa isa;
+    QuantActType a;
+    const float *x;
+    int M, K;
+    void *xq;
+} QuantInputJob;
+
+static void quant_input_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const QuantInputJob *j = ctx;
+    int m0 = task * QUANT_INPUT_ROWS_PER_TASK;
+    int rows = j->M - m0 < QUANT_INPUT_ROWS_PER_TASK ? j->M - m0 : QUANT_INPUT_ROWS_PER_TASK;
+    quant_act_rows(j->isa, j->a, j->x + (size_t)m0 * j->K, j->K, rows, j->K,
+                   (uint8_t *)j->xq + (size_t)m0 * quant_act_row_bytes(j->a, j->K));
+}
+
+/* Quantized weights sharing the input x: it is quantized once per block
+ * format the weights need (in parallel when large), max_rows rows at a
+ * time, then every weight's rows are split into tasks as the other
+ * strategies' are. Any strategy asked for runs as MATMUL_QUANT, and bf16
+ * inputs do not apply: the activations are rounded to 8 bits per block
+ * anyway, rounding them to bf16 first would only add error. A weight the
+ * kernels cannot take (K not a whole number of blocks, or wider than the
+ * scratch) gets NaN outputs rather than a read out of bounds. */
+static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
+                      float *const *ys, int count, CpuIsa isa) {
+    int K = ws[0]->cols, rows_max = mm->max_rows > 0 ? mm->max_rows : 1;
+    const Weight *ok[MAX_SHARED];
+    float *oky[MAX_SHARED];
+    int n = 0;
+    bool need[2] = {false, false};
+    for (int i = 0; i < count; i++) {
+        const Weight *w = ws[i];
+        QuantActType a = quant_act_type(w->type);
+        if (w->cols != K || K > mm->xq_cols || weight_row_bytes(w->type, K) == 0 ||
+            quant_act_row_bytes(a, K) == 0) {
+            for (size_t k = 0; k < (size_t)M * w->rows; k++) ys[i][k] = NAN;
+            continue;
+        }
+        need[a] = true;
+        ok[n] = w;
+        oky[n++] = ys[i];
+    }
+    if (n == 0) return;
+    for (int m0 = 0; m0 < M; m0 += rows_max) {
+        int rows = M - m0 < rows_max ? M - m0 : rows_max;
+        const float *xc = x + (size_t)m0 * K;
+        for (int a = 0; a < 2; a++) {
+            if (!need[a]) continue;
+            QuantInputJob qj = {isa, (QuantActType)a, xc, rows, K, mm->xq[a]};
+            int tasks = (rows + QUANT_INPUT_ROWS_PER_TASK - 1) / QUANT_INPUT_ROWS_PER_TASK;
+            if (tasks > 1) thread_pool_run(mm->pool, tasks, quant_input_task, &qj);
+            else quant_act_rows(isa, (QuantActType)a, xc, K, rows, K, mm->xq[a]);
+        }
+        float *yc[MAX_SHARED];
+        for (int i = 0; i < n; i++) yc[i] = oky[i] + (size_t)m0 * ok[i]->rows;
+        MatmulJob job = {mm, NULL, rows, ok, yc, MATMUL_QUANT, isa, {NULL, NULL}, mm->tasks, NULL,
+                         NULL};
+        run_tasks(mm, &job, n, QUANT_ROWS_PER_TASK, rows);
+    }
+}
+
+/* Splits a list of weights into its quantized ones and the others
+ * (bf16/f32), keeping their outputs beside them; returns how many are
+ * quantized (the first q of qw), the others in pw. */
+static int split_quantized(const Weight *const *ws, float *const *ys, int count, const Weight **qw,
+                           float **qy, const Weight **pw, float **py, int *np) {
+    int nq = 0;
+    *np = 0;
+    for (int i = 0; i < count; i++) {
+        if (weight_type_quantized(ws[i]->type)) {
+            qw[nq] = ws[i];
+            qy[nq++] = ys[i];
+        } else {
+            pw[*np] = ws[i];
+            py[(*np)++] = ys[i];
+        }
+    }
+    return nq;
+}
+
 static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, float *const *ys,
                 int count, MatmulStrategy strategy, CpuIsa isa) {
     if (M <= 0 || count <= 0) return;
     for (; count > MAX_SHARED; count -= MAX_SHARED, ws += MAX_SHARED, ys += MAX_SHARED)
         run(mm, x, M, ws, ys, MAX_SHARED, strategy, isa);
-    if (mm->bf16_inputs) run_bf16(mm, x, M, ws, ys, count, strategy, isa);
-    else run_f32(mm, x, M, ws, ys, count, strategy, isa);
+    const Weight *qw[MAX_SHARED], *pw[MAX_SHARED];
+    float *qy[MAX_SHARED], *py[MAX_SHARED];
+    int np, nq = split_quantized(ws, ys, count, qw, qy, pw, py, &np);
+    if (nq > 0) run_quant(mm, x, M, qw, qy, nq, isa);
+    if (np == 0) return;
+    if (mm->bf16_inputs) run_bf16(mm, x, M, pw, py, np, strategy, isa);
+    else run_f32(mm, x, M, pw, py, np, strategy, isa);
 }
 
 /* ---- grouped products, each with its own input ---- */
@@ -540,7 +653,11 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
             ys[same] = groups[i + same].y;
             same++;
         }
-        run_f32(mm, g->x, g->M, ws, ys, same, MATMUL_AUTO, isa);
+        const Weight *qw[8], *pw[8];
+        float *qy[8], *py[8];
+        int np, nq = split_quantized(ws, ys, same, qw, qy, pw, py, &np);
+        if (nq > 0) run_quant(mm, g->x, g->M, qw, qy, nq, isa);
+        if (np > 0) run_f32(mm, g->x, g->M, pw, py, np, MATMUL_AUTO, isa);
         i += same;
     }
     GroupedJob job = {groups,
@@ -593,6 +710,7 @@ const char *matmul_strategy_name(MatmulStrategy s) {
     case MATMUL_BLAS: return "blas";
     case MATMUL_AMX: return "amx";
     case MATMUL_GEMM: return "gemm";
+    case MATMUL_QUANT: return "quant";
     default: return "auto";
     }
 }
@@ -624,6 +742,16 @@ CpuMatmul *cpu_matmul_create(ThreadPool *pool, int max_rows, int max_cols, Error
         mm->inputs = aligned_alloc(64, (bytes + 63) / 64 * 64);
         ok = mm->inputs != NULL;
     }
+    if (ok) {
+        /* Room for the widest input as Q8_0 and as Q8_K blocks. */
+        mm->xq_cols = (max_cols + QK_K - 1) / QK_K * QK_K;
+        size_t rows = (size_t)(max_rows > 0 ? max_rows : 1);
+        for (int a = 0; ok && a < 2; a++) {
+            size_t bytes = rows * quant_act_row_bytes((QuantActType)a, mm->xq_cols > 0 ? mm->xq_cols : QK_K);
+            mm->xq[a] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            ok = mm->xq[a] != NULL;
+        }
+    }
     if (ok && amx_available()) {
         mm->packed = aligned_alloc(64, amx_packed_elems(max_rows, max_cols) * sizeof(uint16_t) + 64);
         ok = mm->packed != NULL;
@@ -650,6 +778,8 @@ void cpu_matmul_destroy(CpuMatmul *mm) {
     free(mm->panels);
     free(mm->packed);
     free(mm->inputs);
+    free(mm->xq[0]);
+    free(mm->xq[1]);
     free(mm->tasks);
     free(mm);
 }

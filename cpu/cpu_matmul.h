@@ -16,6 +16,13 @@
  *    our tasks so that only one thread pool runs.
  * All four compute in float32; they differ only in summation order.
  *
+ * Block-quantized weights (GGUF's Q8_0, Q4_K, Q5_K, Q6_K) take a fifth,
+ * "quant" (cpu_matmul_quant.h), at every M: the input is quantized to 8 bits
+ * per block once per call (shared by all the weights of a multi call) and
+ * multiplied in integers by register-tiled kernels. A forced strategy does
+ * not apply to them, nor do bf16 inputs (8-bit activations are coarser than
+ * bf16 already). A list may mix quantized and plain weights.
+ *
  * With bf16 inputs (--dtype bfloat16) every activation is first rounded to
  * bf16; where the CPU has AVX512-BF16 one more kernel multiplies bf16 pairs
  * directly for every M (cpu_matmul_bf16.h) except where AMX would run,
@@ -38,7 +45,8 @@ typedef enum MatmulStrategy {
     MATMUL_ROWS,
     MATMUL_BLAS,
     MATMUL_AMX,
-    MATMUL_GEMM
+    MATMUL_GEMM,
+    MATMUL_QUANT /* block-quantized weights (cpu_matmul_quant.h); their only strategy */
 } MatmulStrategy;
 
 /* max_rows: the largest M; max_cols: the largest K (W.cols) that will be passed. */

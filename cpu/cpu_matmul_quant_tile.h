@@ -1,0 +1,367 @@
+/*
+ * cpu_matmul_quant_tile.h - the x86 tile kernels of cpu_matmul_quant.h, as
+ * a template: hand-written, included once per SIMD level by
+ * cpu_matmul_quant_avx2.c and cpu_matmul_quant_avx512.c, which define
+ *   QT        the functions' target attribute ("avx2,fma", ...)
+ *   QMR       activation rows per tile at most (4 x QMR int32 accumulators
+ *             must fit the registers: 2 of AVX2's 16, 4 of AVX-512's 32)
+ *   QGEMM     the name of the one exported function, quant_gemm_<level>
+ * Deliberately no include guard.
+ *
+ * A tile is 4 weight rows (QNR) x MR activation rows over the whole K. Per
+ * 32 values: each weight row's 32 quants are unpacked to unsigned bytes
+ * once (Q8_0: |w|, the sign moving to the activation) and multiplied with
+ * every activation row of the tile by vpmaddubsw (u8 x s8 pairs -> s16),
+ * then vpmaddwd by the sub-block's scale (-> s32, exact: at most 2 x 63 x
+ * 127 x 128 per pair) into one int32 accumulator per (row, row) pair. At
+ * the end of a block (256 values, Q8_0: 32) the four accumulators of one
+ * activation row are summed across lanes together (3 vphaddd), which gives
+ * that activation row's 4 outputs side by side in one vector: scaled by the
+ * four weight rows' d times the activation's d and added to a float
+ * accumulator that is finally stored as 4 consecutive outputs. The Q4_K/Q5_K
+ * mins come from the activation's bsums (sum of the quants per 16), the Q6_K
+ * offset of 32 likewise, so no subtraction touches the 256 values.
+ *
+ * A strip past the last weight row (N not a multiple of 4) repeats the last
+ * row and drops the extra outputs; MR takes every value 1..QMR (one compiled
+ * tile each), so no activation row is computed twice.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_matmul_quant.h"
+#include "cpu_simd.h"
+
+#define QFN static inline __attribute__((always_inline, target(QT)))
+#define QTILE static __attribute__((noinline, target(QT)))
+#define QUNROLL _Pragma("GCC unroll 8")
+
+#ifndef QUANT_TILE_COMMON
+#define QUANT_TILE_COMMON
+/* Weight rows per strip. */
+#define QNR 4
+/* Software prefetch distance on a strip's weight rows (bytes ahead in each
+ * row; past a row's end it moves to the next strip's row, as the bf16 GEMM's
+ * wrap() does). */
+#define QPF 2048
+/* Activation rows per pass over a task's weight rows: 64 rows of Q8_K at
+ * K = 3072 are 219 KiB, which stay in L2 while every strip sweeps them. */
+#define QMB 64
+/* Offsets inside a BlockQ8K: d, then the 256 quants, then the 16 bsums. */
+#define Q8K_QS 4
+#define Q8K_BSUMS 260
+
+/* weight_block_bytes, constant-folded where t is. */
+static inline size_t weight_block_bytes_const(WeightType t) {
+    return t == WEIGHT_Q8_0 ? sizeof(BlockQ8_0)
+           : t == WEIGHT_Q4_K ? sizeof(BlockQ4K)
+           : t == WEIGHT_Q5_K ? sizeof(BlockQ5K)
+                              : sizeof(BlockQ6K);
+}
+
+/* f16 to f32 as q_f16x4 below, one value (an activation block's d). */
+static inline float f16_scalar(uint16_t h) {
+    uint32_t mag = (uint32_t)(h & 0x7fff) << 13, sign = (uint32_t)(h & 0x8000) << 16;
+    float f;
+    memcpy(&f, &mag, sizeof f);
+    f *= 0x1p112f;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    bits |= sign;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+#endif
+
+/* f16 to f32 for four values without F16C (cpu_isa does not check for it):
+ * the magnitude's bits moved into a float and multiplied by 2^112 rebias the
+ * exponent exactly, subnormals included. Weights are finite. */
+QFN __m128 q_f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+    __m128i h = _mm_setr_epi32(a, b, c, d);
+    __m128i mag = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x7fff)), 13);
+    __m128i sign = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
+    __m128 f = _mm_mul_ps(_mm_castsi128_ps(mag), _mm_castsi128_ps(_mm_set1_epi32(0x77800000)));
+    return _mm_or_ps(f, _mm_castsi128_ps(sign));
+}
+
+/* The lane sums of a, b, c, d as one vector [sum a, sum b, sum c, sum d]. */
+QFN __m128i q_reduce4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+QFN __m128i q_reduce4x128(__m128i a, __m128i b, __m128i c, __m128i d) {
+    return _mm_hadd_epi32(_mm_hadd_epi32(a, b), _mm_hadd_epi32(c, d));
+}
+
+QFN __m256i q_low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+QFN __m256i q_high4(__m256i v) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+}
+
+/* 16-bit shifts by a count that is constant once the chunk loop is unrolled;
+ * a negative count shifts right. */
+QFN __m256i q_shift16(__m256i v, int left) {
+    return left >= 0 ? _mm256_slli_epi16(v, left) : _mm256_srli_epi16(v, -left);
+}
+
+/* Values 32c..32c+31 of a K-type block as unsigned bytes (Q6_K: q + 32). */
+QFN __m256i q_unpack(WeightType t, const uint8_t *blk, int c) {
+    if (t == WEIGHT_Q6_K) {
+        /* 128-value halves; in each, ql[0..31] holds chunks 0 (low nibbles)
+         * and 2 (high), ql[32..63] chunks 1 and 3, and qh byte l bits
+         * 2q..2q+1 the top two bits of value l of chunk q. */
+        const BlockQ6K *x = (const BlockQ6K *)blk;
+        int half = c >> 2, q = c & 3;
+        __m256i l = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * half + 32 * (q & 1)));
+        __m256i h = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * half));
+        __m256i lo = q < 2 ? q_low4(l) : q_high4(l);
+        __m256i hi = _mm256_and_si256(q_shift16(h, 4 - 2 * q), _mm256_set1_epi8(0x30));
+        return _mm256_or_si256(lo, hi);
+    }
+    /* Q4_K/Q5_K: qs[32p..32p+31] holds chunk 2p (low nibbles) and 2p+1
+     * (high); Q5_K's bit c of qh[l] is the fifth bit of value l of chunk c. */
+    const uint8_t *qs = t == WEIGHT_Q4_K ? ((const BlockQ4K *)blk)->qs : ((const BlockQ5K *)blk)->qs;
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c >> 1)));
+    __m256i q = (c & 1) ? q_high4(v) : q_low4(v);
+    if (t == WEIGHT_Q5_K) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)((const BlockQ5K *)blk)->qh);
+        q = _mm256_or_si256(q, _mm256_and_si256(q_shift16(h, 4 - c), _mm256_set1_epi8(0x10)));
+    }
+    return q;
+}
+
+/* Q4_K/Q5_K's 12 bytes of 6-bit scales and mins as int16: out[0..7] the
+ * scales, out[8..15] the mins. Bytes 0-3 and 4-7 hold scales and mins 0-3
+ * in their low 6 bits and the top 2 bits of 4-7 in their high 2; bytes
+ * 8-11 hold the low 4 bits of scales (low nibble) and mins (high) 4-7. */
+QFN void q_k_scales(const uint8_t *s, int16_t out[16]) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    uint32_t sc_hi = (u2 & 0x0f0f0f0f) | ((u0 >> 2) & 0x30303030);
+    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 2) & 0x30303030);
+    __m128i v = _mm_setr_epi32((int)(u0 & 0x3f3f3f3f), (int)sc_hi, (int)(u1 & 0x3f3f3f3f), (int)mn_hi);
+    _mm256_storeu_si256((__m256i *)out, _mm256_cvtepu8_epi16(v));
+}
+
+/* One K-type tile: y[i * ldy + j] for i < MR, j < nvalid. */
+QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, int nb,
+                      const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
+    const size_t bs = weight_block_bytes_const(t);
+    __m128 facc[QMR];
+    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) blk[j] = wr[j] + (size_t)b * bs;
+        if (pf) {
+            size_t off = (size_t)b * bs + QPF;
+            if (off >= wrb) off += (QNR - 1) * wrb;
+            QUNROLL for (int j = 0; j < QNR; j++)
+                QUNROLL for (size_t l = 0; l < bs + 63; l += 64) prefetch_l2(wr[j] + off + l);
+        }
+        /* Per weight row: its scales (and mins) and d (and dmin). */
+        int16_t scl[QNR][16];
+        __m256i s6[QNR], s6lo[QNR], s6hi[QNR];
+        uint16_t dh[QNR], dmh[QNR] = {0};
+        QUNROLL for (int j = 0; j < QNR; j++) {
+            if (t == WEIGHT_Q6_K) {
+                const BlockQ6K *x = (const BlockQ6K *)blk[j];
+                dh[j] = x->d;
+                s6[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+                /* Dwords (s_k, s_k): [s0-3 | s8-11] and [s4-7 | s12-15]. */
+                s6lo[j] = _mm256_unpacklo_epi16(s6[j], s6[j]);
+                s6hi[j] = _mm256_unpackhi_epi16(s6[j], s6[j]);
+            } else {
+                const BlockQ4K *x = (const BlockQ4K *)blk[j]; /* Q5_K starts alike */
+                dh[j] = x->d;
+                dmh[j] = x->dmin;
+                q_k_scales(x->scales, scl[j]);
+            }
+        }
+        __m128 dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
+        __m128 dmv = q_f16x4(dmh[0], dmh[1], dmh[2], dmh[3]);
+        __m256i acc[QMR][QNR];
+        QUNROLL for (int i = 0; i < MR; i++)
+            QUNROLL for (int j = 0; j < QNR; j++) acc[i][j] = _mm256_setzero_si256();
+        QUNROLL for (int c = 0; c < 8; c++) {
+            __m256i av[QMR];
+            QUNROLL for (int i = 0; i < MR; i++)
+                av[i] = _mm256_loadu_si256(
+                    (const __m256i *)(xr[i] + (size_t)b * sizeof(BlockQ8K) + Q8K_QS + 32 * c));
+            QUNROLL for (int j = 0; j < QNR; j++) {
+                __m256i wv = q_unpack(t, blk[j], c);
+                __m256i sv;
+                if (t == WEIGHT_Q6_K) {
+                    /* Sub-blocks 2c (low 128 bits) and 2c+1 (high). */
+                    int base = (c & 1) * 2 + (c >> 2) * 4;
+                    sv = _mm256_permutevar8x32_epi32(
+                        ((c >> 1) & 1) ? s6hi[j] : s6lo[j],
+                        _mm256_setr_epi32(base, base, base, base, base + 1, base + 1, base + 1, base + 1));
+                } else {
+                    sv = _mm256_set1_epi16(scl[j][c]);
+                }
+                QUNROLL for (int i = 0; i < MR; i++)
+                    acc[i][j] = _mm256_add_epi32(
+                        acc[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av[i]), sv));
+            }
+        }
+        QUNROLL for (int i = 0; i < MR; i++) {
+            const uint8_t *xb = xr[i] + (size_t)b * sizeof(BlockQ8K);
+            float dx;
+            memcpy(&dx, xb, sizeof dx);
+            __m128 dxv = _mm_set1_ps(dx);
+            if (t == WEIGHT_Q6_K) {
+                /* sum sc_j (q - 32) a = sum sc_j q a - 32 sum_j sc_j bsum_j */
+                __m256i bsum = _mm256_loadu_si256((const __m256i *)(xb + Q8K_BSUMS));
+                QUNROLL for (int j = 0; j < QNR; j++)
+                    acc[i][j] = _mm256_sub_epi32(acc[i][j],
+                                                 _mm256_slli_epi32(_mm256_madd_epi16(s6[j], bsum), 5));
+            }
+            __m128i sum = q_reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            facc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(dv, dxv), facc[i]);
+            if (t != WEIGHT_Q6_K) {
+                /* Minus dmin * m_j * (sum of the activation's quants in sub-block j). */
+                __m128i bp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(xb + Q8K_BSUMS)),
+                                            _mm_loadu_si128((const __m128i *)(xb + Q8K_BSUMS + 16)));
+                __m128i m[QNR];
+                QUNROLL for (int j = 0; j < QNR; j++)
+                    m[j] = _mm_madd_epi16(_mm_loadu_si128((const __m128i *)&scl[j][8]), bp);
+                __m128i msum = q_reduce4x128(m[0], m[1], m[2], m[3]);
+                facc[i] = _mm_fnmadd_ps(_mm_cvtepi32_ps(msum), _mm_mul_ps(dmv, dxv), facc[i]);
+            }
+        }
+    }
+    QUNROLL for (int i = 0; i < MR; i++) {
+        if (nvalid == QNR) {
+            _mm_storeu_ps(y + (size_t)i * ldy, facc[i]);
+        } else {
+            float out[4];
+            _mm_storeu_ps(out, facc[i]);
+            memcpy(y + (size_t)i * ldy, out, sizeof(float) * (size_t)nvalid);
+        }
+    }
+}
+
+/* One Q8_0 tile: blocks of 32 with one f16 scale each, on both sides. */
+QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, size_t wrb, int nb,
+                         const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
+    const size_t bs = sizeof(BlockQ8_0);
+    __m128 facc[QMR];
+    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) blk[j] = wr[j] + (size_t)b * bs;
+        if (pf && (b & 1) == 0) {
+            size_t off = (size_t)b * bs + QPF;
+            if (off >= wrb) off += (QNR - 1) * wrb;
+            QUNROLL for (int j = 0; j < QNR; j++) prefetch_l2(wr[j] + off);
+        }
+        uint16_t dh[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], blk[j], 2);
+        __m128 dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
+        __m256i av[QMR];
+        QUNROLL for (int i = 0; i < MR; i++)
+            av[i] = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
+        __m256i acc[QMR][QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(blk[j] + 2));
+            __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
+            QUNROLL for (int i = 0; i < MR; i++)
+                acc[i][j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(av[i], w)), ones);
+        }
+        QUNROLL for (int i = 0; i < MR; i++) {
+            uint16_t xh;
+            memcpy(&xh, xr[i] + (size_t)b * bs, 2);
+            __m128i sum = q_reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            facc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(dv, _mm_set1_ps(f16_scalar(xh))),
+                                   facc[i]);
+        }
+    }
+    QUNROLL for (int i = 0; i < MR; i++) {
+        if (nvalid == QNR) {
+            _mm_storeu_ps(y + (size_t)i * ldy, facc[i]);
+        } else {
+            float out[4];
+            _mm_storeu_ps(out, facc[i]);
+            memcpy(y + (size_t)i * ldy, out, sizeof(float) * (size_t)nvalid);
+        }
+    }
+}
+
+/* One compiled tile per (type, MR): the loops above unroll fully only with
+ * both constant. */
+#define Q_TILES(MR)                                                                               \
+    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+                                const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
+        q_tile_q8_0(MR, wr, wrb, nb, xr, y, ldy, nv, pf);                                       \
+    }                                                                                            \
+    QTILE void q_tile_q4_k_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+                                const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
+        q_tile_k(WEIGHT_Q4_K, MR, wr, wrb, nb, xr, y, ldy, nv, pf);                             \
+    }                                                                                            \
+    QTILE void q_tile_q5_k_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+                                const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
+        q_tile_k(WEIGHT_Q5_K, MR, wr, wrb, nb, xr, y, ldy, nv, pf);                             \
+    }                                                                                            \
+    QTILE void q_tile_q6_k_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+                                const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
+        q_tile_k(WEIGHT_Q6_K, MR, wr, wrb, nb, xr, y, ldy, nv, pf);                             \
+    }
+
+typedef void (*QTileFn)(const uint8_t *const *wr, size_t wrb, int nb, const uint8_t *const *xr,
+                        float *y, int ldy, int nv, int pf);
+
+Q_TILES(1)
+Q_TILES(2)
+#if QMR >= 4
+Q_TILES(3)
+Q_TILES(4)
+#endif
+
+/* [type - WEIGHT_Q8_0][MR - 1] */
+static const QTileFn q_tiles[4][QMR] = {
+#if QMR >= 4
+    {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3, q_tile_q8_0_4},
+    {q_tile_q4_k_1, q_tile_q4_k_2, q_tile_q4_k_3, q_tile_q4_k_4},
+    {q_tile_q5_k_1, q_tile_q5_k_2, q_tile_q5_k_3, q_tile_q5_k_4},
+    {q_tile_q6_k_1, q_tile_q6_k_2, q_tile_q6_k_3, q_tile_q6_k_4},
+#else
+    {q_tile_q8_0_1, q_tile_q8_0_2},
+    {q_tile_q4_k_1, q_tile_q4_k_2},
+    {q_tile_q5_k_1, q_tile_q5_k_2},
+    {q_tile_q6_k_1, q_tile_q6_k_2},
+#endif
+};
+
+/* quant_gemm at this level (cpu_matmul_quant.h's contract; t quantized,
+ * K a whole number of blocks, checked by the caller). Loop order: QMB
+ * activation rows at a time (they stay in L2), then the task's weight rows
+ * QNR at a time (a strip is read from memory once per QMB rows and stays in
+ * L1 for its tiles), then the tiles of up to QMR activation rows. */
+void QGEMM(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy, int n0,
+           int n1) {
+    size_t wrb = weight_row_bytes(t, K);
+    size_t xrb = quant_act_row_bytes(quant_act_type(t), K);
+    int nb = K / weight_block_elems(t);
+    const QTileFn *tiles = q_tiles[t - WEIGHT_Q8_0];
+    const uint8_t *wb = w, *xb = xq;
+    for (int mb = 0; mb < M; mb += QMB) {
+        int me = M - mb < QMB ? M : mb + QMB;
+        for (int n = n0; n < n1; n += QNR) {
+            int nv = n1 - n < QNR ? n1 - n : QNR;
+            const uint8_t *wr[QNR];
+            for (int j = 0; j < QNR; j++) wr[j] = wb + (size_t)(n + (j < nv ? j : nv - 1)) * wrb;
+            for (int m = mb; m < me;) {
+                int r = me - m < QMR ? me - m : QMR;
+                const uint8_t *xr[QMR];
+                for (int i = 0; i < QMR; i++) xr[i] = xb + (size_t)(m + (i < r ? i : r - 1)) * xrb;
+                tiles[r - 1](wr, wrb, nb, xr, y + (size_t)m * ldy + n, ldy, nv, m == mb);
+                m += r;
+            }
+        }
+    }
+}

@@ -1,0 +1,17 @@
+/*
+ * cpu_matmul_quant_x86.h - the x86 levels of quant_gemm (cpu_matmul_quant.h),
+ * each in its own file compiled from cpu_matmul_quant_tile.h.
+ */
+#ifndef NANOVLLM_CPU_MATMUL_QUANT_X86_H
+#define NANOVLLM_CPU_MATMUL_QUANT_X86_H
+
+#include "cpu_matmul_quant.h"
+
+#if defined(__x86_64__)
+void quant_gemm_avx2(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy,
+                     int n0, int n1);
+void quant_gemm_avx512(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy,
+                       int n0, int n1);
+#endif
+
+#endif
