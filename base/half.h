@@ -7,6 +7,7 @@
 #ifndef NANOVLLM_HALF_H
 #define NANOVLLM_HALF_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -47,6 +48,24 @@ static inline float f16_to_f32(uint16_t h) {
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+}
+
+/* float -> IEEE half, rounding to nearest even; overflow to infinity. */
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    uint32_t abs_bits = bits & 0x7fffffffu;
+    if (abs_bits > 0x7f800000u) return sign | 0x7e00u; /* NaN */
+    if (abs_bits >= 0x477ff000u) return sign | 0x7c00u; /* rounds past 65504 */
+    if (abs_bits < 0x38800000u) { /* under 2^-14: a multiple of 2^-24 (1024 carries into the exponent) */
+        float a;
+        memcpy(&a, &abs_bits, sizeof a);
+        return (uint16_t)(sign | (uint16_t)lrintf(a * 16777216.0f));
+    }
+    uint32_t r = abs_bits - ((127u - 15u) << 23);
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
 }
 
 #endif
