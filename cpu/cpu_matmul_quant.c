@@ -27,7 +27,13 @@ size_t quant_act_row_bytes(QuantActType a, int K) {
 }
 
 void quant_act_rows(CpuIsa isa, QuantActType a, const float *x, int ldx, int M, int K, void *xq) {
+    if (quant_act_row_bytes(a, K) == 0) return;
+#if defined(__x86_64__)
+    if (isa >= CPU_ISA_AVX512) return quant_act_rows_avx512(a, x, ldx, M, K, xq);
+    if (isa == CPU_ISA_AVX2) return quant_act_rows_avx2(a, x, ldx, M, K, xq);
+#else
     (void)isa;
+#endif
     size_t rb = quant_act_row_bytes(a, K);
     for (int m = 0; m < M; m++) {
         void *row = (uint8_t *)xq + (size_t)m * rb;

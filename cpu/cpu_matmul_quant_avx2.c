@@ -9,5 +9,6 @@
 #define QT "avx2,fma"
 #define QMR 2
 #define QGEMM quant_gemm_avx2
+#define QQUANT quant_act_rows_avx2
 #include "cpu_matmul_quant_tile.h"
 #endif

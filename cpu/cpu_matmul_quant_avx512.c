@@ -10,5 +10,6 @@
 #define QT "avx512f,avx512bw,avx512vl,fma"
 #define QMR 4
 #define QGEMM quant_gemm_avx512
+#define QQUANT quant_act_rows_avx512
 #include "cpu_matmul_quant_tile.h"
 #endif

@@ -32,6 +32,7 @@
 
 #include "cpu_matmul_quant.h"
 #include "cpu_simd.h"
+#include "base/half.h"
 
 #define QFN static inline __attribute__((always_inline, target(QT)))
 #define QTILE static __attribute__((noinline, target(QT)))
@@ -368,6 +369,79 @@ void QGEMM(WeightType t, const void *w, int K, const void *xq, int M, float *y, 
                 tiles[r - 1](wr, wrb, nb, xr, y + (size_t)m * ldy + n, ldy, nv, m == mb);
                 m += r;
             }
+        }
+    }
+}
+
+/* ---- the activations: float rows to Q8_K / Q8_0 blocks ---- */
+
+/* max |x[0..n)| for n a multiple of 8, ignoring NaNs as fmaxf does (maxps
+ * returns its second operand when either is NaN). */
+QFN float q_absmax(const float *x, int n) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* 32 values times id, rounded to nearest even (lrintf's default mode) and
+ * clamped to [-127, 127], as 32 int8 in order. */
+QFN __m256i q_round32(const float *x, __m256 id) {
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    __m256i i[4];
+    QUNROLL for (int k = 0; k < 4; k++)
+        i[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id)), lo), hi);
+    /* packs work per 128-bit lane: dwords come out as i0 lo, i1 lo, i2 lo,
+     * i3 lo | i0 hi, ... and the permutation puts them back in order. */
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* The sums of each 16 of 128 int8 (four vectors of 32) as 8 int16. */
+QFN __m128i q_sums16(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256i s[4] = {q0, q1, q2, q3};
+    QUNROLL for (int k = 0; k < 4; k++) s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, s[k]), ones16);
+    /* Lane 0: the first 16 of each vector, lane 1: the second 16. */
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    __m128i first = _mm256_castsi256_si128(h), second = _mm256_extracti128_si256(h, 1);
+    return _mm_packs_epi32(_mm_unpacklo_epi32(first, second), _mm_unpackhi_epi32(first, second));
+}
+
+/* quant_act_rows at this level: byte for byte quantize_row_q8_k / _q8_0
+ * (the same float operations, in vectors). */
+__attribute__((target(QT))) void QQUANT(QuantActType a, const float *x, int ldx, int M, int K, void *xq) {
+    size_t rb = quant_act_row_bytes(a, K);
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * ldx;
+        uint8_t *out = (uint8_t *)xq + (size_t)m * rb;
+        if (a == QUANT_ACT_Q8_0) {
+            for (int b = 0; b < K / QK8_0; b++) {
+                BlockQ8_0 *y = (BlockQ8_0 *)(out + (size_t)b * sizeof(BlockQ8_0));
+                float amax = q_absmax(xr + 32 * b, 32);
+                float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+                uint16_t dh = f32_to_f16(d);
+                memcpy(&y->d, &dh, sizeof dh);
+                _mm256_storeu_si256((__m256i *)y->qs, q_round32(xr + 32 * b, _mm256_set1_ps(id)));
+            }
+            continue;
+        }
+        for (int b = 0; b < K / QK_K; b++) {
+            BlockQ8K *y = (BlockQ8K *)(out + (size_t)b * sizeof(BlockQ8K));
+            const float *xb = xr + QK_K * b;
+            float amax = q_absmax(xb, QK_K);
+            float id = amax > 0 ? 127.0f / amax : 0.0f;
+            y->d = amax > 0 ? amax / 127.0f : 0.0f;
+            __m256i q[8];
+            QUNROLL for (int c = 0; c < 8; c++) {
+                q[c] = q_round32(xb + 32 * c, _mm256_set1_ps(id));
+                _mm256_storeu_si256((__m256i *)(y->qs + 32 * c), q[c]);
+            }
+            _mm_storeu_si128((__m128i *)y->bsums, q_sums16(q[0], q[1], q[2], q[3]));
+            _mm_storeu_si128((__m128i *)(y->bsums + 8), q_sums16(q[4], q[5], q[6], q[7]));
         }
     }
 }
