@@ -82,12 +82,15 @@ static inline float f16_scalar(uint16_t h) {
 /* f16 to f32 for four values without F16C (cpu_isa does not check for it):
  * the magnitude's bits moved into a float and multiplied by 2^112 rebias the
  * exponent exactly, subnormals included. Weights are finite. */
-QFN __m128 q_f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
-    __m128i h = _mm_setr_epi32(a, b, c, d);
+QFN __m128 q_f16x4v(__m128i h) { /* the low 16 bits of each dword */
     __m128i mag = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x7fff)), 13);
     __m128i sign = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
     __m128 f = _mm_mul_ps(_mm_castsi128_ps(mag), _mm_castsi128_ps(_mm_set1_epi32(0x77800000)));
     return _mm_or_ps(f, _mm_castsi128_ps(sign));
+}
+
+QFN __m128 q_f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+    return q_f16x4v(_mm_setr_epi32(a, b, c, d));
 }
 
 /* The lane sums of a, b, c, d as one vector [sum a, sum b, sum c, sum d]. */
@@ -137,19 +140,29 @@ QFN __m256i q_unpack(WeightType t, const uint8_t *blk, int c) {
     return q;
 }
 
-/* Q4_K/Q5_K's 12 bytes of 6-bit scales and mins as int16: out[0..7] the
- * scales, out[8..15] the mins. Bytes 0-3 and 4-7 hold scales and mins 0-3
- * in their low 6 bits and the top 2 bits of 4-7 in their high 2; bytes
- * 8-11 hold the low 4 bits of scales (low nibble) and mins (high) 4-7. */
-QFN void q_k_scales(const uint8_t *s, int16_t out[16]) {
-    uint32_t u0, u1, u2;
-    memcpy(&u0, s, 4);
-    memcpy(&u1, s + 4, 4);
-    memcpy(&u2, s + 8, 4);
-    uint32_t sc_hi = (u2 & 0x0f0f0f0f) | ((u0 >> 2) & 0x30303030);
-    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 2) & 0x30303030);
-    __m128i v = _mm_setr_epi32((int)(u0 & 0x3f3f3f3f), (int)sc_hi, (int)(u1 & 0x3f3f3f3f), (int)mn_hi);
-    _mm256_storeu_si256((__m256i *)out, _mm256_cvtepu8_epi16(v));
+/* Q4_K/Q5_K's 12 bytes of 6-bit scales and mins as int16: the scales
+ * 0..7 in both 128-bit lanes of *sc (for q_scale's byte shuffle), the mins
+ * in *mn. Bytes 0-3 and 4-7 hold scales and mins 0-3 in their low 6 bits
+ * and the top 2 bits of 4-7 in their high 2; bytes 8-11 hold the low 4
+ * bits of scales (low nibble) and mins (high) 4-7. */
+QFN void q_k_scales(__m128i head, __m256i *sc, __m128i *mn) {
+    /* head: the block's first 16 bytes, dwords [d | dmin, u0, u1, u2] with
+     * u0..u2 the scale bytes 0-3, 4-7, 8-11. Built in vectors: as scalar
+     * code this was a quarter of a 1-row tile's instructions. */
+    __m128i a = _mm_srlv_epi32(_mm_shuffle_epi32(head, _MM_SHUFFLE(3, 2, 3, 1)), _mm_setr_epi32(0, 0, 0, 4));
+    a = _mm_and_si128(a, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i b = _mm_srli_epi32(_mm_shuffle_epi32(head, _MM_SHUFFLE(2, 2, 1, 1)), 2);
+    b = _mm_and_si128(b, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    /* [scales 0-3, scales 4-7, mins 0-3, mins 4-7] */
+    __m256i all = _mm256_cvtepu8_epi16(_mm_or_si128(a, b));
+    *sc = _mm256_permute2x128_si256(all, all, 0x00);
+    *mn = _mm256_extracti128_si256(all, 1);
+}
+
+/* Scale c of the eight in sc, in every int16 lane: one byte shuffle
+ * (GCC made a broadcast from a scalar slot two instructions). */
+QFN __m256i q_scale(__m256i sc, int c) {
+    return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * c + 1) << 8 | 2 * c)));
 }
 
 /* One K-type tile: y[i * ldy + j] for i < MR, j < nvalid. */
@@ -165,12 +178,14 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, in
             size_t off = (size_t)b * bs + QPF;
             if (off >= wrb) off += (QNR - 1) * wrb;
             QUNROLL for (int j = 0; j < QNR; j++)
-                QUNROLL for (size_t l = 0; l < bs + 63; l += 64) prefetch_l2(wr[j] + off + l);
+                QUNROLL for (size_t l = 0; l < bs; l += 64) prefetch_l2(wr[j] + off + l);
         }
         /* Per weight row: its scales (and mins) and d (and dmin). */
-        int16_t scl[QNR][16];
+        __m256i scl[QNR];
+        __m128i mins[QNR];
         __m256i s6[QNR], s6lo[QNR], s6hi[QNR];
-        uint16_t dh[QNR], dmh[QNR] = {0};
+        uint16_t dh[QNR] = {0};
+        __m128i head[QNR];
         QUNROLL for (int j = 0; j < QNR; j++) {
             if (t == WEIGHT_Q6_K) {
                 const BlockQ6K *x = (const BlockQ6K *)blk[j];
@@ -179,15 +194,20 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, in
                 /* Dwords (s_k, s_k): [s0-3 | s8-11] and [s4-7 | s12-15]. */
                 s6lo[j] = _mm256_unpacklo_epi16(s6[j], s6[j]);
                 s6hi[j] = _mm256_unpackhi_epi16(s6[j], s6[j]);
-            } else {
-                const BlockQ4K *x = (const BlockQ4K *)blk[j]; /* Q5_K starts alike */
-                dh[j] = x->d;
-                dmh[j] = x->dmin;
-                q_k_scales(x->scales, scl[j]);
+            } else { /* Q4_K and Q5_K start with d, dmin and the 12 scale bytes */
+                head[j] = _mm_loadu_si128((const __m128i *)blk[j]);
+                q_k_scales(head[j], &scl[j], &mins[j]);
             }
         }
-        __m128 dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
-        __m128 dmv = q_f16x4(dmh[0], dmh[1], dmh[2], dmh[3]);
+        __m128 dv, dmv = _mm_setzero_ps();
+        if (t == WEIGHT_Q6_K) {
+            dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
+        } else { /* dword 0 of each head is d | dmin << 16 */
+            __m128i dd = _mm_unpacklo_epi64(_mm_unpacklo_epi32(head[0], head[1]),
+                                            _mm_unpacklo_epi32(head[2], head[3]));
+            dv = q_f16x4v(dd);
+            dmv = q_f16x4v(_mm_srli_epi32(dd, 16));
+        }
         __m256i acc[QMR][QNR];
         QUNROLL for (int i = 0; i < MR; i++)
             QUNROLL for (int j = 0; j < QNR; j++) acc[i][j] = _mm256_setzero_si256();
@@ -206,7 +226,7 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, in
                         ((c >> 1) & 1) ? s6hi[j] : s6lo[j],
                         _mm256_setr_epi32(base, base, base, base, base + 1, base + 1, base + 1, base + 1));
                 } else {
-                    sv = _mm256_set1_epi16(scl[j][c]);
+                    sv = q_scale(scl[j], c);
                 }
                 QUNROLL for (int i = 0; i < MR; i++) {
                     acc[i][j] = _mm256_add_epi32(
@@ -235,7 +255,7 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, in
                                             _mm_loadu_si128((const __m128i *)(xb + Q8K_BSUMS + 16)));
                 __m128i m[QNR];
                 QUNROLL for (int j = 0; j < QNR; j++)
-                    m[j] = _mm_madd_epi16(_mm_loadu_si128((const __m128i *)&scl[j][8]), bp);
+                    m[j] = _mm_madd_epi16(mins[j], bp);
                 __m128i msum = q_reduce4x128(m[0], m[1], m[2], m[3]);
                 facc[i] = _mm_fnmadd_ps(_mm_cvtepi32_ps(msum), _mm_mul_ps(dmv, dxv), facc[i]);
             }
