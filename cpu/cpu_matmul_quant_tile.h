@@ -46,10 +46,13 @@
 #define QUANT_TILE_COMMON
 /* Weight rows per strip. */
 #define QNR 4
-/* Software prefetch distance on a strip's weight rows (bytes ahead in each
- * row; past a row's end it moves to the next strip's row, as the bf16 GEMM's
- * wrap() does). */
-#define QPF 2048
+/* Software prefetch distance in the weight stream (q_prefetch): one thread,
+ * 1 row, 3072 x 1024 q4_k from memory: 1 KiB 36, 4 KiB 44, 8 KiB 48,
+ * 32 KiB 48 GFLOP/s (65 with the weights in cache); q8_0 4 KiB 11.6,
+ * 8 KiB 15.8 GB/s. */
+#ifndef QPF
+#define QPF 8192
+#endif
 /* Activation rows per pass over a task's weight rows: 64 rows of Q8_K at
  * K = 3072 are 219 KiB, which stay in L2 while every strip sweeps them. */
 #define QMB 64
@@ -91,6 +94,17 @@ QFN __m128 q_f16x4v(__m128i h) { /* the low 16 bits of each dword */
 
 QFN __m128 q_f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
     return q_f16x4v(_mm_setr_epi32(a, b, c, d));
+}
+
+/* Software prefetch of the weights, QPF bytes ahead. A strip's rows are
+ * consecutive in memory and read side by side, QNR x bs bytes per block,
+ * so the strip, and the strips after it, are one sequential stream: per
+ * block this prefetches the next QNR x bs bytes of it. (Per row, wrapping
+ * past a row's end as the bf16 GEMM does, measured no better; without
+ * software prefetch a 1-row q4_k product read 4 GB/s.) */
+QFN void q_prefetch(const uint8_t *strip, int b, size_t bs) {
+    const uint8_t *p = strip + (size_t)b * QNR * bs + QPF;
+    QUNROLL for (size_t l = 0; l < QNR * bs; l += 64) prefetch_l2(p + l);
 }
 
 /* The lane sums of a, b, c, d as one vector [sum a, sum b, sum c, sum d]. */
@@ -166,7 +180,7 @@ QFN __m256i q_scale(__m256i sc, int c) {
 }
 
 /* One K-type tile: y[i * ldy + j] for i < MR, j < nvalid. */
-QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, int nb,
+QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
                       const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
     const size_t bs = weight_block_bytes_const(t);
     __m128 facc[QMR];
@@ -174,12 +188,7 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, in
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[QNR];
         QUNROLL for (int j = 0; j < QNR; j++) blk[j] = wr[j] + (size_t)b * bs;
-        if (pf) {
-            size_t off = (size_t)b * bs + QPF;
-            if (off >= wrb) off += (QNR - 1) * wrb;
-            QUNROLL for (int j = 0; j < QNR; j++)
-                QUNROLL for (size_t l = 0; l < bs; l += 64) prefetch_l2(wr[j] + off + l);
-        }
+        if (pf) q_prefetch(wr[0], b, bs);
         /* Per weight row: its scales (and mins) and d (and dmin). */
         __m256i scl[QNR];
         __m128i mins[QNR];
@@ -273,7 +282,7 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, size_t wrb, in
 }
 
 /* One Q8_0 tile: blocks of 32 with one f16 scale each, on both sides. */
-QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, size_t wrb, int nb,
+QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb,
                          const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
     const size_t bs = sizeof(BlockQ8_0);
     __m128 facc[QMR];
@@ -282,11 +291,7 @@ QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, size_t wrb, int nb,
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[QNR];
         QUNROLL for (int j = 0; j < QNR; j++) blk[j] = wr[j] + (size_t)b * bs;
-        if (pf && (b & 1) == 0) {
-            size_t off = (size_t)b * bs + QPF;
-            if (off >= wrb) off += (QNR - 1) * wrb;
-            QUNROLL for (int j = 0; j < QNR; j++) prefetch_l2(wr[j] + off);
-        }
+        if (pf && (b & 1) == 0) q_prefetch(wr[0], b / 2, 2 * bs); /* every other block */
         uint16_t dh[QNR];
         QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], blk[j], 2);
         __m128 dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
@@ -322,24 +327,24 @@ QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, size_t wrb, int nb,
 /* One compiled tile per (type, MR): the loops above unroll fully only with
  * both constant. */
 #define Q_TILES(MR)                                                                               \
-    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, int nb,                    \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_q8_0(MR, wr, wrb, nb, xr, y, ldy, nv, pf);                                       \
+        q_tile_q8_0(MR, wr, nb, xr, y, ldy, nv, pf);                                       \
     }                                                                                            \
-    QTILE void q_tile_q4_k_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+    QTILE void q_tile_q4_k_##MR(const uint8_t *const *wr, int nb,                    \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_k(WEIGHT_Q4_K, MR, wr, wrb, nb, xr, y, ldy, nv, pf);                             \
+        q_tile_k(WEIGHT_Q4_K, MR, wr, nb, xr, y, ldy, nv, pf);                             \
     }                                                                                            \
-    QTILE void q_tile_q5_k_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+    QTILE void q_tile_q5_k_##MR(const uint8_t *const *wr, int nb,                    \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_k(WEIGHT_Q5_K, MR, wr, wrb, nb, xr, y, ldy, nv, pf);                             \
+        q_tile_k(WEIGHT_Q5_K, MR, wr, nb, xr, y, ldy, nv, pf);                             \
     }                                                                                            \
-    QTILE void q_tile_q6_k_##MR(const uint8_t *const *wr, size_t wrb, int nb,                    \
+    QTILE void q_tile_q6_k_##MR(const uint8_t *const *wr, int nb,                    \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_k(WEIGHT_Q6_K, MR, wr, wrb, nb, xr, y, ldy, nv, pf);                             \
+        q_tile_k(WEIGHT_Q6_K, MR, wr, nb, xr, y, ldy, nv, pf);                             \
     }
 
-typedef void (*QTileFn)(const uint8_t *const *wr, size_t wrb, int nb, const uint8_t *const *xr,
+typedef void (*QTileFn)(const uint8_t *const *wr, int nb, const uint8_t *const *xr,
                         float *y, int ldy, int nv, int pf);
 
 Q_TILES(1)
@@ -386,7 +391,7 @@ void QGEMM(WeightType t, const void *w, int K, const void *xq, int M, float *y, 
                 int r = me - m < QMR ? me - m : QMR;
                 const uint8_t *xr[QMR];
                 for (int i = 0; i < QMR; i++) xr[i] = xb + (size_t)(m + (i < r ? i : r - 1)) * xrb;
-                tiles[r - 1](wr, wrb, nb, xr, y + (size_t)m * ldy + n, ldy, nv, m == mb);
+                tiles[r - 1](wr, nb, xr, y + (size_t)m * ldy + n, ldy, nv, m == mb);
                 m += r;
             }
         }
