@@ -87,6 +87,17 @@
  * 1 row, k/v_proj's 1024 rows make 4 tasks for 2 threads). */
 #define QUANT_ROWS_PER_TASK 256
 
+/* Activation rows from which Q8_0 weights are decoded to float32 panels
+ * for OpenBLAS instead of multiplied in integers (SIMD levels; the K types
+ * stay in integers at every M). Q8_0 has a float scale per 32 values, so
+ * the integer kernel sums across lanes and scales every 32 values per
+ * pair of rows, where the K types do so every 256: one thread, 1024 x 1024,
+ * AVX2 (Zen 2), integer vs decode + sgemm GFLOP/s: 16 rows 58 vs 54, 64
+ * rows 62 vs 72-75, 512 rows 57 vs 79. The K types tied sgemm at 512
+ * rows (q4_k 73 vs 71, q6_k 79 vs 81) and win on CPUs that issue two
+ * vpmaddubsw per cycle. */
+#define QUANT_BLAS_MIN_ROWS_Q8_0 32
+
 /* Activation rows per task when quantizing a large input in parallel. */
 #define QUANT_INPUT_ROWS_PER_TASK 16
 
@@ -363,6 +374,13 @@ static void blas_task(const MatmulJob *j, const MatmulTask *t, int thread) {
         float *buf = j->mm->panels[thread];
         widen(j->isa, buf, (const uint16_t *)w->data + (size_t)t->n0 * K, (size_t)rows * K);
         panel = buf;
+    } else if (weight_type_quantized(w->type)) {
+        float *buf = j->mm->panels[thread];
+        size_t rb = weight_row_bytes(w->type, K);
+        for (int n = 0; n < rows; n++)
+            weight_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)(t->n0 + n) * rb,
+                                  buf + (size_t)n * K, K);
+        panel = buf;
     } else {
         panel = (const float *)w->data + (size_t)t->n0 * K;
     }
@@ -420,7 +438,10 @@ static int amx_tokens_per_task(int K) {
 }
 
 MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
-    if (weight_type_quantized(w->type)) return MATMUL_QUANT;
+    if (weight_type_quantized(w->type))
+        return w->type == WEIGHT_Q8_0 && isa >= CPU_ISA_AVX2 && M >= QUANT_BLAS_MIN_ROWS_Q8_0
+                   ? MATMUL_BLAS
+                   : MATMUL_QUANT;
     if (M > AMX_MIN_ROWS && isa >= CPU_ISA_AMX && amx_supports(w)) return MATMUL_AMX;
     if (small_gemm_kernel(isa, w->type)) {
         if (M < GEMM_MIN_ROWS) return MATMUL_ROWS;
@@ -520,34 +541,48 @@ static void quant_input_task(void *ctx, int task, int thread) {
                    (uint8_t *)j->xq + (size_t)m0 * quant_act_row_bytes(j->a, j->K));
 }
 
-/* Quantized weights sharing the input x: it is quantized once per block
- * format the weights need (in parallel when large), max_rows rows at a
- * time, then every weight's rows are split into tasks as the other
- * strategies' are. Any strategy asked for runs as MATMUL_QUANT, and bf16
+/* Quantized weights sharing the input x. Those on MATMUL_QUANT (see
+ * cpu_matmul_choose) need x quantized, once per block format (in parallel
+ * when large), max_rows rows at a time; those on MATMUL_BLAS are decoded
+ * to float32 panels per task and multiplied by x as it is. Then every
+ * weight's rows are split into tasks as the other strategies' are. A
+ * forced strategy other than MATMUL_BLAS runs as MATMUL_QUANT, and bf16
  * inputs do not apply: the activations are rounded to 8 bits per block
  * anyway, rounding them to bf16 first would only add error. A weight the
- * kernels cannot take (K not a whole number of blocks, or wider than the
- * scratch) gets NaN outputs rather than a read out of bounds. */
+ * kernels cannot take (K not a whole number of blocks, or wider than
+ * max_cols) gets NaN outputs rather than a read out of bounds. */
 static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
-                      float *const *ys, int count, CpuIsa isa) {
+                      float *const *ys, int count, MatmulStrategy strategy, CpuIsa isa) {
     int K = ws[0]->cols, rows_max = mm->max_rows > 0 ? mm->max_rows : 1;
-    const Weight *ok[MAX_SHARED];
-    float *oky[MAX_SHARED];
-    int n = 0;
+    const Weight *qw[MAX_SHARED], *bw[MAX_SHARED];
+    float *qy[MAX_SHARED], *by[MAX_SHARED];
+    int nq = 0, nb = 0;
     bool need[2] = {false, false};
     for (int i = 0; i < count; i++) {
         const Weight *w = ws[i];
         QuantActType a = quant_act_type(w->type);
-        if (w->cols != K || K > mm->xq_cols || weight_row_bytes(w->type, K) == 0 ||
+        if (w->cols != K || K > mm->max_cols || weight_row_bytes(w->type, K) == 0 ||
             quant_act_row_bytes(a, K) == 0) {
             for (size_t k = 0; k < (size_t)M * w->rows; k++) ys[i][k] = NAN;
             continue;
         }
-        need[a] = true;
-        ok[n] = w;
-        oky[n++] = ys[i];
+        MatmulStrategy s = strategy == MATMUL_AUTO ? cpu_matmul_choose(M, w, isa)
+                           : strategy == MATMUL_BLAS ? MATMUL_BLAS
+                                                     : MATMUL_QUANT;
+        if (s == MATMUL_BLAS) {
+            bw[nb] = w;
+            by[nb++] = ys[i];
+        } else {
+            need[a] = true;
+            qw[nq] = w;
+            qy[nq++] = ys[i];
+        }
     }
-    if (n == 0) return;
+    if (nb > 0) {
+        MatmulJob job = {mm, x, M, bw, by, MATMUL_BLAS, isa, {NULL, NULL}, mm->tasks, NULL, NULL};
+        run_tasks(mm, &job, nb, PANEL_ROWS, M);
+    }
+    if (nq == 0) return;
     for (int m0 = 0; m0 < M; m0 += rows_max) {
         int rows = M - m0 < rows_max ? M - m0 : rows_max;
         const float *xc = x + (size_t)m0 * K;
@@ -559,10 +594,10 @@ static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const 
             else quant_act_rows(isa, (QuantActType)a, xc, K, rows, K, mm->xq[a]);
         }
         float *yc[MAX_SHARED];
-        for (int i = 0; i < n; i++) yc[i] = oky[i] + (size_t)m0 * ok[i]->rows;
-        MatmulJob job = {mm, NULL, rows, ok, yc, MATMUL_QUANT, isa, {NULL, NULL}, mm->tasks, NULL,
+        for (int i = 0; i < nq; i++) yc[i] = qy[i] + (size_t)m0 * qw[i]->rows;
+        MatmulJob job = {mm, NULL, rows, qw, yc, MATMUL_QUANT, isa, {NULL, NULL}, mm->tasks, NULL,
                          NULL};
-        run_tasks(mm, &job, n, QUANT_ROWS_PER_TASK, rows);
+        run_tasks(mm, &job, nq, QUANT_ROWS_PER_TASK, rows);
     }
 }
 
@@ -593,7 +628,7 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
     const Weight *qw[MAX_SHARED], *pw[MAX_SHARED];
     float *qy[MAX_SHARED], *py[MAX_SHARED];
     int np, nq = split_quantized(ws, ys, count, qw, qy, pw, py, &np);
-    if (nq > 0) run_quant(mm, x, M, qw, qy, nq, isa);
+    if (nq > 0) run_quant(mm, x, M, qw, qy, nq, strategy, isa);
     if (np == 0) return;
     if (mm->bf16_inputs) run_bf16(mm, x, M, pw, py, np, strategy, isa);
     else run_f32(mm, x, M, pw, py, np, strategy, isa);
@@ -656,7 +691,7 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
         const Weight *qw[8], *pw[8];
         float *qy[8], *py[8];
         int np, nq = split_quantized(ws, ys, same, qw, qy, pw, py, &np);
-        if (nq > 0) run_quant(mm, g->x, g->M, qw, qy, nq, isa);
+        if (nq > 0) run_quant(mm, g->x, g->M, qw, qy, nq, MATMUL_AUTO, isa);
         if (np > 0) run_f32(mm, g->x, g->M, pw, py, np, MATMUL_AUTO, isa);
         i += same;
     }

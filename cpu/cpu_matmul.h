@@ -17,11 +17,14 @@
  * All four compute in float32; they differ only in summation order.
  *
  * Block-quantized weights (GGUF's Q8_0, Q4_K, Q5_K, Q6_K) take a fifth,
- * "quant" (cpu_matmul_quant.h), at every M: the input is quantized to 8 bits
- * per block once per call (shared by all the weights of a multi call) and
- * multiplied in integers by register-tiled kernels. A forced strategy does
- * not apply to them, nor do bf16 inputs (8-bit activations are coarser than
- * bf16 already). A list may mix quantized and plain weights.
+ * "quant" (cpu_matmul_quant.h): the input is quantized to 8 bits per block
+ * once per call (shared by all the weights of a multi call) and multiplied
+ * in integers by register-tiled kernels. The K types do so at every M;
+ * Q8_0 weights from 32 rows on are decoded to float32 panels for OpenBLAS
+ * instead ("blas", measured faster there: cpu_matmul.c). Of the forced
+ * strategies only blas applies to them (any other runs as quant), and bf16
+ * inputs do not (8-bit activations are coarser than bf16 already). A list
+ * may mix quantized and plain weights.
  *
  * With bf16 inputs (--dtype bfloat16) every activation is first rounded to
  * bf16; where the CPU has AVX512-BF16 one more kernel multiplies bf16 pairs

@@ -127,14 +127,20 @@ static void quant_gemm_scalar(WeightType t, const void *w, int K, const void *xq
                                                 (const uint8_t *)xq + (size_t)m * xrb, K);
 }
 
-void quant_gemm(CpuIsa isa, WeightType t, const void *w, int K, const void *xq, int M, float *y,
-                int ldy, int n0, int n1) {
+void quant_gemm_tiles(CpuIsa isa, int tile_rows, WeightType t, const void *w, int K, const void *xq,
+                      int M, float *y, int ldy, int n0, int n1) {
     if (M <= 0 || n1 <= n0 || !weight_type_quantized(t)) return;
 #if defined(__x86_64__)
-    if (isa >= CPU_ISA_AVX512) return quant_gemm_avx512(t, w, K, xq, M, y, ldy, n0, n1);
-    if (isa == CPU_ISA_AVX2) return quant_gemm_avx2(t, w, K, xq, M, y, ldy, n0, n1);
+    if (isa >= CPU_ISA_AVX512) return quant_gemm_avx512(t, w, K, xq, M, y, ldy, n0, n1, tile_rows);
+    if (isa == CPU_ISA_AVX2) return quant_gemm_avx2(t, w, K, xq, M, y, ldy, n0, n1, tile_rows);
 #else
     (void)isa;
+    (void)tile_rows;
 #endif
     quant_gemm_scalar(t, w, K, xq, M, y, ldy, n0, n1);
+}
+
+void quant_gemm(CpuIsa isa, WeightType t, const void *w, int K, const void *xq, int M, float *y,
+                int ldy, int n0, int n1) {
+    quant_gemm_tiles(isa, 0, t, w, K, xq, M, y, ldy, n0, n1);
 }

@@ -49,4 +49,11 @@ void quant_act_rows(CpuIsa isa, QuantActType a, const float *x, int ldx, int M, 
 void quant_gemm(CpuIsa isa, WeightType t, const void *w, int K, const void *xq, int M, float *y,
                 int ldy, int n0, int n1);
 
+/* The same with at most tile_rows (1..4) activation rows per register tile
+ * instead of the level's own choice (2 for AVX2, 4 for AVX-512): tests run
+ * every tile on any x86 machine, benchmarks compare them. Ignored by the
+ * scalar level. */
+void quant_gemm_tiles(CpuIsa isa, int tile_rows, WeightType t, const void *w, int K, const void *xq,
+                      int M, float *y, int ldy, int n0, int n1);
+
 #endif

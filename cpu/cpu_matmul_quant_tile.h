@@ -3,8 +3,11 @@
  * a template: hand-written, included once per SIMD level by
  * cpu_matmul_quant_avx2.c and cpu_matmul_quant_avx512.c, which define
  *   QT        the functions' target attribute ("avx2,fma", ...)
- *   QMR       activation rows per tile at most (4 x QMR int32 accumulators
- *             must fit the registers: 2 of AVX2's 16, 4 of AVX-512's 32)
+ *   QMR       activation rows per tile by default (4 x QMR int32 accumulators
+ *             must fit the registers: 2 of AVX2's 16, 4 of AVX-512's 32);
+ *             tiles of 1..4 rows are compiled at every level, so that the
+ *             AVX-512 level's 3- and 4-row tiles run (slowly, spilling) and
+ *             are tested on AVX2-only machines too
  *   QGEMM     the name of the one exported function, quant_gemm_<level>
  * Deliberately no include guard.
  *
@@ -23,7 +26,7 @@
  * offset of 32 likewise, so no subtraction touches the 256 values.
  *
  * A strip past the last weight row (N not a multiple of 4) repeats the last
- * row and drops the extra outputs; MR takes every value 1..QMR (one compiled
+ * row and drops the extra outputs; MR takes every value 1..4 (one compiled
  * tile each), so no activation row is computed twice.
  */
 #include <immintrin.h>
@@ -46,6 +49,8 @@
 #define QUANT_TILE_COMMON
 /* Weight rows per strip. */
 #define QNR 4
+/* Activation rows per tile at most, at any level. */
+#define QMR_MAX 4
 /* Software prefetch distance in the weight stream (q_prefetch): one thread,
  * 1 row, 3072 x 1024 q4_k from memory: 1 KiB 36, 4 KiB 44, 8 KiB 48,
  * 32 KiB 48 GFLOP/s (65 with the weights in cache); q8_0 4 KiB 11.6,
@@ -183,7 +188,7 @@ QFN __m256i q_scale(__m256i sc, int c) {
 QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
                       const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
     const size_t bs = weight_block_bytes_const(t);
-    __m128 facc[QMR];
+    __m128 facc[QMR_MAX];
     QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[QNR];
@@ -217,11 +222,11 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
             dv = q_f16x4v(dd);
             dmv = q_f16x4v(_mm_srli_epi32(dd, 16));
         }
-        __m256i acc[QMR][QNR];
+        __m256i acc[QMR_MAX][QNR];
         QUNROLL for (int i = 0; i < MR; i++)
             QUNROLL for (int j = 0; j < QNR; j++) acc[i][j] = _mm256_setzero_si256();
         QUNROLL for (int c = 0; c < 8; c++) {
-            __m256i av[QMR];
+            __m256i av[QMR_MAX];
             QUNROLL for (int i = 0; i < MR; i++)
                 av[i] = _mm256_loadu_si256(
                     (const __m256i *)(xr[i] + (size_t)b * sizeof(BlockQ8K) + Q8K_QS + 32 * c));
@@ -285,7 +290,7 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
 QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb,
                          const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
     const size_t bs = sizeof(BlockQ8_0);
-    __m128 facc[QMR];
+    __m128 facc[QMR_MAX];
     QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
@@ -295,10 +300,10 @@ QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb,
         uint16_t dh[QNR];
         QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], blk[j], 2);
         __m128 dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
-        __m256i av[QMR];
+        __m256i av[QMR_MAX];
         QUNROLL for (int i = 0; i < MR; i++)
             av[i] = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
-        __m256i acc[QMR][QNR];
+        __m256i acc[QMR_MAX][QNR];
         QUNROLL for (int j = 0; j < QNR; j++) {
             __m256i w = _mm256_loadu_si256((const __m256i *)(blk[j] + 2));
             __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
@@ -349,33 +354,26 @@ typedef void (*QTileFn)(const uint8_t *const *wr, int nb, const uint8_t *const *
 
 Q_TILES(1)
 Q_TILES(2)
-#if QMR >= 4
 Q_TILES(3)
 Q_TILES(4)
-#endif
 
 /* [type - WEIGHT_Q8_0][MR - 1] */
-static const QTileFn q_tiles[4][QMR] = {
-#if QMR >= 4
+static const QTileFn q_tiles[4][QMR_MAX] = {
     {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3, q_tile_q8_0_4},
     {q_tile_q4_k_1, q_tile_q4_k_2, q_tile_q4_k_3, q_tile_q4_k_4},
     {q_tile_q5_k_1, q_tile_q5_k_2, q_tile_q5_k_3, q_tile_q5_k_4},
     {q_tile_q6_k_1, q_tile_q6_k_2, q_tile_q6_k_3, q_tile_q6_k_4},
-#else
-    {q_tile_q8_0_1, q_tile_q8_0_2},
-    {q_tile_q4_k_1, q_tile_q4_k_2},
-    {q_tile_q5_k_1, q_tile_q5_k_2},
-    {q_tile_q6_k_1, q_tile_q6_k_2},
-#endif
 };
 
 /* quant_gemm at this level (cpu_matmul_quant.h's contract; t quantized,
  * K a whole number of blocks, checked by the caller). Loop order: QMB
  * activation rows at a time (they stay in L2), then the task's weight rows
  * QNR at a time (a strip is read from memory once per QMB rows and stays in
- * L1 for its tiles), then the tiles of up to QMR activation rows. */
+ * L1 for its tiles), then the tiles of up to tile_rows (0: QMR) activation
+ * rows. */
 void QGEMM(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy, int n0,
-           int n1) {
+           int n1, int tile_rows) {
+    int mr = tile_rows >= 1 && tile_rows <= QMR_MAX ? tile_rows : QMR;
     size_t wrb = weight_row_bytes(t, K);
     size_t xrb = quant_act_row_bytes(quant_act_type(t), K);
     int nb = K / weight_block_elems(t);
@@ -388,9 +386,9 @@ void QGEMM(WeightType t, const void *w, int K, const void *xq, int M, float *y, 
             const uint8_t *wr[QNR];
             for (int j = 0; j < QNR; j++) wr[j] = wb + (size_t)(n + (j < nv ? j : nv - 1)) * wrb;
             for (int m = mb; m < me;) {
-                int r = me - m < QMR ? me - m : QMR;
-                const uint8_t *xr[QMR];
-                for (int i = 0; i < QMR; i++) xr[i] = xb + (size_t)(m + (i < r ? i : r - 1)) * xrb;
+                int r = me - m < mr ? me - m : mr;
+                const uint8_t *xr[QMR_MAX];
+                for (int i = 0; i < QMR_MAX; i++) xr[i] = xb + (size_t)(m + (i < r ? i : r - 1)) * xrb;
                 tiles[r - 1](wr, nb, xr, y + (size_t)m * ldy + n, ldy, nv, m == mb);
                 m += r;
             }
@@ -413,12 +411,19 @@ QFN float q_absmax(const float *x, int n) {
 }
 
 /* 32 values times id, rounded to nearest even (lrintf's default mode) and
- * clamped to [-127, 127], as 32 int8 in order. */
+ * clamped to [-127, 127], as 32 int8 in order. A NaN becomes 0 as in the
+ * reference, where lrintf returns LONG_MIN and the int conversion keeps its
+ * low 32 bits (vcvtps2dq gives INT_MIN, which no finite product reaches:
+ * |x * id| <= 127). */
 QFN __m256i q_round32(const float *x, __m256 id) {
     const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    const __m256i nan = _mm256_set1_epi32(INT32_MIN);
     __m256i i[4];
-    QUNROLL for (int k = 0; k < 4; k++)
-        i[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id)), lo), hi);
+    QUNROLL for (int k = 0; k < 4; k++) {
+        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id));
+        v = _mm256_andnot_si256(_mm256_cmpeq_epi32(v, nan), v);
+        i[k] = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+    }
     /* packs work per 128-bit lane: dwords come out as i0 lo, i1 lo, i2 lo,
      * i3 lo | i0 hi, ... and the permutation puts them back in order. */
     __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));

@@ -8,10 +8,12 @@
 #include "cpu_matmul_quant.h"
 
 #if defined(__x86_64__)
+/* quant_gemm with at most tile_rows (1..4; 0: the level's default)
+ * activation rows per tile. */
 void quant_gemm_avx2(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy,
-                     int n0, int n1);
+                     int n0, int n1, int tile_rows);
 void quant_gemm_avx512(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy,
-                       int n0, int n1);
+                       int n0, int n1, int tile_rows);
 void quant_act_rows_avx2(QuantActType a, const float *x, int ldx, int M, int K, void *xq);
 void quant_act_rows_avx512(QuantActType a, const float *x, int ldx, int M, int K, void *xq);
 #endif

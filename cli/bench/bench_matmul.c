@@ -261,7 +261,11 @@ static int fill_quant(uint8_t *q, size_t bytes, WeightType t, int K) {
     return 0;
 }
 
-/* Quantized weight vs bf16 weight of one shape, each at its automatic strategy. */
+/* Quantized weight, multiplied in integers (MATMUL_QUANT) and decoded to
+ * float32 panels for OpenBLAS (MATMUL_BLAS), vs the bf16 weight of the same
+ * shape at its automatic strategy. */
+enum { QCOLS = 3 };
+
 static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const int *rows,
                               int nrows, float *x, float *y, uint16_t *arena, size_t arena_elems,
                               uint8_t *qarena, size_t qarena_bytes) {
@@ -274,38 +278,54 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
     }
     Weight wb = {.data = arena, .type = WEIGHT_BF16, .rows = s->N, .cols = s->K};
     Weight wq = {.data = qarena, .type = t, .rows = s->N, .cols = s->K};
+    static const MatmulStrategy strat[QCOLS] = {MATMUL_QUANT, MATMUL_BLAS, MATMUL_AUTO};
+    double last[QCOLS] = {0};
+    int last_m = 1;
     printf("\n%s: %s weight %dx%d (%.2f MB) vs bf16 (%.2f MB). Median us, GFLOP/s, GB/s of "
-           "weights; interleaved\n",
+           "weights read; interleaved\n",
            s->name, weight_type_name(t), s->N, s->K, (double)qbytes * 1e-6, (double)elems * 2e-6);
-    printf("%5s %28s %28s  %-6s %s\n", "rows", weight_type_name(t), "bf16", "speed", "bf16 strategy");
+    printf("%5s %27s %27s %27s  %-13s %s\n", "rows", "integer (quant)", "decode + sgemm (blas)",
+           "bf16 (auto)", "bf16/auto", "auto");
     for (int r = 0; r < nrows; r++) {
         int M = rows[r];
-        double flop = 2.0 * M * s->N * s->K, t2[2][MAX_REPS];
+        double flop = 2.0 * M * s->N * s->K, tm[QCOLS][MAX_REPS], med[QCOLS] = {0};
+        bool on[QCOLS];
+        for (int k = 0; k < QCOLS; k++) on[k] = !(last[k] > 0 && last[k] * M / last_m > MAX_CELL_SECONDS);
         int reps = 0;
         double spent = 0;
         for (; reps < MAX_REPS && (reps < 3 || spent < 1.0); reps++) {
-            for (int k = 0; k < 2; k++) {
-                const Weight *w = k == 0 ? &wq : &wb;
-                if (k == 0) wq.data = qarena + (reps % qcopies) * qbytes;
+            for (int k = 0; k < QCOLS; k++) {
+                if (!on[k]) continue;
+                bool quant = k < 2;
+                if (quant) wq.data = qarena + (reps % qcopies) * qbytes;
                 else wb.data = arena + (reps % copies) * elems;
                 double t0 = now_seconds();
-                cpu_matmul(mm, y, x, M, w);
-                t2[k][reps] = now_seconds() - t0;
-                spent += t2[k][reps];
+                cpu_matmul_with(mm, y, x, M, quant ? &wq : &wb, strat[k], isa);
+                tm[k][reps] = now_seconds() - t0;
+                spent += tm[k][reps];
             }
         }
-        double med[2];
         printf("%5d", M);
-        for (int k = 0; k < 2; k++) {
-            qsort(t2[k], (size_t)reps, sizeof(double), cmp_double);
-            med[k] = t2[k][reps / 2];
-            double bytes = k == 0 ? (double)qbytes : (double)elems * 2;
+        for (int k = 0; k < QCOLS; k++) {
+            if (!on[k]) {
+                printf(" %27s", "-");
+                last[k] = 1e30;
+                continue;
+            }
+            qsort(tm[k], (size_t)reps, sizeof(double), cmp_double);
+            med[k] = last[k] = tm[k][reps / 2];
+            double bytes = k < 2 ? (double)qbytes : (double)elems * 2;
             char cell[48];
             snprintf(cell, sizeof cell, "%.0f us %.0f GF %.1f GB/s", med[k] * 1e6, flop / med[k] * 1e-9,
                      bytes / med[k] * 1e-9);
-            printf(" %28s", cell);
+            printf(" %27s", cell);
         }
-        printf("  %5.2fx %s\n", med[1] / med[0], matmul_strategy_name(cpu_matmul_choose(M, &wb, isa)));
+        last_m = M;
+        MatmulStrategy pick = cpu_matmul_choose(M, &wq, isa);
+        double best = med[pick == MATMUL_BLAS ? 1 : 0];
+        char ratio[16] = "-";
+        if (on[2] && best > 0) snprintf(ratio, sizeof ratio, "%.2fx", med[2] / best);
+        printf("  %-13s %s\n", ratio, matmul_strategy_name(pick));
         fflush(stdout);
     }
 }
