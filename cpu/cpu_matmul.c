@@ -88,15 +88,22 @@
 #define QUANT_ROWS_PER_TASK 256
 
 /* Activation rows from which Q8_0 weights are decoded to float32 panels
- * for OpenBLAS instead of multiplied in integers (SIMD levels; the K types
- * stay in integers at every M). Q8_0 has a float scale per 32 values, so
- * the integer kernel sums across lanes and scales every 32 values per
- * pair of rows, where the K types do so every 256: one thread, 1024 x 1024,
- * AVX2 (Zen 2), integer vs decode + sgemm GFLOP/s: 16 rows 58 vs 54, 64
- * rows 62 vs 72-75, 512 rows 57 vs 79. The K types tied sgemm at 512
- * rows (q4_k 73 vs 71, q6_k 79 vs 81) and win on CPUs that issue two
- * vpmaddubsw per cycle. */
-#define QUANT_BLAS_MIN_ROWS_Q8_0 32
+ * for OpenBLAS (as bf16 weights are widened) instead of multiplied in
+ * integers; the K types stay in integers at every M. Q8_0 has a float scale
+ * per 32 values, so its integer kernel sums across lanes and scales every
+ * 32 values per pair of rows where the K types do so every 256, and it
+ * runs at ~60 GFLOP/s a thread where q4_k runs at ~90. Measured on one
+ * thread (Zen 2, AVX2, 3072 x 1024 q8_0, best of 15), GFLOP/s for integer /
+ * decode + f32 GEMM / decode + sgemm / the bf16 weight: 1 row 43/14/5/24,
+ * 16 rows 59/54/45/67, 32 rows 60/59/57/69, 64 rows 59/61/66/70, 128 rows
+ * 60/62/73/71. The K types tied sgemm at 512 rows (1024 x 1024: q4_k 73
+ * vs 71, q6_k 79 vs 81) and win on CPUs that issue two vpmaddubsw per
+ * cycle (Zen 3 and later, Intel). */
+#define QUANT_BLAS_MIN_ROWS_Q8_0 64
+
+/* Rows decoded at a time into a thread's panel by the forced "gemm" path
+ * for quantized weights (in L2 for the small-batch GEMM's f32 kernel). */
+#define QUANT_DECODE_ROWS 32
 
 /* Activation rows per task when quantizing a large input in parallel. */
 #define QUANT_INPUT_ROWS_PER_TASK 16
@@ -376,10 +383,7 @@ static void blas_task(const MatmulJob *j, const MatmulTask *t, int thread) {
         panel = buf;
     } else if (weight_type_quantized(w->type)) {
         float *buf = j->mm->panels[thread];
-        size_t rb = weight_row_bytes(w->type, K);
-        for (int n = 0; n < rows; n++)
-            weight_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)(t->n0 + n) * rb,
-                                  buf + (size_t)n * K, K);
+        quant_decode_rows(j->isa, w->type, w->data, K, t->n0, t->n1, buf);
         panel = buf;
     } else {
         panel = (const float *)w->data + (size_t)t->n0 * K;
@@ -388,11 +392,26 @@ static void blas_task(const MatmulJob *j, const MatmulTask *t, int thread) {
                 0.0f, j->ys[t->wi] + t->n0, N);
 }
 
-/* Rows [n0, n1) of a quantized weight against the job's quantized input. */
-static void quant_task(const MatmulJob *j, const MatmulTask *t) {
+/* Rows [n0, n1) of a quantized weight: against the job's quantized input
+ * (MATMUL_QUANT), or decoded to float32 QUANT_DECODE_ROWS at a time into
+ * the thread's panel and multiplied by the float input with the
+ * small-batch GEMM's f32 kernel (MATMUL_GEMM), or by OpenBLAS (blas_task). */
+static void quant_task(const MatmulJob *j, const MatmulTask *t, int thread) {
     const Weight *w = j->ws[t->wi];
-    quant_gemm(j->isa, w->type, w->data, w->cols, j->mm->xq[quant_act_type(w->type)], j->M,
-               j->ys[t->wi], w->rows, t->n0, t->n1);
+    int K = w->cols;
+    if (j->strategy == MATMUL_BLAS) return blas_task(j, t, thread);
+    if (j->strategy == MATMUL_GEMM) {
+        SmallGemmKernel gemm = small_gemm_kernel(j->isa, WEIGHT_F32);
+        float *panel = j->mm->panels[thread];
+        for (int n0 = t->n0; n0 < t->n1; n0 += QUANT_DECODE_ROWS) {
+            int n1 = t->n1 - n0 < QUANT_DECODE_ROWS ? t->n1 : n0 + QUANT_DECODE_ROWS;
+            quant_decode_rows(j->isa, w->type, w->data, K, n0, n1, panel);
+            gemm(j->ys[t->wi] + n0, w->rows, j->x, K, j->M, panel, K, 0, n1 - n0);
+        }
+        return;
+    }
+    quant_gemm(j->isa, w->type, w->data, K, j->mm->xq[quant_act_type(w->type)], j->M, j->ys[t->wi],
+               w->rows, t->n0, t->n1);
 }
 
 static void matmul_task(void *ctx, int task, int thread) {
@@ -403,13 +422,13 @@ static void matmul_task(void *ctx, int task, int thread) {
         j->dot(j->ys[t->wi], w->rows, j->xb, w->cols, j->M, w->data, w->cols, t->n0, t->n1);
         return;
     }
+    if (weight_type_quantized(j->ws[t->wi]->type)) return quant_task(j, t, thread);
     switch (j->strategy) {
     case MATMUL_AMX:
         amx_matmul(j->ys[t->wi], j->ws[t->wi]->rows, j->mm->packed, j->M, t->m0, t->m1,
                    j->ws[t->wi], t->n0, t->n1);
         break;
     case MATMUL_BLAS: blas_task(j, t, thread); break;
-    case MATMUL_QUANT: quant_task(j, t); break;
     default: rows_task(j, t); break;
     }
 }
@@ -543,10 +562,10 @@ static void quant_input_task(void *ctx, int task, int thread) {
 
 /* Quantized weights sharing the input x. Those on MATMUL_QUANT (see
  * cpu_matmul_choose) need x quantized, once per block format (in parallel
- * when large), max_rows rows at a time; those on MATMUL_BLAS are decoded
- * to float32 panels per task and multiplied by x as it is. Then every
+ * when large), max_rows rows at a time; those on MATMUL_GEMM or BLAS are
+ * decoded to float32 panels per task and multiplied by x as it is. Then every
  * weight's rows are split into tasks as the other strategies' are. A
- * forced strategy other than MATMUL_BLAS runs as MATMUL_QUANT, and bf16
+ * forced strategy other than blas or gemm runs as quant, and bf16
  * inputs do not apply: the activations are rounded to 8 bits per block
  * anyway, rounding them to bf16 first would only add error. A weight the
  * kernels cannot take (K not a whole number of blocks, or wider than
@@ -556,6 +575,7 @@ static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const 
     int K = ws[0]->cols, rows_max = mm->max_rows > 0 ? mm->max_rows : 1;
     const Weight *qw[MAX_SHARED], *bw[MAX_SHARED];
     float *qy[MAX_SHARED], *by[MAX_SHARED];
+    MatmulStrategy bs[MAX_SHARED];
     int nq = 0, nb = 0;
     bool need[2] = {false, false};
     for (int i = 0; i < count; i++) {
@@ -566,10 +586,10 @@ static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const 
             for (size_t k = 0; k < (size_t)M * w->rows; k++) ys[i][k] = NAN;
             continue;
         }
-        MatmulStrategy s = strategy == MATMUL_AUTO ? cpu_matmul_choose(M, w, isa)
-                           : strategy == MATMUL_BLAS ? MATMUL_BLAS
-                                                     : MATMUL_QUANT;
-        if (s == MATMUL_BLAS) {
+        MatmulStrategy s = strategy == MATMUL_AUTO ? cpu_matmul_choose(M, w, isa) : strategy;
+        if (s == MATMUL_GEMM && !small_gemm_kernel(isa, WEIGHT_F32)) s = MATMUL_QUANT;
+        if (s == MATMUL_BLAS || s == MATMUL_GEMM) {
+            bs[nb] = s;
             bw[nb] = w;
             by[nb++] = ys[i];
         } else {
@@ -578,9 +598,20 @@ static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const 
             qy[nq++] = ys[i];
         }
     }
-    if (nb > 0) {
-        MatmulJob job = {mm, x, M, bw, by, MATMUL_BLAS, isa, {NULL, NULL}, mm->tasks, NULL, NULL};
-        run_tasks(mm, &job, nb, PANEL_ROWS, M);
+    /* The float paths, one parallel loop per strategy. */
+    for (int s = 0; s < 2; s++) {
+        MatmulStrategy want = s == 0 ? MATMUL_GEMM : MATMUL_BLAS;
+        const Weight *fw[MAX_SHARED];
+        float *fy[MAX_SHARED];
+        int nf = 0;
+        for (int i = 0; i < nb; i++)
+            if (bs[i] == want) {
+                fw[nf] = bw[i];
+                fy[nf++] = by[i];
+            }
+        if (nf == 0) continue;
+        MatmulJob job = {mm, x, M, fw, fy, want, isa, {NULL, NULL}, mm->tasks, NULL, NULL};
+        run_tasks(mm, &job, nf, PANEL_ROWS, M);
     }
     if (nq == 0) return;
     for (int m0 = 0; m0 < M; m0 += rows_max) {

@@ -20,9 +20,10 @@
  * "quant" (cpu_matmul_quant.h): the input is quantized to 8 bits per block
  * once per call (shared by all the weights of a multi call) and multiplied
  * in integers by register-tiled kernels. The K types do so at every M;
- * Q8_0 weights from 32 rows on are decoded to float32 panels for OpenBLAS
- * instead ("blas", measured faster there: cpu_matmul.c). Of the forced
- * strategies only blas applies to them (any other runs as quant), and bf16
+ * Q8_0 weights from 64 rows on are decoded to float32 panels for OpenBLAS
+ * instead ("blas", measured faster there: cpu_matmul.c). A forced blas or
+ * gemm (the small-batch GEMM's f32 kernel on decoded panels) decodes any
+ * quantized weight so; forced rows or amx run as quant, and bf16
  * inputs do not (8-bit activations are coarser than bf16 already). A list
  * may mix quantized and plain weights.
  *

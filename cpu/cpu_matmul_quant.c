@@ -144,3 +144,15 @@ void quant_gemm(CpuIsa isa, WeightType t, const void *w, int K, const void *xq, 
                 int ldy, int n0, int n1) {
     quant_gemm_tiles(isa, 0, t, w, K, xq, M, y, ldy, n0, n1);
 }
+
+void quant_decode_rows(CpuIsa isa, WeightType t, const void *w, int K, int n0, int n1, float *dst) {
+#if defined(__x86_64__)
+    if (t == WEIGHT_Q8_0 && isa >= CPU_ISA_AVX512) return quant_decode_q8_0_avx512(w, K, n0, n1, dst);
+    if (t == WEIGHT_Q8_0 && isa == CPU_ISA_AVX2) return quant_decode_q8_0_avx2(w, K, n0, n1, dst);
+#else
+    (void)isa;
+#endif
+    size_t rb = weight_row_bytes(t, K);
+    for (int n = n0; n < n1; n++)
+        weight_dequantize_row(t, (const uint8_t *)w + (size_t)n * rb, dst + (size_t)(n - n0) * K, K);
+}

@@ -56,4 +56,10 @@ void quant_gemm(CpuIsa isa, WeightType t, const void *w, int K, const void *xq, 
 void quant_gemm_tiles(CpuIsa isa, int tile_rows, WeightType t, const void *w, int K, const void *xq,
                       int M, float *y, int ldy, int n0, int n1);
 
+/* Rows [n0, n1) of a quantized matrix (K columns of type t) decoded to
+ * float32 at dst, K per row: weight_dequantize_row's values (Q8_0 in SIMD,
+ * the K types by the reference decoder), for the float paths of
+ * cpu_matmul. */
+void quant_decode_rows(CpuIsa isa, WeightType t, const void *w, int K, int n0, int n1, float *dst);
+
 #endif

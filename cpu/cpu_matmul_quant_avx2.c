@@ -13,5 +13,6 @@
 #define QMR 4
 #define QGEMM quant_gemm_avx2
 #define QQUANT quant_act_rows_avx2
+#define QDECODE quant_decode_q8_0_avx2
 #include "cpu_matmul_quant_tile.h"
 #endif

@@ -11,5 +11,6 @@
 #define QMR 4
 #define QGEMM quant_gemm_avx512
 #define QQUANT quant_act_rows_avx512
+#define QDECODE quant_decode_q8_0_avx512
 #include "cpu_matmul_quant_tile.h"
 #endif

@@ -475,3 +475,25 @@ __attribute__((target(QT))) void QQUANT(QuantActType a, const float *x, int ldx,
         }
     }
 }
+
+/* ---- decoding weights to float32 (the float paths for Q8_0) ---- */
+
+/* Rows [n0, n1) of a Q8_0 matrix to float32, K per row at dst: d * q, the
+ * same single rounding as weight_dequantize_row. */
+__attribute__((target(QT))) void QDECODE(const void *w, int K, int n0, int n1, float *dst) {
+    size_t rb = weight_row_bytes(WEIGHT_Q8_0, K);
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)n * rb;
+        float *out = dst + (size_t)(n - n0) * K;
+        for (int b = 0; b < K / QK8_0; b++) {
+            const BlockQ8_0 *x = (const BlockQ8_0 *)(row + (size_t)b * sizeof(BlockQ8_0));
+            uint16_t dh;
+            memcpy(&dh, &x->d, sizeof dh);
+            __m256 d = _mm256_set1_ps(f16_scalar(dh));
+            QUNROLL for (int k = 0; k < 4; k++) {
+                __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * k)));
+                _mm256_storeu_ps(out + 32 * b + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+    }
+}

@@ -258,6 +258,13 @@ Test(cpu_matmul_quant, cpu_matmul_end_to_end_and_thread_split, .timeout = 300) {
                 cr_assert(memcmp(y1 + 601, y3, sizeof(float) * 601) == 0,
                           "%s: row 1 alone differs from row 1 of %d", weight_type_name(q.w.type), M);
             }
+            /* The float paths, forced: decoded weights times float inputs. */
+            MatmulStrategy forced[] = {MATMUL_GEMM, MATMUL_BLAS, MATMUL_ROWS};
+            for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++) {
+                for (size_t k = 0; k < (size_t)M * 601; k++) y3[k] = NAN;
+                cpu_matmul_with(mm3, y3, x, M, &q.w, forced[f], cpu_isa_active());
+                check_end_to_end(mm3, &q, x, M, y3, matmul_strategy_name(forced[f]));
+            }
             /* bf16 inputs do not apply to quantized weights. */
             cpu_matmul_set_bf16_inputs(mm3, true);
             cpu_matmul(mm3, y3, x, M, &q.w);

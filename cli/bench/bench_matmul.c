@@ -262,9 +262,10 @@ static int fill_quant(uint8_t *q, size_t bytes, WeightType t, int K) {
 }
 
 /* Quantized weight, multiplied in integers (MATMUL_QUANT) and decoded to
- * float32 panels for OpenBLAS (MATMUL_BLAS), vs the bf16 weight of the same
- * shape at its automatic strategy. */
-enum { QCOLS = 3 };
+ * float32 panels for the small-batch GEMM (MATMUL_GEMM) and for OpenBLAS
+ * (MATMUL_BLAS), vs the bf16 weight of the same shape at its automatic
+ * strategy. */
+enum { QCOLS = 4, QBF16 = 3 };
 
 static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const int *rows,
                               int nrows, float *x, float *y, uint16_t *arena, size_t arena_elems,
@@ -278,14 +279,14 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
     }
     Weight wb = {.data = arena, .type = WEIGHT_BF16, .rows = s->N, .cols = s->K};
     Weight wq = {.data = qarena, .type = t, .rows = s->N, .cols = s->K};
-    static const MatmulStrategy strat[QCOLS] = {MATMUL_QUANT, MATMUL_BLAS, MATMUL_AUTO};
+    static const MatmulStrategy strat[QCOLS] = {MATMUL_QUANT, MATMUL_GEMM, MATMUL_BLAS, MATMUL_AUTO};
     double last[QCOLS] = {0};
     int last_m = 1;
     printf("\n%s: %s weight %dx%d (%.2f MB) vs bf16 (%.2f MB). Median us, GFLOP/s, GB/s of "
            "weights read; interleaved\n",
            s->name, weight_type_name(t), s->N, s->K, (double)qbytes * 1e-6, (double)elems * 2e-6);
-    printf("%5s %27s %27s %27s  %-13s %s\n", "rows", "integer (quant)", "decode + sgemm (blas)",
-           "bf16 (auto)", "bf16/auto", "auto");
+    printf("%5s %27s %27s %27s %27s  %-9s %s\n", "rows", "integer (quant)", "decode + gemm",
+           "decode + sgemm (blas)", "bf16 (auto)", "bf16/auto", "auto");
     for (int r = 0; r < nrows; r++) {
         int M = rows[r];
         double flop = 2.0 * M * s->N * s->K, tm[QCOLS][MAX_REPS], med[QCOLS] = {0};
@@ -296,7 +297,7 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
         for (; reps < MAX_REPS && (reps < 3 || spent < 1.0); reps++) {
             for (int k = 0; k < QCOLS; k++) {
                 if (!on[k]) continue;
-                bool quant = k < 2;
+                bool quant = k != QBF16;
                 if (quant) wq.data = qarena + (reps % qcopies) * qbytes;
                 else wb.data = arena + (reps % copies) * elems;
                 double t0 = now_seconds();
@@ -314,7 +315,7 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
             }
             qsort(tm[k], (size_t)reps, sizeof(double), cmp_double);
             med[k] = last[k] = tm[k][reps / 2];
-            double bytes = k < 2 ? (double)qbytes : (double)elems * 2;
+            double bytes = k != QBF16 ? (double)qbytes : (double)elems * 2;
             char cell[48];
             snprintf(cell, sizeof cell, "%.0f us %.0f GF %.1f GB/s", med[k] * 1e6, flop / med[k] * 1e-9,
                      bytes / med[k] * 1e-9);
@@ -322,10 +323,11 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
         }
         last_m = M;
         MatmulStrategy pick = cpu_matmul_choose(M, &wq, isa);
-        double best = med[pick == MATMUL_BLAS ? 1 : 0];
+        int col = pick == MATMUL_BLAS ? 2 : pick == MATMUL_GEMM ? 1 : 0;
         char ratio[16] = "-";
-        if (on[2] && best > 0) snprintf(ratio, sizeof ratio, "%.2fx", med[2] / best);
-        printf("  %-13s %s\n", ratio, matmul_strategy_name(pick));
+        if (on[QBF16] && on[col] && med[col] > 0)
+            snprintf(ratio, sizeof ratio, "%.2fx", med[QBF16] / med[col]);
+        printf("  %-9s %s\n", ratio, matmul_strategy_name(pick));
         fflush(stdout);
     }
 }
