@@ -286,44 +286,84 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
     }
 }
 
-/* One Q8_0 tile: blocks of 32 with one f16 scale each, on both sides. */
-QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb,
-                         const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
+/* The products of block b of the strip with the tile's activation rows,
+ * summed across lanes by row pairs but not yet across the two 128-bit
+ * halves: out[i] = [row 0..3 of the low lanes | row 0..3 of the high]. */
+QFN void q_q8_0_block(int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
+                      __m256i out[QMR_MAX]) {
     const size_t bs = sizeof(BlockQ8_0);
-    __m128 facc[QMR_MAX];
-    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *blk[QNR];
-        QUNROLL for (int j = 0; j < QNR; j++) blk[j] = wr[j] + (size_t)b * bs;
-        if (pf && (b & 1) == 0) q_prefetch(wr[0], b / 2, 2 * bs); /* every other block */
-        uint16_t dh[QNR];
-        QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], blk[j], 2);
-        __m128 dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
-        __m256i av[QMR_MAX];
+    __m256i av[QMR_MAX];
+    QUNROLL for (int i = 0; i < MR; i++)
+        av[i] = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
+    __m256i acc[QMR_MAX][QNR];
+    QUNROLL for (int j = 0; j < QNR; j++) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
+        __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
         QUNROLL for (int i = 0; i < MR; i++)
-            av[i] = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
-        __m256i acc[QMR_MAX][QNR];
-        QUNROLL for (int j = 0; j < QNR; j++) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(blk[j] + 2));
-            __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
-            QUNROLL for (int i = 0; i < MR; i++)
-                acc[i][j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(av[i], w)), ones);
-        }
+            acc[i][j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(av[i], w)),
+                                          _mm256_set1_epi16(1));
+    }
+    QUNROLL for (int i = 0; i < MR; i++)
+        out[i] = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]),
+                                   _mm256_hadd_epi32(acc[i][2], acc[i][3]));
+}
+
+/* The 4 weight rows' d of block b. */
+QFN __m128 q_q8_0_d(const uint8_t *const *wr, int b) {
+    uint16_t dh[QNR];
+    QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], wr[j] + (size_t)b * sizeof(BlockQ8_0), 2);
+    return q_f16x4(dh[0], dh[1], dh[2], dh[3]);
+}
+
+QFN float q_q8_0_dx(const uint8_t *xr, int b) {
+    uint16_t xh;
+    memcpy(&xh, xr + (size_t)b * sizeof(BlockQ8_0), 2);
+    return f16_scalar(xh);
+}
+
+/* One Q8_0 tile: blocks of 32 with one f16 scale each, on both sides, so
+ * every block's sums are scaled separately. Two blocks at a time: their
+ * half-reduced sums fill one vector [block b | block b+1] (two lane
+ * permutes and an add finish both), which is converted and scaled once. */
+QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb,
+                     const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
+    const size_t bs = sizeof(BlockQ8_0);
+    __m256 facc[QMR_MAX];
+    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        if (pf) q_prefetch(wr[0], b / 2, 2 * bs);
+        __m256 dv = _mm256_set_m128(q_q8_0_d(wr, b + 1), q_q8_0_d(wr, b));
+        __m256i t0[QMR_MAX], t1[QMR_MAX];
+        q_q8_0_block(MR, wr, b, xr, t0);
+        q_q8_0_block(MR, wr, b + 1, xr, t1);
         QUNROLL for (int i = 0; i < MR; i++) {
-            uint16_t xh;
-            memcpy(&xh, xr[i] + (size_t)b * bs, 2);
-            __m128i sum = q_reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-            facc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(dv, _mm_set1_ps(f16_scalar(xh))),
-                                   facc[i]);
+            __m256i sum = _mm256_add_epi32(_mm256_permute2x128_si256(t0[i], t1[i], 0x20),
+                                           _mm256_permute2x128_si256(t0[i], t1[i], 0x31));
+            __m256 dx = _mm256_set_m128(_mm_set1_ps(q_q8_0_dx(xr[i], b + 1)),
+                                        _mm_set1_ps(q_q8_0_dx(xr[i], b)));
+            facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dv, dx), facc[i]);
+        }
+    }
+    __m128 out4[QMR_MAX];
+    QUNROLL for (int i = 0; i < MR; i++)
+        out4[i] = _mm_add_ps(_mm256_castps256_ps128(facc[i]), _mm256_extractf128_ps(facc[i], 1));
+    if (b < nb) { /* an odd last block */
+        __m128 dv = q_q8_0_d(wr, b);
+        __m256i t[QMR_MAX];
+        q_q8_0_block(MR, wr, b, xr, t);
+        QUNROLL for (int i = 0; i < MR; i++) {
+            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(t[i]), _mm256_extracti128_si256(t[i], 1));
+            out4[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(dv, _mm_set1_ps(q_q8_0_dx(xr[i], b))),
+                                   out4[i]);
         }
     }
     QUNROLL for (int i = 0; i < MR; i++) {
         if (nvalid == QNR) {
-            _mm_storeu_ps(y + (size_t)i * ldy, facc[i]);
+            _mm_storeu_ps(y + (size_t)i * ldy, out4[i]);
         } else {
             float out[4];
-            _mm_storeu_ps(out, facc[i]);
+            _mm_storeu_ps(out, out4[i]);
             memcpy(y + (size_t)i * ldy, out, sizeof(float) * (size_t)nvalid);
         }
     }

@@ -162,6 +162,20 @@ Test(cpu_matmul_quant, kernels_match_references, .timeout = 600) {
     cr_log_info("quant_gemm checked at SIMD levels scalar..%s", cpu_isa_name(cpu_isa_detect()));
 }
 
+/* Q8_0 rows of an odd number of blocks (its tiles take two at a time). */
+Test(cpu_matmul_quant, q8_0_odd_block_counts) {
+    static const int Ks[] = {32, 96, 288};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        QuantWeight q = make_quant_weight(WEIGHT_Q8_0, 7, Ks[ki]);
+        for (int M = 1; M <= 5; M += 4) {
+            float *x = random_rows(M, Ks[ki]);
+            check_kernels(WEIGHT_Q8_0, &q, x, M);
+            free(x);
+        }
+        free_quant_weight(&q);
+    }
+}
+
 /* Zero blocks (d = 0) and extreme activations: exact where the reference is. */
 Test(cpu_matmul_quant, zero_and_extreme_inputs) {
     enum { N = 9, K = 512, M = 3 };
