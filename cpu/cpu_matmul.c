@@ -105,9 +105,6 @@
  * for quantized weights (in L2 for the small-batch GEMM's f32 kernel). */
 #define QUANT_DECODE_ROWS 32
 
-/* Activation rows per task when quantizing a large input in parallel. */
-#define QUANT_INPUT_ROWS_PER_TASK 16
-
 /* Weight rows per widened panel: 128 rows x K=3072 x 4 bytes = 1.5 MiB, in L2. */
 #define PANEL_ROWS 128
 
@@ -543,23 +540,6 @@ static void run_bf16(CpuMatmul *mm, const float *x, int M, const Weight *const *
 
 /* ---- quantized weights ---- */
 
-typedef struct QuantInputJob {
-    CpuIsa isa;
-    QuantActType a;
-    const float *x;
-    int M, K;
-    void *xq;
-} QuantInputJob;
-
-static void quant_input_task(void *ctx, int task, int thread) {
-    (void)thread;
-    const QuantInputJob *j = ctx;
-    int m0 = task * QUANT_INPUT_ROWS_PER_TASK;
-    int rows = j->M - m0 < QUANT_INPUT_ROWS_PER_TASK ? j->M - m0 : QUANT_INPUT_ROWS_PER_TASK;
-    quant_act_rows(j->isa, j->a, j->x + (size_t)m0 * j->K, j->K, rows, j->K,
-                   (uint8_t *)j->xq + (size_t)m0 * quant_act_row_bytes(j->a, j->K));
-}
-
 /* Quantized weights sharing the input x. Those on MATMUL_QUANT (see
  * cpu_matmul_choose) need x quantized, once per block format (in parallel
  * when large), max_rows rows at a time; those on MATMUL_GEMM or BLAS are
@@ -598,32 +578,17 @@ static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const 
             qy[nq++] = ys[i];
         }
     }
-    /* The float paths, one parallel loop per strategy. */
-    for (int s = 0; s < 2; s++) {
-        MatmulStrategy want = s == 0 ? MATMUL_GEMM : MATMUL_BLAS;
-        const Weight *fw[MAX_SHARED];
-        float *fy[MAX_SHARED];
-        int nf = 0;
-        for (int i = 0; i < nb; i++)
-            if (bs[i] == want) {
-                fw[nf] = bw[i];
-                fy[nf++] = by[i];
-            }
-        if (nf == 0) continue;
-        MatmulJob job = {mm, x, M, fw, fy, want, isa, {NULL, NULL}, mm->tasks, NULL, NULL};
-        run_tasks(mm, &job, nf, PANEL_ROWS, M);
+    /* The float paths: one parallel loop each (only large M takes them). */
+    for (int i = 0; i < nb; i++) {
+        MatmulJob job = {mm, x, M, &bw[i], &by[i], bs[i], isa, {NULL, NULL}, mm->tasks, NULL, NULL};
+        run_tasks(mm, &job, 1, PANEL_ROWS, M);
     }
     if (nq == 0) return;
     for (int m0 = 0; m0 < M; m0 += rows_max) {
         int rows = M - m0 < rows_max ? M - m0 : rows_max;
         const float *xc = x + (size_t)m0 * K;
-        for (int a = 0; a < 2; a++) {
-            if (!need[a]) continue;
-            QuantInputJob qj = {isa, (QuantActType)a, xc, rows, K, mm->xq[a]};
-            int tasks = (rows + QUANT_INPUT_ROWS_PER_TASK - 1) / QUANT_INPUT_ROWS_PER_TASK;
-            if (tasks > 1) thread_pool_run(mm->pool, tasks, quant_input_task, &qj);
-            else quant_act_rows(isa, (QuantActType)a, xc, K, rows, K, mm->xq[a]);
-        }
+        for (int a = 0; a < 2; a++)
+            if (need[a]) quant_act_rows_pool(mm->pool, isa, (QuantActType)a, xc, rows, K, mm->xq[a]);
         float *yc[MAX_SHARED];
         for (int i = 0; i < nq; i++) yc[i] = qy[i] + (size_t)m0 * qw[i]->rows;
         MatmulJob job = {mm, NULL, rows, qw, yc, MATMUL_QUANT, isa, {NULL, NULL}, mm->tasks, NULL,

@@ -42,6 +42,34 @@ void quant_act_rows(CpuIsa isa, QuantActType a, const float *x, int ldx, int M, 
     }
 }
 
+/* Activation rows per task when quantizing a large input in parallel. */
+#define QUANT_INPUT_ROWS_PER_TASK 16
+
+typedef struct QuantInputJob {
+    CpuIsa isa;
+    QuantActType a;
+    const float *x;
+    int M, K;
+    void *xq;
+} QuantInputJob;
+
+static void quant_input_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const QuantInputJob *j = ctx;
+    int m0 = task * QUANT_INPUT_ROWS_PER_TASK;
+    int rows = j->M - m0 < QUANT_INPUT_ROWS_PER_TASK ? j->M - m0 : QUANT_INPUT_ROWS_PER_TASK;
+    quant_act_rows(j->isa, j->a, j->x + (size_t)m0 * j->K, j->K, rows, j->K,
+                   (uint8_t *)j->xq + (size_t)m0 * quant_act_row_bytes(j->a, j->K));
+}
+
+void quant_act_rows_pool(ThreadPool *pool, CpuIsa isa, QuantActType a, const float *x, int M, int K,
+                         void *xq) {
+    QuantInputJob job = {isa, a, x, M, K, xq};
+    int tasks = (M + QUANT_INPUT_ROWS_PER_TASK - 1) / QUANT_INPUT_ROWS_PER_TASK;
+    if (tasks > 1) thread_pool_run(pool, tasks, quant_input_task, &job);
+    else quant_act_rows(isa, a, x, K, M, K, xq);
+}
+
 /* ---- scalar -------------------------------------------------------------- */
 
 /* Q4_K/Q5_K's packed 6-bit scale and min of sub-block j (0..7). */

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 
+#include "thread_pool.h"
 #include "base/cpu_isa.h"
 #include "model/weight_format.h"
 
@@ -40,6 +41,12 @@ size_t quant_act_row_bytes(QuantActType a, int K);
  * quant_act_row_bytes(a, K) bytes each at xq: byte for byte what
  * quantize_row_q8_k / quantize_row_q8_0 write, at any SIMD level. */
 void quant_act_rows(CpuIsa isa, QuantActType a, const float *x, int ldx, int M, int K, void *xq);
+
+/* The same for M contiguous rows, split across the pool when there are
+ * more than 16 (the caller's thread alone otherwise: decode's few rows
+ * are not worth a wake-up). */
+void quant_act_rows_pool(ThreadPool *pool, CpuIsa isa, QuantActType a, const float *x, int M, int K,
+                         void *xq);
 
 /* y[m * ldy + n] = W[n, :] . X[m, :] for n in [n0, n1), m in [0, M): W has
  * K columns of type t (row n at w + n * weight_row_bytes(t, K)), X is M rows
