@@ -178,8 +178,9 @@ QFN void q_k_scales(__m128i head, __m256i *sc, __m128i *mn) {
     *mn = _mm256_extracti128_si256(all, 1);
 }
 
-/* Scale c of the eight in sc, in every int16 lane: one byte shuffle
- * (GCC made a broadcast from a scalar slot two instructions). */
+/* Element c of each 128-bit lane of sc (eight int16), in every int16 of
+ * that lane: one byte shuffle (GCC made a broadcast from a scalar slot two
+ * instructions). */
 QFN __m256i q_scale(__m256i sc, int c) {
     return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * c + 1) << 8 | 2 * c)));
 }
@@ -197,17 +198,21 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
         /* Per weight row: its scales (and mins) and d (and dmin). */
         __m256i scl[QNR];
         __m128i mins[QNR];
-        __m256i s6[QNR], s6lo[QNR], s6hi[QNR];
+        __m256i s6[QNR], s6eo[QNR];
         uint16_t dh[QNR] = {0};
         __m128i head[QNR];
         QUNROLL for (int j = 0; j < QNR; j++) {
             if (t == WEIGHT_Q6_K) {
                 const BlockQ6K *x = (const BlockQ6K *)blk[j];
                 dh[j] = x->d;
-                s6[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
-                /* Dwords (s_k, s_k): [s0-3 | s8-11] and [s4-7 | s12-15]. */
-                s6lo[j] = _mm256_unpacklo_epi16(s6[j], s6[j]);
-                s6hi[j] = _mm256_unpackhi_epi16(s6[j], s6[j]);
+                __m128i sc = _mm_loadu_si128((const __m128i *)x->scales);
+                s6[j] = _mm256_cvtepi8_epi16(sc);
+                /* Even scales in the low lane, odd in the high: chunk c's
+                 * two sub-blocks 2c and 2c+1 are then element c of each
+                 * lane, one vpshufb away (q_scale), where a vpermd per
+                 * chunk took two uops on Zen 2. */
+                s6eo[j] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+                    sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
             } else { /* Q4_K and Q5_K start with d, dmin and the 12 scale bytes */
                 head[j] = _mm_loadu_si128((const __m128i *)blk[j]);
                 q_k_scales(head[j], &scl[j], &mins[j]);
@@ -232,16 +237,8 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
                     (const __m256i *)(xr[i] + (size_t)b * sizeof(BlockQ8K) + Q8K_QS + 32 * c));
             QUNROLL for (int j = 0; j < QNR; j++) {
                 __m256i wv = q_unpack(t, blk[j], c);
-                __m256i sv;
-                if (t == WEIGHT_Q6_K) {
-                    /* Sub-blocks 2c (low 128 bits) and 2c+1 (high). */
-                    int base = (c & 1) * 2 + (c >> 2) * 4;
-                    sv = _mm256_permutevar8x32_epi32(
-                        ((c >> 1) & 1) ? s6hi[j] : s6lo[j],
-                        _mm256_setr_epi32(base, base, base, base, base + 1, base + 1, base + 1, base + 1));
-                } else {
-                    sv = q_scale(scl[j], c);
-                }
+                /* Q6_K: sub-blocks 2c (low 128 bits) and 2c+1 (high). */
+                __m256i sv = q_scale(t == WEIGHT_Q6_K ? s6eo[j] : scl[j], c);
                 QUNROLL for (int i = 0; i < MR; i++) {
                     acc[i][j] = _mm256_add_epi32(
                         acc[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av[i]), sv));
