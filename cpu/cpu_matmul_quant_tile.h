@@ -227,38 +227,43 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
             dv = q_f16x4v(dd);
             dmv = q_f16x4v(_mm_srli_epi32(dd, 16));
         }
-        __m256i acc[QMR_MAX][QNR];
-        QUNROLL for (int i = 0; i < MR; i++)
-            QUNROLL for (int j = 0; j < QNR; j++) acc[i][j] = _mm256_setzero_si256();
-        QUNROLL for (int c = 0; c < 8; c++) {
-            __m256i av[QMR_MAX];
-            QUNROLL for (int i = 0; i < MR; i++)
-                av[i] = _mm256_loadu_si256(
-                    (const __m256i *)(xr[i] + (size_t)b * sizeof(BlockQ8K) + Q8K_QS + 32 * c));
-            QUNROLL for (int j = 0; j < QNR; j++) {
+        /* Weight row by weight row: only that row's MR accumulators are live
+         * through the chunks (the activations come in as vpmaddubsw memory
+         * operands), so 4-row tiles fit AVX2's 16 registers; a row's sums
+         * then wait in acc for the reduction across rows. Chunk-major with
+         * all 4 x MR accumulators live spilled most of them (281 stack
+         * accesses in the 4-row Q6_K tile). */
+        __m256i acc[QNR][QMR_MAX];
+        QUNROLL for (int j = 0; j < QNR; j++) {
+            __m256i r[QMR_MAX];
+            QUNROLL for (int i = 0; i < MR; i++) r[i] = _mm256_setzero_si256();
+            QUNROLL for (int c = 0; c < 8; c++) {
                 __m256i wv = q_unpack(t, blk[j], c);
                 /* Q6_K: sub-blocks 2c (low 128 bits) and 2c+1 (high). */
                 __m256i sv = q_scale(t == WEIGHT_Q6_K ? s6eo[j] : scl[j], c);
                 QUNROLL for (int i = 0; i < MR; i++) {
-                    acc[i][j] = _mm256_add_epi32(
-                        acc[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av[i]), sv));
-                    Q_KEEP(acc[i][j]);
+                    __m256i av = _mm256_loadu_si256(
+                        (const __m256i *)(xr[i] + (size_t)b * sizeof(BlockQ8K) + Q8K_QS + 32 * c));
+                    r[i] = _mm256_add_epi32(r[i], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av), sv));
+                    Q_KEEP(r[i]);
                 }
             }
+            if (t == WEIGHT_Q6_K) {
+                /* sum sc_j (q - 32) a = sum sc_j q a - 32 sum_j sc_j bsum_j */
+                QUNROLL for (int i = 0; i < MR; i++) {
+                    __m256i bsum = _mm256_loadu_si256(
+                        (const __m256i *)(xr[i] + (size_t)b * sizeof(BlockQ8K) + Q8K_BSUMS));
+                    r[i] = _mm256_sub_epi32(r[i], _mm256_slli_epi32(_mm256_madd_epi16(s6[j], bsum), 5));
+                }
+            }
+            QUNROLL for (int i = 0; i < MR; i++) acc[j][i] = r[i];
         }
         QUNROLL for (int i = 0; i < MR; i++) {
             const uint8_t *xb = xr[i] + (size_t)b * sizeof(BlockQ8K);
             float dx;
             memcpy(&dx, xb, sizeof dx);
             __m128 dxv = _mm_set1_ps(dx);
-            if (t == WEIGHT_Q6_K) {
-                /* sum sc_j (q - 32) a = sum sc_j q a - 32 sum_j sc_j bsum_j */
-                __m256i bsum = _mm256_loadu_si256((const __m256i *)(xb + Q8K_BSUMS));
-                QUNROLL for (int j = 0; j < QNR; j++)
-                    acc[i][j] = _mm256_sub_epi32(acc[i][j],
-                                                 _mm256_slli_epi32(_mm256_madd_epi16(s6[j], bsum), 5));
-            }
-            __m128i sum = q_reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            __m128i sum = q_reduce4(acc[0][i], acc[1][i], acc[2][i], acc[3][i]);
             facc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(dv, dxv), facc[i]);
             if (t != WEIGHT_Q6_K) {
                 /* Minus dmin * m_j * (sum of the activation's quants in sub-block j). */
