@@ -1,10 +1,13 @@
 /*
  * cpu_matmul_quant_avx2.c - the quantized-weight tile kernels
  * (cpu_matmul_quant_tile.h) compiled for AVX2 + FMA. Tiles of 4 weight rows
- * x 4 activation rows: 16 int32 accumulators are all of AVX2's registers,
- * so some live on the stack, yet this measured fastest (one thread, 64 x
- * 256 x 1024 in cache, GFLOP/s at 1/2/3/4 rows per tile: q4_k 71/92/94/94,
- * q5_k 54/72/81/89, q6_k 54/65/76/83, q8_0 52/59/61/62).
+ * x 4 activation rows: one thread, 64 x 256 x 1024 in cache, GFLOP/s at
+ * 1..8 activation rows per tile (tiles up to 8 built for the test):
+ *   q4_k 70 92 104 110 113 106 95 86
+ *   q5_k 54 81  95 101 104  91 87 80
+ *   q6_k 58 85  93 103 100  88 84 85
+ *   q8_0 51 59  63  63  63  62 61 61
+ * 5 wins by 3% on q4_k/q5_k but leaves remainders for batches of 4^n.
  */
 #include "cpu_matmul_quant_x86.h"
 
