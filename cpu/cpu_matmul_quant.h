@@ -9,13 +9,12 @@
  * sub-block scale), scaled to float once per block. Unlike llama.cpp's CPU
  * path, which unpacks a weight block again for every activation row, these
  * kernels unpack a strip of 4 weight rows once per 32 values and apply it to
- * a tile of up to 2 (AVX2) or 4 (AVX-512) activation rows held in
- * registers, so a decode batch or a prefill reads and unpacks each weight
- * once per tile of rows instead of once per row.
+ * a tile of up to 4 activation rows, so a decode batch or a prefill reads
+ * and unpacks each weight once per tile of rows instead of once per row.
  *
  * Levels: scalar (portable, the reference every SIMD level is tested
- * against), AVX2 and AVX-512 (the same 256-bit kernels with 32 registers and
- * bigger tiles; VNNI's dot product where the CPU has it).
+ * against), AVX2, and AVX-512 (the same 256-bit kernels compiled with EVEX:
+ * 32 registers; no VNNI kernel yet).
  */
 #ifndef NANOVLLM_CPU_MATMUL_QUANT_H
 #define NANOVLLM_CPU_MATMUL_QUANT_H

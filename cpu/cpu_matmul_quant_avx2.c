@@ -7,7 +7,7 @@
  *   q5_k 54 81  95 101 104  91 87 80
  *   q6_k 58 85  93 103 100  88 84 85
  *   q8_0 51 59  63  63  63  62 61 61
- * 5 wins by 3% on q4_k/q5_k but leaves remainders for batches of 4^n.
+ * 5 wins by 3% on q4_k/q5_k but leaves remainders in batches of 4, 8, 16.
  */
 #include "cpu_matmul_quant_x86.h"
 

@@ -3,12 +3,11 @@
  * a template: hand-written, included once per SIMD level by
  * cpu_matmul_quant_avx2.c and cpu_matmul_quant_avx512.c, which define
  *   QT        the functions' target attribute ("avx2,fma", ...)
- *   QMR       activation rows per tile by default (4 x QMR int32 accumulators
- *             must fit the registers: 2 of AVX2's 16, 4 of AVX-512's 32);
- *             tiles of 1..4 rows are compiled at every level, so that the
- *             AVX-512 level's 3- and 4-row tiles run (slowly, spilling) and
- *             are tested on AVX2-only machines too
- *   QGEMM     the name of the one exported function, quant_gemm_<level>
+ *   QMR       activation rows per tile by default (4 at both levels, see
+ *             cpu_matmul_quant_avx2.c); tiles of 1..4 rows are compiled at
+ *             every level, so the tests run each on AVX2-only machines too
+ *   QGEMM, QQUANT, QDECODE  the names of the exported functions
+ *             (quant_gemm_<level>, quant_act_rows_<level>, ...)
  * Deliberately no include guard.
  *
  * A tile is 4 weight rows (QNR) x MR activation rows over the whole K. Per
@@ -16,14 +15,16 @@
  * once (Q8_0: |w|, the sign moving to the activation) and multiplied with
  * every activation row of the tile by vpmaddubsw (u8 x s8 pairs -> s16),
  * then vpmaddwd by the sub-block's scale (-> s32, exact: at most 2 x 63 x
- * 127 x 128 per pair) into one int32 accumulator per (row, row) pair. At
- * the end of a block (256 values, Q8_0: 32) the four accumulators of one
- * activation row are summed across lanes together (3 vphaddd), which gives
- * that activation row's 4 outputs side by side in one vector: scaled by the
- * four weight rows' d times the activation's d and added to a float
- * accumulator that is finally stored as 4 consecutive outputs. The Q4_K/Q5_K
- * mins come from the activation's bsums (sum of the quants per 16), the Q6_K
- * offset of 32 likewise, so no subtraction touches the 256 values.
+ * 127 x 128 per pair) into one int32 accumulator per (row, row) pair; the
+ * K types go weight row by weight row through a block so that only MR
+ * accumulators are live (q_tile_k says why). At the end of a block (256
+ * values, Q8_0: 32) the four accumulators of one activation row are summed
+ * across lanes together (3 vphaddd), which gives that activation row's 4
+ * outputs side by side in one vector: scaled by the four weight rows' d
+ * times the activation's d and added to a float accumulator that is
+ * finally stored as 4 consecutive outputs. The Q4_K/Q5_K mins come from the
+ * activation's bsums (sum of the quants per 16), the Q6_K offset of 32
+ * likewise, so no subtraction touches the 256 values.
  *
  * A strip past the last weight row (N not a multiple of 4) repeats the last
  * row and drops the extra outputs; MR takes every value 1..4 (one compiled
