@@ -151,8 +151,6 @@ Test(cpu_matmul_quant, kernels_match_references, .timeout = 600) {
             for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
                 QuantWeight q = make_quant_weight(TYPES[ti], Ns[ni], Ks[ki]);
                 for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-                    /* The largest row counts with the largest N only once per type. */
-                    if (Ms[mi] > 17 && Ns[ni] == 300 && ki > 0) continue;
                     float *x = random_rows(Ms[mi], Ks[ki]);
                     check_kernels(TYPES[ti], &q, x, Ms[mi]);
                     free(x);
