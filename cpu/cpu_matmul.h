@@ -16,6 +16,17 @@
  *    our tasks so that only one thread pool runs.
  * All four compute in float32; they differ only in summation order.
  *
+ * Block-quantized weights (GGUF's Q8_0, Q4_K, Q5_K, Q6_K) take a fifth,
+ * "quant" (cpu_matmul_quant.h): the input is quantized to 8 bits per block
+ * once per call (shared by all the weights of a multi call) and multiplied
+ * in integers by register-tiled kernels. The K types do so at every M;
+ * Q8_0 weights from 64 rows on are decoded to float32 panels for OpenBLAS
+ * instead ("blas", measured faster there: cpu_matmul.c). A forced blas or
+ * gemm (the small-batch GEMM's f32 kernel on decoded panels) decodes any
+ * quantized weight so; forced rows or amx run as quant, and bf16
+ * inputs do not (8-bit activations are coarser than bf16 already). A list
+ * may mix quantized and plain weights.
+ *
  * With bf16 inputs (--dtype bfloat16) every activation is first rounded to
  * bf16; where the CPU has AVX512-BF16 one more kernel multiplies bf16 pairs
  * directly for every M (cpu_matmul_bf16.h) except where AMX would run,
@@ -38,7 +49,8 @@ typedef enum MatmulStrategy {
     MATMUL_ROWS,
     MATMUL_BLAS,
     MATMUL_AMX,
-    MATMUL_GEMM
+    MATMUL_GEMM,
+    MATMUL_QUANT /* block-quantized weights (cpu_matmul_quant.h); their only strategy */
 } MatmulStrategy;
 
 /* max_rows: the largest M; max_cols: the largest K (W.cols) that will be passed. */

@@ -15,6 +15,10 @@
  *
  * Environment (optional): NANOVLLM_BENCH_SHAPE=name keeps the shapes whose
  * name contains it; NANOVLLM_BENCH_M=1,16,64 sets the row counts.
+ * NANOVLLM_BENCH_WEIGHT=q4_k|q5_k|q6_k|q8_0 times that block-quantized
+ * weight (cpu_matmul_quant.h) instead, beside the bf16 weight of the same
+ * shape in the same run (automatic strategy for both, interleaved), with
+ * the GB/s of weight bytes read: the number that sets decode speed.
  */
 #include "bench_matmul.h"
 
@@ -26,6 +30,7 @@
 #include <sys/mman.h>
 
 #include "cpu/cpu_matmul.h"
+#include "model/weight_format.h"
 #include "cpu/thread_pool.h"
 #include "base/log.h"
 #include "bench_limits.h"
@@ -231,6 +236,112 @@ static void bench_shape(CpuMatmul *mm, const Shape *s, const int *rows, int nrow
     }
 }
 
+/* ---- quantized weights ------------------------------------------------------ */
+
+/* Distinct random rows quantized per shape; copies of them fill the arena
+ * (the reference encoder is too slow to quantize 256 MiB per shape). */
+#define QUANT_DISTINCT_ROWS 1024
+
+/* Fills `bytes` of q with quantized N x K rows (type t), repeating. */
+static int fill_quant(uint8_t *q, size_t bytes, WeightType t, int K) {
+    size_t rb = weight_row_bytes(t, K), rows = bytes / rb;
+    float *row = malloc(sizeof(float) * (size_t)K);
+    if (!row) return -1;
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (size_t n = 0; n < rows && n < QUANT_DISTINCT_ROWS; n++) {
+        for (int k = 0; k < K; k++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            row[k] = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5) * 0.1f;
+        }
+        weight_quantize_row(t, row, q + n * rb, K);
+    }
+    for (size_t n = QUANT_DISTINCT_ROWS; n < rows; n++)
+        memcpy(q + n * rb, q + (n % QUANT_DISTINCT_ROWS) * rb, rb);
+    free(row);
+    return 0;
+}
+
+/* Quantized weight, multiplied in integers (MATMUL_QUANT) and decoded to
+ * float32 panels for the small-batch GEMM (MATMUL_GEMM) and for OpenBLAS
+ * (MATMUL_BLAS), vs the bf16 weight of the same shape at its automatic
+ * strategy. */
+enum { QCOLS = 4, QBF16 = 3 };
+
+static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const int *rows,
+                              int nrows, float *x, float *y, uint16_t *arena, size_t arena_elems,
+                              uint8_t *qarena, size_t qarena_bytes) {
+    CpuIsa isa = cpu_isa_active();
+    size_t elems = (size_t)s->N * s->K, copies = arena_elems / elems;
+    size_t qbytes = weight_row_bytes(t, s->K) * (size_t)s->N, qcopies = qarena_bytes / qbytes;
+    if (qcopies == 0 || copies == 0 || fill_quant(qarena, qcopies * qbytes, t, s->K) != 0) {
+        printf("\n%s: skipped (arena too small or out of memory)\n", s->name);
+        return;
+    }
+    Weight wb = {.data = arena, .type = WEIGHT_BF16, .rows = s->N, .cols = s->K};
+    Weight wq = {.data = qarena, .type = t, .rows = s->N, .cols = s->K};
+    static const MatmulStrategy strat[QCOLS] = {MATMUL_QUANT, MATMUL_GEMM, MATMUL_BLAS, MATMUL_AUTO};
+    double last[QCOLS] = {0};
+    int last_m = 1;
+    printf("\n%s: %s weight %dx%d (%.2f MB) vs bf16 (%.2f MB). Median us, GFLOP/s, GB/s of "
+           "weights read; interleaved\n",
+           s->name, weight_type_name(t), s->N, s->K, (double)qbytes * 1e-6, (double)elems * 2e-6);
+    printf("%5s %27s %27s %27s %27s  %-9s %s\n", "rows", "integer (quant)", "decode + gemm",
+           "decode + sgemm (blas)", "bf16 (auto)", "bf16/auto", "auto");
+    for (int r = 0; r < nrows; r++) {
+        int M = rows[r];
+        double flop = 2.0 * M * s->N * s->K, tm[QCOLS][MAX_REPS], med[QCOLS] = {0};
+        bool on[QCOLS];
+        for (int k = 0; k < QCOLS; k++) on[k] = !(last[k] > 0 && last[k] * M / last_m > MAX_CELL_SECONDS);
+        int reps = 0;
+        double spent = 0;
+        for (; reps < MAX_REPS && (reps < 3 || spent < 1.0); reps++) {
+            for (int k = 0; k < QCOLS; k++) {
+                if (!on[k]) continue;
+                bool quant = k != QBF16;
+                if (quant) wq.data = qarena + (reps % qcopies) * qbytes;
+                else wb.data = arena + (reps % copies) * elems;
+                double t0 = now_seconds();
+                cpu_matmul_with(mm, y, x, M, quant ? &wq : &wb, strat[k], isa);
+                tm[k][reps] = now_seconds() - t0;
+                spent += tm[k][reps];
+            }
+        }
+        printf("%5d", M);
+        for (int k = 0; k < QCOLS; k++) {
+            if (!on[k]) {
+                printf(" %27s", "-");
+                last[k] = 1e30;
+                continue;
+            }
+            qsort(tm[k], (size_t)reps, sizeof(double), cmp_double);
+            med[k] = last[k] = tm[k][reps / 2];
+            double bytes = k != QBF16 ? (double)qbytes : (double)elems * 2;
+            char cell[48];
+            snprintf(cell, sizeof cell, "%.0f us %.0f GF %.1f GB/s", med[k] * 1e6, flop / med[k] * 1e-9,
+                     bytes / med[k] * 1e-9);
+            printf(" %27s", cell);
+        }
+        last_m = M;
+        MatmulStrategy pick = cpu_matmul_choose(M, &wq, isa);
+        int col = pick == MATMUL_BLAS ? 2 : pick == MATMUL_GEMM ? 1 : 0;
+        char ratio[16] = "-";
+        if (on[QBF16] && on[col] && med[col] > 0)
+            snprintf(ratio, sizeof ratio, "%.2fx", med[QBF16] / med[col]);
+        printf("  %-9s %s\n", ratio, matmul_strategy_name(pick));
+        fflush(stdout);
+    }
+}
+
+static bool parse_weight(const char *name, WeightType *t) {
+    static const WeightType types[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(name, weight_type_name(types[i])) == 0) {
+            *t = types[i];
+            return true;
+        }
+    return false;
+}
+
 int bench_matmul(int num_threads, Error *err) {
     enum { MAX_M = 512, MAX_K = 3072 };
     size_t max_w = ARENA_BYTES / sizeof(uint16_t);
@@ -243,8 +354,34 @@ int bench_matmul(int num_threads, Error *err) {
     float *x = malloc(sizeof(float) * MAX_M * MAX_K);
     float *y = alloc_huge(sizeof(float) * MAX_M * 151936);
     uint16_t *w = alloc_huge(sizeof(uint16_t) * max_w);
-    int rc = (pool && mm && x && y && w) ? 0 : (err->msg[0] ? -1 : error_set(err, "out of memory"));
-    if (rc == 0) {
+    const char *weight_env = getenv("NANOVLLM_BENCH_WEIGHT");
+    WeightType qtype = WEIGHT_BF16;
+    if (weight_env && !parse_weight(weight_env, &qtype)) {
+        free(x);
+        cpu_matmul_destroy(mm);
+        thread_pool_destroy(pool);
+        if (y) munmap(y, sizeof(float) * MAX_M * 151936);
+        if (w) munmap(w, sizeof(uint16_t) * max_w);
+        return error_set(err, "NANOVLLM_BENCH_WEIGHT: expected q4_k, q5_k, q6_k or q8_0");
+    }
+    /* Quantized weights need at most 34/32 bytes per value (Q8_0). */
+    size_t qarena_bytes = max_w * 2;
+    uint8_t *qarena = weight_env ? alloc_huge(qarena_bytes) : NULL;
+    int rc = (pool && mm && x && y && w && (!weight_env || qarena))
+                 ? 0
+                 : (err->msg[0] ? -1 : error_set(err, "out of memory"));
+    if (rc == 0 && weight_env) {
+        for (size_t i = 0; i < (size_t)MAX_M * MAX_K; i++) x[i] = (float)(i % 97) / 97.0f - 0.5f;
+        for (size_t i = 0; i < max_w; i++) w[i] = (uint16_t)(0x3c00 + (i * 31) % 512);
+        printf("%s kernels, %d threads; %s weights vs bf16\n", cpu_isa_name(cpu_isa_active()),
+               thread_pool_size(pool), weight_type_name(qtype));
+        int rows[16], nrows = parse_rows(rows, 16);
+        const char *only = getenv("NANOVLLM_BENCH_SHAPE");
+        for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+            if (!only || strstr(SHAPES[i].name, only))
+                bench_quant_shape(mm, &SHAPES[i], qtype, rows, nrows, x, y, w, max_w, qarena,
+                                  qarena_bytes);
+    } else if (rc == 0) {
         for (size_t i = 0; i < (size_t)MAX_M * MAX_K; i++) x[i] = (float)(i % 97) / 97.0f;
         for (size_t i = 0; i < max_w; i++) w[i] = (uint16_t)(0x3c00 + (i * 31) % 512);
         CpuIsa isa = cpu_isa_active();
@@ -261,6 +398,7 @@ int bench_matmul(int num_threads, Error *err) {
                 bench_shape(mm, &SHAPES[i], rows, nrows, x, y, w, max_w, peak, bf16_peak);
     }
     free(x);
+    if (qarena) munmap(qarena, qarena_bytes);
     if (y) munmap(y, sizeof(float) * MAX_M * 151936);
     if (w) munmap(w, sizeof(uint16_t) * max_w);
     cpu_matmul_destroy(mm);
