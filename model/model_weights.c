@@ -316,8 +316,8 @@ int model_weights_load_dummy(ModelWeights *w, const ModelConfig *cfg, uint64_t s
 
 static int load_gguf(ModelWeights *w, const char *path, Error *err) {
     memset(w, 0, sizeof *w);
-    int rc = gguf_open(&w->gguf, path, err);
-    if (rc == 0) rc = model_config_from_gguf(&w->config, &w->gguf, err);
+    if (gguf_open(&w->gguf, path, err)) return -1; /* its message names the file */
+    int rc = model_config_from_gguf(&w->config, &w->gguf, err);
     if (rc == 0) rc = load_tensors(w, err);
     if (rc) {
         error_prefix(err, "%s", path);
