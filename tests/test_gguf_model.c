@@ -293,13 +293,12 @@ Test(gguf_model, cuda_refuses_gguf) {
 
 /* ---- files the loader must refuse, made by patching a fixture's bytes ---- */
 
-static char *patched_dir;
-
-/* A copy of fixture `name` with `len` bytes at byte offset `at` replaced. */
-static char *patched_copy(const char *name, size_t at, const void *bytes, size_t len) {
+/* A copy of fixture `name` with `len` bytes at byte offset `at` replaced,
+ * in a temporary folder (*dir, removed by the caller). */
+static char *patched_copy(const char *name, size_t at, const void *bytes, size_t len, char **dir) {
     static char path[512];
-    if (!patched_dir) patched_dir = make_temp_dir();
-    snprintf(path, sizeof path, "%s/patched.gguf", patched_dir);
+    *dir = make_temp_dir();
+    snprintf(path, sizeof path, "%s/patched.gguf", *dir);
     FILE *in = fopen(fixture_path(name), "rb");
     cr_assert(in);
     fseek(in, 0, SEEK_END);
@@ -335,21 +334,29 @@ static void expect_refused(const char *path, const char *needle) {
     cr_expect(strstr(err.msg, needle) != NULL, "error '%s' does not say '%s'", err.msg, needle);
 }
 
+/* Fixture q8_0 with bytes at `at` replaced must be refused with `needle`. */
+static void expect_patch_refused(size_t at, const void *bytes, size_t len, const char *needle) {
+    char *dir;
+    expect_refused(patched_copy("q8_0", at, bytes, len, &dir), needle);
+    rm_rf(dir);
+    free(dir);
+}
+
 Test(gguf_model, refuses_another_architecture) {
     /* the value string "qwen3" directly follows its key */
     size_t at = offset_of("q8_0", "general.architecture") + strlen("general.architecture") + 4 + 8;
-    expect_refused(patched_copy("q8_0", at, "llama", 5), "supported: qwen3, qwen3moe");
+    expect_patch_refused(at, "llama", 5, "supported: qwen3, qwen3moe");
 }
 
 Test(gguf_model, refuses_a_missing_key) {
     size_t at = offset_of("q8_0", "qwen3.block_count");
-    expect_refused(patched_copy("q8_0", at, "qwen3.block_cXunt", 17), "'qwen3.block_count'");
+    expect_patch_refused(at, "qwen3.block_cXunt", 17, "'qwen3.block_count'");
 }
 
 Test(gguf_model, refuses_a_shape_the_metadata_contradicts) {
     size_t at = offset_of("q8_0", "qwen3.embedding_length") + strlen("qwen3.embedding_length") + 4;
     uint32_t hidden = 128;
-    expect_refused(patched_copy("q8_0", at, &hidden, 4), "token_embd.weight");
+    expect_patch_refused(at, &hidden, 4, "token_embd.weight");
 }
 
 Test(gguf_model, refuses_an_unsupported_tensor_type) {
@@ -358,7 +365,7 @@ Test(gguf_model, refuses_an_unsupported_tensor_type) {
     const char *name = "blk.0.attn_q.weight";
     size_t at = offset_of("q8_0", name) + strlen(name) + 4 + 2 * 8;
     uint32_t q4_0 = GGUF_TYPE_Q4_0;
-    expect_refused(patched_copy("q8_0", at, &q4_0, 4), "q4_0");
+    expect_patch_refused(at, &q4_0, 4, "q4_0");
 }
 
 Test(gguf_model, refuses_a_truncated_file) {
