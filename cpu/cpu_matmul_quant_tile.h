@@ -221,9 +221,11 @@ QFN __m256i q_row_q6_k_block(const uint8_t *blk, const uint8_t *xq, __m256i s6eo
         /* Per lane: chunk 2k's four pair sums, then 2k+1's; the low lane
          * holds sub-blocks 4k and 4k+2, the high 4k+1 and 4k+3: elements 2k
          * and 2k+1 of each lane of s6eo. */
-        const char e = (char)(4 * k), f = (char)(4 * k + 1), g = (char)(4 * k + 2), h = (char)(4 * k + 3);
-        __m256i sv = _mm256_shuffle_epi8(s6eo, _mm256_setr_epi8(e, f, e, f, e, f, e, f, g, h, g, h, g, h, g, h,
-                                                                e, f, e, f, e, f, e, f, g, h, g, h, g, h, g, h));
+        const char e = (char)(4 * k), f = (char)(4 * k + 1);
+        const char g = (char)(4 * k + 2), h = (char)(4 * k + 3);
+        __m256i sv = _mm256_shuffle_epi8(
+            s6eo, _mm256_setr_epi8(e, f, e, f, e, f, e, f, g, h, g, h, g, h, g, h,
+                                   e, f, e, f, e, f, e, f, g, h, g, h, g, h, g, h));
         s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_hadd_epi16(p0, p1), sv));
     }
     return s;
@@ -430,7 +432,8 @@ QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *co
         __m128 o = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         float out[4];
         _mm_storeu_ps(out, o);
-        for (int j = 0; j < nvalid; j++) y[(size_t)i * ldy + j] = add ? y[(size_t)i * ldy + j] + out[j] : out[j];
+        float *yi = y + (size_t)i * ldy;
+        for (int j = 0; j < nvalid; j++) yi[j] = add ? yi[j] + out[j] : out[j];
     }
 }
 
@@ -526,8 +529,8 @@ __attribute__((target(QT))) static void q_gemm_q8_0(const void *w, int K, const 
                         xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * bs;
                         dxr[i] = dx + (size_t)(mi - mb) * seg;
                     }
-                    q_tiles_q8_0[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL, y + (size_t)m * ldy + n, ldy, nv,
-                                        k0 > 0, m == mb);
+                    q_tiles_q8_0[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL,
+                                        y + (size_t)m * ldy + n, ldy, nv, k0 > 0, m == mb);
                     m += r;
                 }
             }
