@@ -13,18 +13,28 @@
  * A tile is 4 weight rows (QNR) x MR activation rows over the whole K. Per
  * 32 values: each weight row's 32 quants are unpacked to unsigned bytes
  * once (Q8_0: |w|, the sign moving to the activation) and multiplied with
- * every activation row of the tile by vpmaddubsw (u8 x s8 pairs -> s16),
- * then vpmaddwd by the sub-block's scale (-> s32, exact: at most 2 x 63 x
- * 127 x 128 per pair) into one int32 accumulator per (row, row) pair; the
- * K types go weight row by weight row through a block so that only MR
- * accumulators are live (q_tile_k says why). At the end of a block (256
- * values, Q8_0: 32) the four accumulators of one activation row are summed
- * across lanes together (3 vphaddd), which gives that activation row's 4
- * outputs side by side in one vector: scaled by the four weight rows' d
- * times the activation's d and added to a float accumulator that is
- * finally stored as 4 consecutive outputs. The Q4_K/Q5_K mins come from the
- * activation's bsums (sum of the quants per 16), the Q6_K offset of 32
- * likewise, so no subtraction touches the 256 values.
+ * every activation row of the tile by vpmaddubsw (u8 x s8 pairs -> s16).
+ *
+ * K types (q_tile_k): then vpmaddwd by the sub-block's scale
+ * (-> s32, exact: at most 2 x 63 x 127 x 128 per pair) into one int32
+ * accumulator per (row, row) pair, weight row by weight row through a block
+ * so that only MR accumulators are live. At the end of a block (256 values)
+ * the four accumulators of one activation row are summed across lanes
+ * together (3 vphaddd), which gives that activation row's 4 outputs side by
+ * side in one vector: scaled by the four weight rows' d times the
+ * activation's d and added to a float accumulator that is finally stored as
+ * 4 consecutive outputs. The Q4_K/Q5_K mins come from the activation's
+ * bsums (sum of the quants per 16), the Q6_K offset of 32 likewise, so no
+ * subtraction touches the 256 values. Q6_K with one activation row
+ * (q_row_q6_k) first sums two chunks' products in int16 (vphaddw).
+ *
+ * Q8_0 (q_tile_q8_0): a float scale per 32 values on both sides, so each
+ * block's int32 sums are reduced across the 4 weight rows (2 vphaddd
+ * levels, leaving the two 128-bit halves apart), converted, and added with
+ * one FMA per activation row into a float accumulator of [rows 0..3 | rows
+ * 0..3]; the halves are summed once per output. The f16 scales of weights
+ * and activations are decoded to float once per call (q_gemm_q8_0),
+ * except a single activation row's weights, decoded in the tile.
  *
  * A strip past the last weight row (N not a multiple of 4) repeats the last
  * row and drops the extra outputs; MR takes every value 1..4 (one compiled
@@ -113,9 +123,17 @@ QFN void q_prefetch(const uint8_t *strip, int b, size_t bs) {
     QUNROLL for (size_t l = 0; l < QNR * bs; l += 64) prefetch_l2(p + l);
 }
 
+/* [sum a, sum b, sum c, sum d | the same] partial sums of the two 128-bit
+ * halves. (vphaddd takes 2 cycles of throughput on Zen 4, but two vpblendd,
+ * a vpshufd and an add per pair of vectors in its place measured 8% slower
+ * in the Q8_0 tile.) */
+QFN __m256i q_reduce4h(__m256i a, __m256i b, __m256i c, __m256i d) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+}
+
 /* The lane sums of a, b, c, d as one vector [sum a, sum b, sum c, sum d]. */
 QFN __m128i q_reduce4(__m256i a, __m256i b, __m256i c, __m256i d) {
-    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    __m256i s = q_reduce4h(a, b, c, d);
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 
@@ -186,9 +204,76 @@ QFN __m256i q_scale(__m256i sc, int c) {
     return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * c + 1) << 8 | 2 * c)));
 }
 
+/* One activation row times one Q6_K block: the sub-block scales times the
+ * integer sums as 8 int32 lanes (offset of 32 not yet taken off). A pair
+ * of chunks' int16 products is first summed across lanes by one vphaddw
+ * (a product pair is at most 2 x 63 x 127 = 16002, two fit in int16), so
+ * the scales cost a vpshufb and a vpmaddwd per 64 values instead of per
+ * 32. s6eo: the scales as int16, even sub-blocks in the low lane, odd in
+ * the high (q_tile_k). */
+QFN __m256i q_row_q6_k_block(const uint8_t *blk, const uint8_t *xq, __m256i s6eo) {
+    __m256i s = _mm256_setzero_si256();
+    QUNROLL for (int k = 0; k < 4; k++) {
+        __m256i p0 = _mm256_maddubs_epi16(q_unpack(WEIGHT_Q6_K, blk, 2 * k),
+                                          _mm256_loadu_si256((const __m256i *)(xq + 64 * k)));
+        __m256i p1 = _mm256_maddubs_epi16(q_unpack(WEIGHT_Q6_K, blk, 2 * k + 1),
+                                          _mm256_loadu_si256((const __m256i *)(xq + 64 * k + 32)));
+        /* Per lane: chunk 2k's four pair sums, then 2k+1's; the low lane
+         * holds sub-blocks 4k and 4k+2, the high 4k+1 and 4k+3: elements 2k
+         * and 2k+1 of each lane of s6eo. */
+        const char e = (char)(4 * k), f = (char)(4 * k + 1);
+        const char g = (char)(4 * k + 2), h = (char)(4 * k + 3);
+        __m256i sv = _mm256_shuffle_epi8(
+            s6eo, _mm256_setr_epi8(e, f, e, f, e, f, e, f, g, h, g, h, g, h, g, h,
+                                   e, f, e, f, e, f, e, f, g, h, g, h, g, h, g, h));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_hadd_epi16(p0, p1), sv));
+    }
+    return s;
+}
+
+/* The one-activation-row Q6_K tile (decode, and the tied lm_head of
+ * Qwen3 GGUF files): one thread, 3072 x 1024, 127.6 -> 118.5 us with the
+ * weights in cache, 133.4 -> 123.9 from memory against q_tile_k. The same
+ * vphaddw fold measured slower for Q4_K (99 -> 106 us) and Q5_K, whose
+ * scales are per 32 values already: vphaddw takes 2 cycles on Zen 4. */
+QFN void q_row_q6_k(const uint8_t *const *wr, int nb, const uint8_t *x, float *y, int nvalid, int pf) {
+    const size_t bs = sizeof(BlockQ6K);
+    __m128 facc = _mm_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *xb = x + (size_t)b * sizeof(BlockQ8K);
+        if (pf) q_prefetch(wr[0], b, bs);
+        float dx;
+        memcpy(&dx, xb, sizeof dx);
+        __m256i bsum = _mm256_loadu_si256((const __m256i *)(xb + Q8K_BSUMS));
+        __m256i sum[QNR];
+        uint16_t dh[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) {
+            const BlockQ6K *w = (const BlockQ6K *)(wr[j] + (size_t)b * bs);
+            dh[j] = w->d;
+            __m128i sc = _mm_loadu_si128((const __m128i *)w->scales);
+            __m256i s6eo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+                sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+            /* minus 32 sum_j sc_j bsum_j: the offset of the unsigned quants */
+            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bsum), 5);
+            sum[j] = _mm256_sub_epi32(q_row_q6_k_block((const uint8_t *)w, xb + Q8K_QS, s6eo), off);
+        }
+        __m128 dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
+        facc = _mm_fmadd_ps(_mm_cvtepi32_ps(q_reduce4(sum[0], sum[1], sum[2], sum[3])),
+                            _mm_mul_ps(dv, _mm_set1_ps(dx)), facc);
+    }
+    if (nvalid == QNR) {
+        _mm_storeu_ps(y, facc);
+    } else {
+        float out[4];
+        _mm_storeu_ps(out, facc);
+        memcpy(y, out, sizeof(float) * (size_t)nvalid);
+    }
+}
+
 /* One K-type tile: y[i * ldy + j] for i < MR, j < nvalid. */
 QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
                       const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
+    if (t == WEIGHT_Q6_K && MR == 1) return q_row_q6_k(wr, nb, xr[0], y, nvalid, pf);
     const size_t bs = weight_block_bytes_const(t);
     __m128 facc[QMR_MAX];
     QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
@@ -289,124 +374,169 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
     }
 }
 
-/* The products of block b of the strip with the tile's activation rows,
- * summed across lanes by row pairs but not yet across the two 128-bit
- * halves: out[i] = [row 0..3 of the low lanes | row 0..3 of the high]. */
-QFN void q_q8_0_block(int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
-                      __m256i out[QMR_MAX]) {
+/* One Q8_0 block (32 values) of the strip times MR activation rows: the
+ * four weight rows' int32 lane sums per activation row, reduced across
+ * rows (2 vphaddd levels) but not across the two 128-bit halves, converted
+ * once and scaled by [dw0..dw3 | dw0..dw3] times the row's dx. The halves
+ * are added only at the end of the row, so a block costs per (weight row,
+ * activation row) pair vpsignb + vpmaddubsw + vpmaddwd and 3/4 of a vphaddd,
+ * and per activation row one convert, multiply and FMA. */
+QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
+                     const float *const *dx, const float *dw, __m256 *facc) {
     const size_t bs = sizeof(BlockQ8_0);
-    __m256i av[QMR_MAX];
-    QUNROLL for (int i = 0; i < MR; i++)
-        av[i] = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
-    __m256i acc[QMR_MAX][QNR];
-    QUNROLL for (int j = 0; j < QNR; j++) {
-        __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
-        __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
-        QUNROLL for (int i = 0; i < MR; i++)
-            acc[i][j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(av[i], w)),
-                                          _mm256_set1_epi16(1));
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i aw[QNR];
+    QUNROLL for (int j = 0; j < QNR; j++) /* -128 reads as 128 unsigned */
+        aw[j] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)));
+    __m256 dv;
+    if (dw) {
+        dv = _mm256_broadcast_ps((const __m128 *)(dw + 4 * b));
+    } else { /* one activation row: not worth a pass of its own */
+        uint16_t dh[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], wr[j] + (size_t)b * bs, 2);
+        __m128 d4 = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
+        dv = _mm256_set_m128(d4, d4);
     }
-    QUNROLL for (int i = 0; i < MR; i++)
-        out[i] = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]),
-                                   _mm256_hadd_epi32(acc[i][2], acc[i][3]));
+    QUNROLL for (int i = 0; i < MR; i++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
+        __m256i s[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
+            s[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(a, w)), ones);
+        }
+        __m256i h = q_reduce4h(s[0], s[1], s[2], s[3]);
+        __m256 scale = _mm256_mul_ps(dv, _mm256_broadcast_ss(dx[i] + b));
+        facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), scale, facc[i]);
+        Q_KEEP(facc[i]);
+    }
 }
 
-/* The 4 weight rows' d of block b. */
-QFN __m128 q_q8_0_d(const uint8_t *const *wr, int b) {
-    uint16_t dh[QNR];
-    QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], wr[j] + (size_t)b * sizeof(BlockQ8_0), 2);
-    return q_f16x4(dh[0], dh[1], dh[2], dh[3]);
-}
-
-QFN float q_q8_0_dx(const uint8_t *xr, int b) {
-    uint16_t xh;
-    memcpy(&xh, xr + (size_t)b * sizeof(BlockQ8_0), 2);
-    return f16_scalar(xh);
-}
-
-/* One Q8_0 tile: blocks of 32 with one f16 scale each, on both sides, so
- * every block's sums are scaled separately. Two blocks at a time: their
- * half-reduced sums fill one vector [block b | block b+1] (two lane
- * permutes and an add finish both), which is converted and scaled once. */
-QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb,
-                     const uint8_t *const *xr, float *y, int ldy, int nvalid, int pf) {
-    const size_t bs = sizeof(BlockQ8_0);
+/* One Q8_0 tile over nb blocks: dx[i][b] is activation row i's scale of
+ * block b, dw[4b..4b+3] the strip's (both decoded once per call by
+ * q_gemm_q8_0, not per tile; dw NULL: decoded here). Adds to y instead of storing when add (the
+ * K segments after the first). */
+QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *const *xr,
+                     const float *const *dx, const float *dw, float *y, int ldy, int nvalid, int add,
+                     int pf) {
     __m256 facc[QMR_MAX];
     QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
-        if (pf) q_prefetch(wr[0], b / 2, 2 * bs);
-        __m256 dv = _mm256_set_m128(q_q8_0_d(wr, b + 1), q_q8_0_d(wr, b));
-        __m256i t0[QMR_MAX], t1[QMR_MAX];
-        q_q8_0_block(MR, wr, b, xr, t0);
-        q_q8_0_block(MR, wr, b + 1, xr, t1);
-        QUNROLL for (int i = 0; i < MR; i++) {
-            __m256i sum = _mm256_add_epi32(_mm256_permute2x128_si256(t0[i], t1[i], 0x20),
-                                           _mm256_permute2x128_si256(t0[i], t1[i], 0x31));
-            __m256 dx = _mm256_set_m128(_mm_set1_ps(q_q8_0_dx(xr[i], b + 1)),
-                                        _mm_set1_ps(q_q8_0_dx(xr[i], b)));
-            facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dv, dx), facc[i]);
-        }
+        if (pf) q_prefetch(wr[0], b / 2, 2 * sizeof(BlockQ8_0));
+        q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
+        q_q8_0_step(MR, wr, b + 1, xr, dx, dw, facc);
     }
-    __m128 out4[QMR_MAX];
-    QUNROLL for (int i = 0; i < MR; i++)
-        out4[i] = _mm_add_ps(_mm256_castps256_ps128(facc[i]), _mm256_extractf128_ps(facc[i], 1));
-    if (b < nb) { /* an odd last block */
-        __m128 dv = q_q8_0_d(wr, b);
-        __m256i t[QMR_MAX];
-        q_q8_0_block(MR, wr, b, xr, t);
-        QUNROLL for (int i = 0; i < MR; i++) {
-            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(t[i]), _mm256_extracti128_si256(t[i], 1));
-            out4[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(dv, _mm_set1_ps(q_q8_0_dx(xr[i], b))),
-                                   out4[i]);
-        }
-    }
+    if (b < nb) q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
     QUNROLL for (int i = 0; i < MR; i++) {
-        if (nvalid == QNR) {
-            _mm_storeu_ps(y + (size_t)i * ldy, out4[i]);
-        } else {
-            float out[4];
-            _mm_storeu_ps(out, out4[i]);
-            memcpy(y + (size_t)i * ldy, out, sizeof(float) * (size_t)nvalid);
-        }
+        __m256 v = facc[i];
+        __m128 o = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        float out[4];
+        _mm_storeu_ps(out, o);
+        float *yi = y + (size_t)i * ldy;
+        for (int j = 0; j < nvalid; j++) yi[j] = add ? yi[j] + out[j] : out[j];
     }
 }
 
 /* One compiled tile per (type, MR): the loops above unroll fully only with
  * both constant. */
 #define Q_TILES(MR)                                                                               \
-    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, int nb,                    \
-                                const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_q8_0(MR, wr, nb, xr, y, ldy, nv, pf);                                       \
+    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, int nb, const uint8_t *const *xr,      \
+                                const float *const *dx, const float *dw, float *y, int ldy,      \
+                                int nv, int add, int pf) {                                       \
+        q_tile_q8_0(MR, wr, nb, xr, dx, dw, y, ldy, nv, add, pf);                                \
     }                                                                                            \
-    QTILE void q_tile_q4_k_##MR(const uint8_t *const *wr, int nb,                    \
+    QTILE void q_tile_q4_k_##MR(const uint8_t *const *wr, int nb,                                \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_k(WEIGHT_Q4_K, MR, wr, nb, xr, y, ldy, nv, pf);                             \
+        q_tile_k(WEIGHT_Q4_K, MR, wr, nb, xr, y, ldy, nv, pf);                                   \
     }                                                                                            \
-    QTILE void q_tile_q5_k_##MR(const uint8_t *const *wr, int nb,                    \
+    QTILE void q_tile_q5_k_##MR(const uint8_t *const *wr, int nb,                                \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_k(WEIGHT_Q5_K, MR, wr, nb, xr, y, ldy, nv, pf);                             \
+        q_tile_k(WEIGHT_Q5_K, MR, wr, nb, xr, y, ldy, nv, pf);                                   \
     }                                                                                            \
-    QTILE void q_tile_q6_k_##MR(const uint8_t *const *wr, int nb,                    \
+    QTILE void q_tile_q6_k_##MR(const uint8_t *const *wr, int nb,                                \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
-        q_tile_k(WEIGHT_Q6_K, MR, wr, nb, xr, y, ldy, nv, pf);                             \
+        q_tile_k(WEIGHT_Q6_K, MR, wr, nb, xr, y, ldy, nv, pf);                                   \
     }
 
 typedef void (*QTileFn)(const uint8_t *const *wr, int nb, const uint8_t *const *xr,
                         float *y, int ldy, int nv, int pf);
+typedef void (*QTileQ8Fn)(const uint8_t *const *wr, int nb, const uint8_t *const *xr,
+                          const float *const *dx, const float *dw, float *y, int ldy, int nv,
+                          int add, int pf);
 
 Q_TILES(1)
 Q_TILES(2)
 Q_TILES(3)
 Q_TILES(4)
 
-/* [type - WEIGHT_Q8_0][MR - 1] */
-static const QTileFn q_tiles[4][QMR_MAX] = {
-    {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3, q_tile_q8_0_4},
+/* [type - WEIGHT_Q4_K][MR - 1] */
+static const QTileFn q_tiles[3][QMR_MAX] = {
     {q_tile_q4_k_1, q_tile_q4_k_2, q_tile_q4_k_3, q_tile_q4_k_4},
     {q_tile_q5_k_1, q_tile_q5_k_2, q_tile_q5_k_3, q_tile_q5_k_4},
     {q_tile_q6_k_1, q_tile_q6_k_2, q_tile_q6_k_3, q_tile_q6_k_4},
 };
+static const QTileQ8Fn q_tiles_q8_0[QMR_MAX] = {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3,
+                                                q_tile_q8_0_4};
+
+#ifndef QUANT_TILE_Q8_COMMON
+#define QUANT_TILE_Q8_COMMON
+/* Q8_0: blocks per K segment, and activation scales decoded per pass (a
+ * stack buffer of 32 KiB: at K <= 8192, 32..64 activation rows). */
+#define Q8_SEG 256
+#define Q8_DX 8192
+#endif
+
+/* quant_gemm for Q8_0 weights: as QGEMM below, but the f16 scales are
+ * decoded to float once per call (the activations' per pass, each strip's
+ * per strip) rather than in every tile, where they cost as much as the
+ * products at 4 activation rows; K in segments of Q8_SEG blocks so that the
+ * buffers stay on the stack. */
+__attribute__((target(QT))) static void q_gemm_q8_0(const void *w, int K, const void *xq, int M,
+                                                    float *y, int ldy, int n0, int n1, int mr) {
+    const size_t bs = sizeof(BlockQ8_0);
+    size_t wrb = weight_row_bytes(WEIGHT_Q8_0, K);
+    size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
+    int nb = K / QK8_0;
+    const uint8_t *wb = w, *xb = xq;
+    float dx[Q8_DX], dw[4 * Q8_SEG];
+    for (int k0 = 0; k0 < nb; k0 += Q8_SEG) {
+        int seg = nb - k0 < Q8_SEG ? nb - k0 : Q8_SEG;
+        int rows = Q8_DX / seg < QMB ? Q8_DX / seg : QMB;
+        for (int mb = 0; mb < M; mb += rows) {
+            int me = M - mb < rows ? M : mb + rows;
+            for (int m = mb; m < me; m++)
+                for (int b = 0; b < seg; b++) {
+                    uint16_t h;
+                    memcpy(&h, xb + (size_t)m * xrb + (size_t)(k0 + b) * bs, sizeof h);
+                    dx[(size_t)(m - mb) * seg + b] = f16_scalar(h);
+                }
+            for (int n = n0; n < n1; n += QNR) {
+                int nv = n1 - n < QNR ? n1 - n : QNR;
+                const uint8_t *wr[QNR];
+                for (int j = 0; j < QNR; j++)
+                    wr[j] = wb + (size_t)(n + (j < nv ? j : nv - 1)) * wrb + (size_t)k0 * bs;
+                for (int b = 0; M > 1 && b < seg; b++) {
+                    uint16_t h[QNR];
+                    for (int j = 0; j < QNR; j++) memcpy(&h[j], wr[j] + (size_t)b * bs, sizeof h[j]);
+                    _mm_storeu_ps(dw + 4 * b, q_f16x4(h[0], h[1], h[2], h[3]));
+                }
+                for (int m = mb; m < me;) {
+                    int r = me - m < mr ? me - m : mr;
+                    const uint8_t *xr[QMR_MAX];
+                    const float *dxr[QMR_MAX];
+                    for (int i = 0; i < QMR_MAX; i++) {
+                        int mi = m + (i < r ? i : r - 1);
+                        xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * bs;
+                        dxr[i] = dx + (size_t)(mi - mb) * seg;
+                    }
+                    q_tiles_q8_0[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL,
+                                        y + (size_t)m * ldy + n, ldy, nv, k0 > 0, m == mb);
+                    m += r;
+                }
+            }
+        }
+    }
+}
 
 /* quant_gemm at this level (cpu_matmul_quant.h's contract; t quantized,
  * K a whole number of blocks, checked by the caller). Loop order: QMB
@@ -417,10 +547,11 @@ static const QTileFn q_tiles[4][QMR_MAX] = {
 void QGEMM(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy, int n0,
            int n1, int tile_rows) {
     int mr = tile_rows >= 1 && tile_rows <= QMR_MAX ? tile_rows : QMR;
+    if (t == WEIGHT_Q8_0) return q_gemm_q8_0(w, K, xq, M, y, ldy, n0, n1, mr);
     size_t wrb = weight_row_bytes(t, K);
     size_t xrb = quant_act_row_bytes(quant_act_type(t), K);
     int nb = K / weight_block_elems(t);
-    const QTileFn *tiles = q_tiles[t - WEIGHT_Q8_0];
+    const QTileFn *tiles = q_tiles[t - WEIGHT_Q4_K];
     const uint8_t *wb = w, *xb = xq;
     for (int mb = 0; mb < M; mb += QMB) {
         int me = M - mb < QMB ? M : mb + QMB;

@@ -174,6 +174,67 @@ Test(cpu_matmul_quant, q8_0_odd_block_counts) {
     }
 }
 
+/* Q8_0 rows longer than the kernel's K segment (256 blocks, whose scales
+ * it decodes per segment) and more activation rows than one pass holds. */
+Test(cpu_matmul_quant, q8_0_long_rows) {
+    static const int Ks[] = {8192 + 32 * 9, 3 * 8192};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        QuantWeight q = make_quant_weight(WEIGHT_Q8_0, 6, Ks[ki]);
+        for (int M = 1; M <= 41; M += 40) {
+            float *x = random_rows(M, Ks[ki]);
+            check_kernels(WEIGHT_Q8_0, &q, x, M);
+            free(x);
+        }
+        free_quant_weight(&q);
+    }
+}
+
+/* Every quant at its largest (Q8_0: -128) times activations of +-127: the
+ * kernels' int16 partial sums at their bounds (cpu_matmul_quant_tile.h's
+ * q_row_block sums up to 8 vpmaddubsw pairs of Q4_K in int16). */
+Test(cpu_matmul_quant, largest_quants) {
+    enum { N = 5, K = 512, M = 3 };
+    for (int ti = 0; ti < NTYPES; ti++) {
+        WeightType t = TYPES[ti];
+        QuantWeight q = make_quant_weight(t, N, K);
+        size_t rb = weight_row_bytes(t, K), bs = weight_block_bytes(t);
+        float *row = malloc(sizeof(float) * K);
+        cr_assert(row);
+        for (int n = 0; n < N; n++) {
+            uint8_t *r = (uint8_t *)q.data + rb * n;
+            for (size_t b = 0; b < rb / bs; b++) {
+                uint8_t *blk = r + b * bs;
+                uint16_t d = f32_to_f16(0.001f * (float)(n + 1));
+                if (t == WEIGHT_Q8_0) {
+                    memcpy(blk, &d, 2);
+                    memset(blk + 2, 0x80, QK8_0);
+                } else if (t == WEIGHT_Q6_K) {
+                    BlockQ6K *x = (BlockQ6K *)blk;
+                    memset(x->ql, 0xff, sizeof x->ql);
+                    memset(x->qh, 0xff, sizeof x->qh);
+                    for (int j = 0; j < 16; j++) x->scales[j] = (int8_t)(j % 2 ? 127 : -128);
+                    x->d = d;
+                } else {
+                    memset(blk, 0xff, bs); /* scales and mins 63, quants 15 (Q5_K: 31) */
+                    memcpy(blk, &d, 2);
+                    memcpy(blk + 2, &d, 2);
+                }
+            }
+            weight_dequantize_row(t, r, row, K);
+            for (int k = 0; k < K; k++) q.deq[(size_t)n * K + k] = row[k];
+        }
+        float x[M * K];
+        for (int k = 0; k < K; k++) {
+            x[k] = 1.0f;                /* all +127 */
+            x[K + k] = -1.0f;           /* all -127 */
+            x[2 * K + k] = k % 2 ? 1.0f : -1.0f;
+        }
+        check_kernels(t, &q, x, M);
+        free(row);
+        free_quant_weight(&q);
+    }
+}
+
 /* Zero blocks (d = 0) and extreme activations: exact where the reference is. */
 Test(cpu_matmul_quant, zero_and_extreme_inputs) {
     enum { N = 9, K = 512, M = 3 };
