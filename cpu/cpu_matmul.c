@@ -93,12 +93,13 @@
  * per 32 values, so its integer kernel sums across lanes and scales every
  * 32 values per pair of rows where the K types do so every 256, and it
  * runs at ~60 GFLOP/s a thread where q4_k runs at ~90. Measured on one
- * thread (Zen 2, AVX2, 3072 x 1024 q8_0, best of 15), GFLOP/s for integer /
- * decode + f32 GEMM / decode + sgemm / the bf16 weight: 1 row 43/14/5/24,
- * 16 rows 59/54/45/67, 32 rows 60/59/57/69, 64 rows 59/61/66/70, 128 rows
- * 60/62/73/71. K types tied sgemm at 512 rows (q4_k 73 vs 71, q6_k 79 vs 81). Since the
- * Q8_0 tile decodes its scales once per call (78 GFLOP/s at 64 rows, an EPYC Zen 4 with
- * AVX2 only), 64 sequences decode at 110.4 tok/s with 128 here against 89.1 with 64. */
+ * thread (an EPYC exposing AVX2 only, 3072 x 1024 q8_0, best of 15),
+ * GFLOP/s for integer / decode + f32 GEMM / decode + sgemm / the bf16
+ * weight: 1 row 43/14/5/24, 16 rows 59/54/45/67, 32 rows 60/59/57/69, 64
+ * rows 59/61/66/70, 128 rows 60/62/73/71 (K types tied sgemm at 512 rows:
+ * q4_k 73 vs 71, q6_k 79 vs 81). Since the Q8_0 tile decodes its scales
+ * once per call (78 GFLOP/s at 64 rows), 64 sequences decode at 110.4
+ * tokens/s with 128 here against 89.1 with 64. */
 #define QUANT_BLAS_MIN_ROWS_Q8_0 128
 
 /* Rows decoded at a time into a thread's panel by the forced "gemm" path

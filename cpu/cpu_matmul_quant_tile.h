@@ -296,7 +296,7 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
                 /* Even scales in the low lane, odd in the high: chunk c's
                  * two sub-blocks 2c and 2c+1 are then element c of each
                  * lane, one vpshufb away (q_scale), where a vpermd per
-                 * chunk took two uops on Zen 2. */
+                 * chunk took two uops on this EPYC. */
                 s6eo[j] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
                     sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
             } else { /* Q4_K and Q5_K start with d, dmin and the 12 scale bytes */
