@@ -173,9 +173,9 @@ build-fuzz/fuzz_chat_output: tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SR
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
-build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c model/gguf.c model/gguf.h $(FUZZ_BASE) $(FUZZ_HDR)
+build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c model/gguf.c model/gguf.h model/mapped_file.c model/mapped_file.h $(FUZZ_BASE) $(FUZZ_HDR)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf.c model/gguf.c $(FUZZ_BASE) -lm -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf.c model/gguf.c model/mapped_file.c $(FUZZ_BASE) -lm -o $@
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -25,9 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "mapped_file.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define ALIGNMENT_KEY "general.alignment"
@@ -466,34 +467,11 @@ int gguf_open_memory(Gguf *g, const void *data, size_t size, Error *err) {
 
 int gguf_open(Gguf *g, const char *path, Error *err) {
     memset(g, 0, sizeof *g);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return error_set(err, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return error_set(err, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return error_set(err, "%s is not a regular file", path);
-    }
-    if (sb.st_size == 0) {
-        close(fd);
-        return error_set(err, "%s is empty, not a GGUF file", path);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return error_set(err, "cannot mmap %s: %s", path, strerror(e));
-    g->map = map;
-    g->size = (size_t)sb.st_size;
-    g->path = strdup(path);
-    if (!g->path) {
-        munmap(map, g->size);
-        memset(g, 0, sizeof *g);
-        return error_set(err, "out of memory");
-    }
+    MappedFile mf;
+    if (mapped_file_open(&mf, path, err)) return -1;
+    g->path = mf.path;
+    g->map = mf.map;
+    g->size = mf.size;
     if (parse(g, err) == 0) return 0;
     error_prefix(err, "%s", path);
     gguf_close(g);
@@ -506,8 +484,10 @@ void gguf_close(Gguf *g) {
         for (int64_t i = 0; i < g->num_kv; i++) free((void *)g->kv[i].arr_strings);
     free(g->kv);
     free(g->tensors);
-    if (g->path && g->map) munmap(g->map, g->size);
-    free(g->path);
+    if (g->path) { /* mapped by gguf_open (gguf_open_memory's bytes are the caller's) */
+        MappedFile mf = {g->path, g->map, g->size};
+        mapped_file_close(&mf);
+    }
     memset(g, 0, sizeof *g);
 }
 

@@ -40,36 +40,14 @@ size_t tensor_dtype_size(TensorDtype dtype) {
     return 0;
 }
 
+/* Maps path; a file too short for the 8-byte header length is an error. */
 static int map_file(MappedFile *mf, const char *path, Error *err) {
-    memset(mf, 0, sizeof *mf);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return error_set(err, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return error_set(err, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return error_set(err, "%s is not a regular file", path);
-    }
-    mf->size = (size_t)sb.st_size;
-    if (mf->size < 8) {
-        close(fd);
-        return error_set(err, "%s: truncated file (%zu bytes; a safetensors file starts with an "
-                              "8-byte header length)", path, mf->size);
-    }
-    mf->map = mmap(NULL, mf->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (mf->map == MAP_FAILED) {
-        mf->map = NULL;
-        return error_set(err, "cannot mmap %s: %s", path, strerror(e));
-    }
-    mf->path = strdup(path);
-    if (!mf->path) return error_set(err, "out of memory");
-    return 0;
+    if (mapped_file_open(mf, path, err)) return -1;
+    if (mf->size >= 8) return 0;
+    error_set(err, "%s: truncated file (%zu bytes; a safetensors file starts with an "
+                   "8-byte header length)", path, mf->size);
+    mapped_file_close(mf);
+    return -1;
 }
 
 static int parse_dtype(json_t *v, TensorInfo *t, size_t *elem_size, Error *err) {
@@ -184,11 +162,7 @@ static int add_file(Safetensors *st, const char *path, Error *err) {
     if (!files) return error_set(err, "out of memory");
     st->files = files;
     MappedFile *mf = &st->files[st->num_files];
-    if (map_file(mf, path, err)) {
-        if (mf->map) munmap(mf->map, mf->size);
-        free(mf->path);
-        return -1;
-    }
+    if (map_file(mf, path, err)) return -1;
     int file_index = st->num_files++;
 
     const uint8_t *bytes = mf->map;
@@ -321,10 +295,7 @@ const TensorInfo *safetensors_find(const Safetensors *st, const char *name) {
 void safetensors_close(Safetensors *st) {
     for (int i = 0; i < st->num_tensors; i++) free(st->tensors[i].name);
     free(st->tensors);
-    for (int i = 0; i < st->num_files; i++) {
-        if (st->files[i].map) munmap(st->files[i].map, st->files[i].size);
-        free(st->files[i].path);
-    }
+    for (int i = 0; i < st->num_files; i++) mapped_file_close(&st->files[i]);
     free(st->files);
     memset(st, 0, sizeof *st);
 }

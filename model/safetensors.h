@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "mapped_file.h"
 
 #define TENSOR_MAX_DIMS 8
 
@@ -36,12 +37,6 @@ typedef struct TensorInfo {
     size_t nbytes;
     int file_index;
 } TensorInfo;
-
-typedef struct MappedFile {
-    char *path;
-    void *map;
-    size_t size;
-} MappedFile;
 
 typedef struct Safetensors {
     MappedFile *files;
