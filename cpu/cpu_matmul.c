@@ -77,20 +77,12 @@
  * 1 row, k/v_proj's 1024 rows make 4 tasks for 2 threads). */
 #define QUANT_ROWS_PER_TASK 256
 
-/* Activation rows from which Q8_0 weights are decoded to float32 panels
- * for OpenBLAS (as bf16 weights are widened) instead of multiplied in
- * integers; the K types stay in integers at every M. Q8_0 has a float scale
- * per 32 values, so its integer kernel sums across lanes and scales every
- * 32 values per pair of rows where the K types do so every 256, and it
- * runs at ~60 GFLOP/s a thread where q4_k runs at ~90. Measured on one
- * thread (an EPYC exposing AVX2 only, 3072 x 1024 q8_0, best of 15),
- * GFLOP/s for integer / decode + f32 GEMM / decode + sgemm / the bf16
- * weight: 1 row 43/14/5/24, 16 rows 59/54/45/67, 32 rows 60/59/57/69, 64
- * rows 59/61/66/70, 128 rows 60/62/73/71 (K types tied sgemm at 512 rows:
- * q4_k 73 vs 71, q6_k 79 vs 81). Since the Q8_0 tile decodes its scales
- * once per call (78 GFLOP/s at 64 rows), 64 sequences decode at 110.4
- * tokens/s with 128 here against 89.1 with 64. */
-#define QUANT_BLAS_MIN_ROWS_Q8_0 128
+/* Quantized weights run in integers at every batch size (MATMUL_QUANT),
+ * prefill included: Q8_0's packed kernel and the K types' tiles beat
+ * decoding to float32 for OpenBLAS. 2 threads of an EPYC exposing AVX2
+ * only, GFLOP/s at 64 / 512 rows (NANOVLLM_BENCH_WEIGHT; Qwen3-0.6B's
+ * gate/up for q8_0, o_proj for q4_k): q8_0 integer 175 / 182 vs decode +
+ * sgemm 133 / 154; q4_k 160 / 209 vs 106 / 156. The float paths stay for forced strategies. */
 
 /* Rows decoded at a time into a thread's panel by the forced "gemm" path
  * for quantized weights (in L2 for the small-batch GEMM's f32 kernel). */
@@ -243,10 +235,7 @@ static int amx_tokens_per_task(int K) {
 }
 
 MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
-    if (weight_type_quantized(w->type))
-        return w->type == WEIGHT_Q8_0 && isa >= CPU_ISA_AVX2 && M >= QUANT_BLAS_MIN_ROWS_Q8_0
-                   ? MATMUL_BLAS
-                   : MATMUL_QUANT;
+    if (weight_type_quantized(w->type)) return MATMUL_QUANT;
     if (M > AMX_MIN_ROWS && isa >= CPU_ISA_AMX && amx_supports(w)) return MATMUL_AMX;
     if (small_gemm_kernel(isa, w->type)) {
         if (M < GEMM_MIN_ROWS) return MATMUL_ROWS;

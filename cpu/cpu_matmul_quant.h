@@ -10,11 +10,15 @@
  * path, which unpacks a weight block again for every activation row, these
  * kernels unpack a strip of 4 weight rows once per 32 values and apply it to
  * a tile of up to 4 activation rows, so a decode batch or a prefill reads
- * and unpacks each weight once per tile of rows instead of once per row.
+ * and unpacks each weight once per tile of rows instead of once per row;
+ * Q8_0 from 24 rows packs 8 weight rows side by side first
+ * (cpu_matmul_quant_q8_0.h). Every batch size takes these kernels, prefill
+ * included, and a row's result does not depend on the batch size.
  *
  * Levels: scalar (portable, the reference every SIMD level is tested
- * against), AVX2, and AVX-512 (the same 256-bit kernels compiled with EVEX:
- * 32 registers; no VNNI kernel yet).
+ * against), AVX2, AVX-512 (the same 256-bit kernels compiled with EVEX:
+ * 32 registers) and, from CPU_ISA_AVX512_BF16, AVX512-VNNI (Q8_0's
+ * products by vpdpbusd; the K types as AVX-512). No AMX-INT8 kernel.
  */
 #ifndef NANOVLLM_CPU_MATMUL_QUANT_H
 #define NANOVLLM_CPU_MATMUL_QUANT_H
@@ -56,7 +60,7 @@ void quant_gemm(CpuIsa isa, WeightType t, const void *w, int K, const void *xq, 
                 int ldy, int n0, int n1);
 
 /* The same with at most tile_rows (1..4) activation rows per register tile
- * instead of the level's own choice (2 for AVX2, 4 for AVX-512): tests run
+ * instead of the level's own choice (4 at every x86 level): tests run
  * every tile on any x86 machine, benchmarks compare them. Ignored by the
  * scalar level. */
 void quant_gemm_tiles(CpuIsa isa, int tile_rows, WeightType t, const void *w, int K, const void *xq,

@@ -8,6 +8,8 @@
  *             every level, so the tests run each on AVX2-only machines too
  *   QGEMM, QQUANT, QDECODE  the names of the exported functions
  *             (quant_gemm_<level>, quant_act_rows_<level>, ...)
+ *   Q_VNNI    (optional) Q8_0's products by vpdpbusd (AVX512-VNNI)
+ *   Q_GEMM_ONLY (optional) export quant_gemm only
  * Deliberately no include guard.
  *
  * A tile is 4 weight rows (QNR) x MR activation rows over the whole K. Per
@@ -374,77 +376,9 @@ QFN void q_tile_k(WeightType t, int MR, const uint8_t *const *wr, int nb,
     }
 }
 
-/* One Q8_0 block (32 values) of the strip times MR activation rows: the
- * four weight rows' int32 lane sums per activation row, reduced across
- * rows (2 vphaddd levels) but not across the two 128-bit halves, converted
- * once and scaled by [dw0..dw3 | dw0..dw3] times the row's dx. The halves
- * are added only at the end of the row, so a block costs per (weight row,
- * activation row) pair vpsignb + vpmaddubsw + vpmaddwd and 3/4 of a vphaddd,
- * and per activation row one convert, multiply and FMA. */
-QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
-                     const float *const *dx, const float *dw, __m256 *facc) {
-    const size_t bs = sizeof(BlockQ8_0);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i aw[QNR];
-    QUNROLL for (int j = 0; j < QNR; j++) /* -128 reads as 128 unsigned */
-        aw[j] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)));
-    __m256 dv;
-    if (dw) {
-        dv = _mm256_broadcast_ps((const __m128 *)(dw + 4 * b));
-    } else { /* one activation row: not worth a pass of its own */
-        uint16_t dh[QNR];
-        QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], wr[j] + (size_t)b * bs, 2);
-        __m128 d4 = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
-        dv = _mm256_set_m128(d4, d4);
-    }
-    QUNROLL for (int i = 0; i < MR; i++) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
-        __m256i s[QNR];
-        QUNROLL for (int j = 0; j < QNR; j++) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
-            s[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(a, w)), ones);
-        }
-        __m256i h = q_reduce4h(s[0], s[1], s[2], s[3]);
-        __m256 scale = _mm256_mul_ps(dv, _mm256_broadcast_ss(dx[i] + b));
-        facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), scale, facc[i]);
-        Q_KEEP(facc[i]);
-    }
-}
-
-/* One Q8_0 tile over nb blocks: dx[i][b] is activation row i's scale of
- * block b, dw[4b..4b+3] the strip's (both decoded once per call by
- * q_gemm_q8_0, not per tile; dw NULL: decoded here). Adds to y instead of storing when add (the
- * K segments after the first). */
-QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *const *xr,
-                     const float *const *dx, const float *dw, float *y, int ldy, int nvalid, int add,
-                     int pf) {
-    __m256 facc[QMR_MAX];
-    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm256_setzero_ps();
-    int b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        if (pf) q_prefetch(wr[0], b / 2, 2 * sizeof(BlockQ8_0));
-        q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
-        q_q8_0_step(MR, wr, b + 1, xr, dx, dw, facc);
-    }
-    if (b < nb) q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
-    QUNROLL for (int i = 0; i < MR; i++) {
-        __m256 v = facc[i];
-        __m128 o = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        float out[4];
-        _mm_storeu_ps(out, o);
-        float *yi = y + (size_t)i * ldy;
-        for (int j = 0; j < nvalid; j++) yi[j] = add ? yi[j] + out[j] : out[j];
-    }
-}
-
-/* One compiled tile per (type, MR): the loops above unroll fully only with
- * both constant. */
+/* One compiled K-type tile per (type, MR): the loops above unroll fully
+ * only with both constant. */
 #define Q_TILES(MR)                                                                               \
-    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, int nb, const uint8_t *const *xr,      \
-                                const float *const *dx, const float *dw, float *y, int ldy,      \
-                                int nv, int add, int pf) {                                       \
-        q_tile_q8_0(MR, wr, nb, xr, dx, dw, y, ldy, nv, add, pf);                                \
-    }                                                                                            \
     QTILE void q_tile_q4_k_##MR(const uint8_t *const *wr, int nb,                                \
                                 const uint8_t *const *xr, float *y, int ldy, int nv, int pf) {   \
         q_tile_k(WEIGHT_Q4_K, MR, wr, nb, xr, y, ldy, nv, pf);                                   \
@@ -460,9 +394,6 @@ QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *co
 
 typedef void (*QTileFn)(const uint8_t *const *wr, int nb, const uint8_t *const *xr,
                         float *y, int ldy, int nv, int pf);
-typedef void (*QTileQ8Fn)(const uint8_t *const *wr, int nb, const uint8_t *const *xr,
-                          const float *const *dx, const float *dw, float *y, int ldy, int nv,
-                          int add, int pf);
 
 Q_TILES(1)
 Q_TILES(2)
@@ -475,68 +406,8 @@ static const QTileFn q_tiles[3][QMR_MAX] = {
     {q_tile_q5_k_1, q_tile_q5_k_2, q_tile_q5_k_3, q_tile_q5_k_4},
     {q_tile_q6_k_1, q_tile_q6_k_2, q_tile_q6_k_3, q_tile_q6_k_4},
 };
-static const QTileQ8Fn q_tiles_q8_0[QMR_MAX] = {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3,
-                                                q_tile_q8_0_4};
 
-#ifndef QUANT_TILE_Q8_COMMON
-#define QUANT_TILE_Q8_COMMON
-/* Q8_0: blocks per K segment, and activation scales decoded per pass (a
- * stack buffer of 32 KiB: at K <= 8192, 32..64 activation rows). */
-#define Q8_SEG 256
-#define Q8_DX 8192
-#endif
-
-/* quant_gemm for Q8_0 weights: as QGEMM below, but the f16 scales are
- * decoded to float once per call (the activations' per pass, each strip's
- * per strip) rather than in every tile, where they cost as much as the
- * products at 4 activation rows; K in segments of Q8_SEG blocks so that the
- * buffers stay on the stack. */
-__attribute__((target(QT))) static void q_gemm_q8_0(const void *w, int K, const void *xq, int M,
-                                                    float *y, int ldy, int n0, int n1, int mr) {
-    const size_t bs = sizeof(BlockQ8_0);
-    size_t wrb = weight_row_bytes(WEIGHT_Q8_0, K);
-    size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
-    int nb = K / QK8_0;
-    const uint8_t *wb = w, *xb = xq;
-    float dx[Q8_DX], dw[4 * Q8_SEG];
-    for (int k0 = 0; k0 < nb; k0 += Q8_SEG) {
-        int seg = nb - k0 < Q8_SEG ? nb - k0 : Q8_SEG;
-        int rows = Q8_DX / seg < QMB ? Q8_DX / seg : QMB;
-        for (int mb = 0; mb < M; mb += rows) {
-            int me = M - mb < rows ? M : mb + rows;
-            for (int m = mb; m < me; m++)
-                for (int b = 0; b < seg; b++) {
-                    uint16_t h;
-                    memcpy(&h, xb + (size_t)m * xrb + (size_t)(k0 + b) * bs, sizeof h);
-                    dx[(size_t)(m - mb) * seg + b] = f16_scalar(h);
-                }
-            for (int n = n0; n < n1; n += QNR) {
-                int nv = n1 - n < QNR ? n1 - n : QNR;
-                const uint8_t *wr[QNR];
-                for (int j = 0; j < QNR; j++)
-                    wr[j] = wb + (size_t)(n + (j < nv ? j : nv - 1)) * wrb + (size_t)k0 * bs;
-                for (int b = 0; M > 1 && b < seg; b++) {
-                    uint16_t h[QNR];
-                    for (int j = 0; j < QNR; j++) memcpy(&h[j], wr[j] + (size_t)b * bs, sizeof h[j]);
-                    _mm_storeu_ps(dw + 4 * b, q_f16x4(h[0], h[1], h[2], h[3]));
-                }
-                for (int m = mb; m < me;) {
-                    int r = me - m < mr ? me - m : mr;
-                    const uint8_t *xr[QMR_MAX];
-                    const float *dxr[QMR_MAX];
-                    for (int i = 0; i < QMR_MAX; i++) {
-                        int mi = m + (i < r ? i : r - 1);
-                        xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * bs;
-                        dxr[i] = dx + (size_t)(mi - mb) * seg;
-                    }
-                    q_tiles_q8_0[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL,
-                                        y + (size_t)m * ldy + n, ldy, nv, k0 > 0, m == mb);
-                    m += r;
-                }
-            }
-        }
-    }
-}
+#include "cpu_matmul_quant_q8_0.h"
 
 /* quant_gemm at this level (cpu_matmul_quant.h's contract; t quantized,
  * K a whole number of blocks, checked by the caller). Loop order: QMB
@@ -569,6 +440,8 @@ void QGEMM(WeightType t, const void *w, int K, const void *xq, int M, float *y, 
         }
     }
 }
+
+#ifndef Q_GEMM_ONLY /* a level that only adds quant_gemm */
 
 /* ---- the activations: float rows to Q8_K / Q8_0 blocks ---- */
 
@@ -671,3 +544,5 @@ __attribute__((target(QT))) void QDECODE(const void *w, int K, int n0, int n1, f
         }
     }
 }
+
+#endif /* Q_GEMM_ONLY */

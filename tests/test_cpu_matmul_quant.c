@@ -160,12 +160,15 @@ Test(cpu_matmul_quant, kernels_match_references, .timeout = 600) {
     cr_log_info("quant_gemm checked at SIMD levels scalar..%s", cpu_isa_name(cpu_isa_detect()));
 }
 
-/* Q8_0 rows of an odd number of blocks (its tiles take two at a time). */
+/* Q8_0 rows of an odd number of blocks (its in-place tiles take two at a
+ * time), in both kernels (the packed one from 24 activation rows). */
 Test(cpu_matmul_quant, q8_0_odd_block_counts) {
     static const int Ks[] = {32, 96, 288};
+    static const int Ms[] = {1, 5, 25};
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
         QuantWeight q = make_quant_weight(WEIGHT_Q8_0, 7, Ks[ki]);
-        for (int M = 1; M <= 5; M += 4) {
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            int M = Ms[mi];
             float *x = random_rows(M, Ks[ki]);
             check_kernels(WEIGHT_Q8_0, &q, x, M);
             free(x);
@@ -174,8 +177,8 @@ Test(cpu_matmul_quant, q8_0_odd_block_counts) {
     }
 }
 
-/* Q8_0 rows longer than the kernel's K segment (256 blocks, whose scales
- * it decodes per segment) and more activation rows than one pass holds. */
+/* Q8_0 rows longer than the kernels' K segment (64 blocks, whose scales
+ * they decode per segment) and more activation rows than one pass holds. */
 Test(cpu_matmul_quant, q8_0_long_rows) {
     static const int Ks[] = {8192 + 32 * 9, 3 * 8192};
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
@@ -189,11 +192,38 @@ Test(cpu_matmul_quant, q8_0_long_rows) {
     }
 }
 
+/* A Q8_0 row's outputs are the same bits whichever kernel its batch takes
+ * (in place below 24 rows, packed from 24), over several K segments and a
+ * partial strip of 8 weight rows. */
+Test(cpu_matmul_quant, q8_0_kernels_agree_bitwise) {
+    enum { N = 13, K = 32 * 150, M = 27 };
+    QuantWeight q = make_quant_weight(WEIGHT_Q8_0, N, K);
+    float *x = random_rows(M, K);
+    size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
+    uint8_t *xq = malloc(xrb * M);
+    float *all = malloc(sizeof(float) * M * N), *one = malloc(sizeof(float) * N);
+    cr_assert(xq && all && one);
+    CpuIsa isa = cpu_isa_active();
+    quant_act_rows(isa, QUANT_ACT_Q8_0, x, K, M, K, xq);
+    quant_gemm(isa, WEIGHT_Q8_0, q.data, K, xq, M, all, N, 0, N);
+    for (int m = 0; m < M; m++) {
+        quant_gemm(isa, WEIGHT_Q8_0, q.data, K, xq + xrb * m, 1, one, N, 0, N);
+        cr_assert(memcmp(one, all + (size_t)m * N, sizeof(float) * N) == 0,
+                  "%s: row %d alone differs from row %d of %d", cpu_isa_name(isa), m, m, M);
+    }
+    free(xq);
+    free(all);
+    free(one);
+    free(x);
+    free_quant_weight(&q);
+}
+
 /* Every quant at its largest (Q8_0: -128) times activations of +-127: the
  * kernels' int16 partial sums at their bounds (cpu_matmul_quant_tile.h's
- * q_row_block sums up to 8 vpmaddubsw pairs of Q4_K in int16). */
+ * q_row_block sums up to 8 vpmaddubsw pairs of Q4_K in int16), with 3 rows
+ * and with 25 (Q8_0's packed kernel). */
 Test(cpu_matmul_quant, largest_quants) {
-    enum { N = 5, K = 512, M = 3 };
+    enum { N = 5, K = 512, M = 25 };
     for (int ti = 0; ti < NTYPES; ti++) {
         WeightType t = TYPES[ti];
         QuantWeight q = make_quant_weight(t, N, K);
@@ -224,11 +254,10 @@ Test(cpu_matmul_quant, largest_quants) {
             for (int k = 0; k < K; k++) q.deq[(size_t)n * K + k] = row[k];
         }
         float x[M * K];
-        for (int k = 0; k < K; k++) {
-            x[k] = 1.0f;                /* all +127 */
-            x[K + k] = -1.0f;           /* all -127 */
-            x[2 * K + k] = k % 2 ? 1.0f : -1.0f;
-        }
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) /* all +127, all -127, alternating */
+                x[m * K + k] = m % 3 == 0 ? 1.0f : m % 3 == 1 ? -1.0f : k % 2 ? 1.0f : -1.0f;
+        check_kernels(t, &q, x, 3);
         check_kernels(t, &q, x, M);
         free(row);
         free_quant_weight(&q);
@@ -324,7 +353,8 @@ Test(cpu_matmul_quant, cpu_matmul_end_to_end_and_thread_split, .timeout = 300) {
             cr_assert(memcmp(y1, y3, sizeof(float) * (size_t)M * 601) == 0,
                       "%s M=%d: 1 and 3 threads differ", weight_type_name(q.w.type), M);
             /* A row's result does not depend on the batch it is in (while
-             * the batch takes the same strategy: Q8_0 changes at 32 rows). */
+             * the batch takes the same strategy; quantized weights keep
+             * theirs at every M, and Q8_0's two kernels agree bit for bit). */
             if (M > 1 && cpu_matmul_choose(M, &q.w, cpu_isa_active()) ==
                              cpu_matmul_choose(1, &q.w, cpu_isa_active())) {
                 cpu_matmul(mm3, y3, x + 1280, 1, &q.w);

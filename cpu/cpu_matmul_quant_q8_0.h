@@ -1,0 +1,373 @@
+/*
+ * cpu_matmul_quant_q8_0.h - the x86 kernels of quant_gemm for Q8_0 weights:
+ * part of the cpu_matmul_quant_tile.h template (included by it once per
+ * SIMD level, after its helpers; no include guard). Hand-written.
+ *
+ * Q8_0 has a float scale per 32 values on both sides, so every block's
+ * integer sum has to be turned into float on its own: the cost the K types
+ * pay once per 256 values. Two kernels, chosen by the number of activation
+ * rows:
+ *
+ * Few rows (decode): strips of 4 weight rows read in place (q_tile_q8_0).
+ * Per block and (weight row, activation row) pair: vpsignb (the weight's
+ * sign moves to the activation, |w| is the unsigned operand), vpmaddubsw,
+ * vpmaddwd by ones; the four rows' int32 lane sums are reduced across rows
+ * with 3 vphaddd per activation row, leaving the two 128-bit halves (values
+ * 0-15 and 16-31) apart, converted and scaled by [dw0..dw3 | dw0..dw3]
+ * times the row's dx; the halves are added once per output.
+ *
+ * Many rows (batched decode, prefill: from Q8P_MIN_ROWS): 8 weight rows are
+ * first packed, per K segment, into a strip where each 32-byte vector holds
+ * 4 consecutive quants of each of the 8 rows (q8p_pack: an 8 x 8 dword
+ * transpose per block). Against it, 4 bytes of an activation row broadcast
+ * to all lanes make every int32 lane of vpmaddwd's result the partial sum
+ * of one weight row: 8 vectors of a block accumulate with plain vpaddd,
+ * and the block's 8 sums come out side by side, ready for a convert and
+ * an FMA with [dw0..dw7] x dx, and are finally stored as 8 consecutive
+ * outputs. No horizontal reduction at all: per 32 multiply-adds vpsignb,
+ * vpmaddubsw, vpmaddwd, vpaddd and a broadcast load, where the in-place
+ * tile also pays 3/4 of a vphaddd and a quarter of the float work. The
+ * packing (~40 instructions per block of 8 rows) is paid once per strip and
+ * pass of up to Q8P_ROWS activation rows. With AVX512-VNNI (Q_VNNI) one
+ * vpdpbusd does vpmaddubsw + vpmaddwd + vpaddd's work (q8_dot4).
+ *
+ * Both kernels compute every output the same way: per half block (values
+ * 0-15, 16-31), the sum over blocks, in order, of fma(float(integer sum),
+ * dw * dx, sum so far); the two halves added; per K segment of Q8_SEG
+ * blocks. So they give the same bits, and a row's result never depends on
+ * the size of the batch it is in. (Halves cost the packed kernel a convert
+ * and an FMA more per block and row, out of ~36 instructions: measured
+ * no slower than whole blocks.)
+ */
+
+/* acc plus the sums of each 4 consecutive u8 x s8 products of u and s, in
+ * int32 lanes: one vpdpbusd with VNNI, else vpmaddubsw and vpmaddwd by
+ * ones; the same integers, as vpmaddubsw's pair sums never saturate on
+ * these operands (|u| <= 128, |s| <= 127). */
+QFN __m256i q8_dot4(__m256i acc, __m256i u, __m256i s) {
+#ifdef Q_VNNI
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* ---- strips of 4 weight rows in place, for few activation rows ---- */
+
+/* One Q8_0 block (32 values) of the strip times MR activation rows: the
+ * four weight rows' int32 lane sums per activation row, reduced across
+ * rows (2 vphaddd levels) but not across the two 128-bit halves (values
+ * 0-15 and 16-31), converted once and scaled by [dw0..dw3 | dw0..dw3]
+ * times the row's dx. The halves are added only at the end of the row, so
+ * a block costs per (weight row, activation row) pair vpsignb +
+ * vpmaddubsw + vpmaddwd and 3/4 of a vphaddd, and per activation row one
+ * convert, multiply and FMA. */
+QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
+                     const float *const *dx, const float *dw, __m256 *facc) {
+    const size_t bs = sizeof(BlockQ8_0);
+    __m256i aw[QNR];
+    QUNROLL for (int j = 0; j < QNR; j++) /* -128 reads as 128 unsigned */
+        aw[j] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)));
+    __m256 dv;
+    if (dw) {
+        dv = _mm256_broadcast_ps((const __m128 *)(dw + 4 * b));
+    } else { /* one activation row: not worth a pass of its own */
+        uint16_t dh[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], wr[j] + (size_t)b * bs, 2);
+        __m128 d4 = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
+        dv = _mm256_set_m128(d4, d4);
+    }
+    QUNROLL for (int i = 0; i < MR; i++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
+        __m256i s[QNR];
+        QUNROLL for (int j = 0; j < QNR; j++) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
+            s[j] = q8_dot4(_mm256_setzero_si256(), aw[j], _mm256_sign_epi8(a, w));
+        }
+        __m256i h = q_reduce4h(s[0], s[1], s[2], s[3]);
+        __m256 scale = _mm256_mul_ps(dv, _mm256_broadcast_ss(dx[i] + b));
+        facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), scale, facc[i]);
+        Q_KEEP(facc[i]);
+    }
+}
+
+/* One Q8_0 tile over nb blocks: dx[i][b] is activation row i's scale of
+ * block b, dw[4b..4b+3] the strip's (both decoded once per call by
+ * q_gemm_q8_0, not per tile; dw NULL: decoded here). Adds to y instead of
+ * storing when add (the K segments after the first). */
+QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *const *xr,
+                     const float *const *dx, const float *dw, float *y, int ldy, int nvalid, int add,
+                     int pf) {
+    __m256 facc[QMR_MAX];
+    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        if (pf) q_prefetch(wr[0], b / 2, 2 * sizeof(BlockQ8_0));
+        q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
+        q_q8_0_step(MR, wr, b + 1, xr, dx, dw, facc);
+    }
+    if (b < nb) q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
+    QUNROLL for (int i = 0; i < MR; i++) {
+        __m256 v = facc[i];
+        __m128 o = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        float out[4];
+        _mm_storeu_ps(out, o);
+        float *yi = y + (size_t)i * ldy;
+        for (int j = 0; j < nvalid; j++) yi[j] = add ? yi[j] + out[j] : out[j];
+    }
+}
+
+/* One compiled tile per MR: the loops above unroll fully only with MR constant. */
+#define Q8_TILE(MR)                                                                               \
+    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, int nb, const uint8_t *const *xr,      \
+                                const float *const *dx, const float *dw, float *y, int ldy,      \
+                                int nv, int add, int pf) {                                       \
+        q_tile_q8_0(MR, wr, nb, xr, dx, dw, y, ldy, nv, add, pf);                                \
+    }
+
+typedef void (*QTileQ8Fn)(const uint8_t *const *wr, int nb, const uint8_t *const *xr,
+                          const float *const *dx, const float *dw, float *y, int ldy, int nv,
+                          int add, int pf);
+
+Q8_TILE(1)
+Q8_TILE(2)
+Q8_TILE(3)
+Q8_TILE(4)
+
+static const QTileQ8Fn q_tiles_q8_0[QMR_MAX] = {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3,
+                                                q_tile_q8_0_4};
+
+#ifndef QUANT_TILE_Q8_COMMON
+#define QUANT_TILE_Q8_COMMON
+/* Q8_0: blocks per K segment, for both kernels (a segment's result is
+ * added to the previous ones', so equal segments keep them bit-identical;
+ * a packed segment of 8 rows is 16 KiB, in L1), and
+ * activation scales decoded per pass (a stack buffer of 16 KiB). */
+#define Q8_SEG 64
+#define Q8_DX 4096
+#endif
+
+/* quant_gemm for Q8_0 weights and few activation rows: as QGEMM below, but the f16 scales are
+ * decoded to float once per call (the activations' per pass, each strip's
+ * per strip) rather than in every tile, where they cost as much as the
+ * products at 4 activation rows; K in segments of Q8_SEG blocks so that the
+ * buffers stay on the stack. */
+__attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K, const void *xq, int M,
+                                                           float *y, int ldy, int n0, int n1,
+                                                           int mr) {
+    const size_t bs = sizeof(BlockQ8_0);
+    size_t wrb = weight_row_bytes(WEIGHT_Q8_0, K);
+    size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
+    int nb = K / QK8_0;
+    const uint8_t *wb = w, *xb = xq;
+    float dx[Q8_DX], dw[4 * Q8_SEG];
+    for (int k0 = 0; k0 < nb; k0 += Q8_SEG) {
+        int seg = nb - k0 < Q8_SEG ? nb - k0 : Q8_SEG;
+        int rows = Q8_DX / seg < QMB ? Q8_DX / seg : QMB;
+        for (int mb = 0; mb < M; mb += rows) {
+            int me = M - mb < rows ? M : mb + rows;
+            for (int m = mb; m < me; m++)
+                for (int b = 0; b < seg; b++) {
+                    uint16_t h;
+                    memcpy(&h, xb + (size_t)m * xrb + (size_t)(k0 + b) * bs, sizeof h);
+                    dx[(size_t)(m - mb) * seg + b] = f16_scalar(h);
+                }
+            for (int n = n0; n < n1; n += QNR) {
+                int nv = n1 - n < QNR ? n1 - n : QNR;
+                const uint8_t *wr[QNR];
+                for (int j = 0; j < QNR; j++)
+                    wr[j] = wb + (size_t)(n + (j < nv ? j : nv - 1)) * wrb + (size_t)k0 * bs;
+                for (int b = 0; M > 1 && b < seg; b++) {
+                    uint16_t h[QNR];
+                    for (int j = 0; j < QNR; j++) memcpy(&h[j], wr[j] + (size_t)b * bs, sizeof h[j]);
+                    _mm_storeu_ps(dw + 4 * b, q_f16x4(h[0], h[1], h[2], h[3]));
+                }
+                for (int m = mb; m < me;) {
+                    int r = me - m < mr ? me - m : mr;
+                    const uint8_t *xr[QMR_MAX];
+                    const float *dxr[QMR_MAX];
+                    for (int i = 0; i < QMR_MAX; i++) {
+                        int mi = m + (i < r ? i : r - 1);
+                        xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * bs;
+                        dxr[i] = dx + (size_t)(mi - mb) * seg;
+                    }
+                    q_tiles_q8_0[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL,
+                                        y + (size_t)m * ldy + n, ldy, nv, k0 > 0, m == mb);
+                    m += r;
+                }
+            }
+        }
+    }
+}
+
+/* ---- packed strips, for many activation rows ---- */
+
+#ifndef QUANT_Q8_PACK_COMMON
+#define QUANT_Q8_PACK_COMMON
+/* Weight rows per packed strip. */
+#define Q8P_NR 8
+/* Activation rows per pass over the packed strips (their scales decoded
+ * once per pass: 128 x 64 floats on the stack). */
+#define Q8P_ROWS 128
+/* Activation rows per tile (5, 6 and 8 measured no faster: the products,
+ * not the registers, bound it). */
+#define Q8P_MR 4
+/* Activation rows from which the packed kernel runs. 2 threads (EPYC,
+ * AVX2), Qwen3-0.6B's projections, GFLOP/s in place / packed: 16 rows
+ * 141-148 / 130-137, 24 rows ~150 / ~150, 64 rows 154 / 173, 512 rows
+ * 154 / 184. */
+#define Q8P_MIN_ROWS 24
+#endif
+
+/* Packs blocks [0, seg) of the 8 weight rows wr[0..7] (each at its first
+ * block of the segment): pk + 256 b + 32 c holds quants 4c..4c+3 of block
+ * b of rows 0..7 in turn; dw[8 b + r] is row r's scale of block b. */
+QFN void q8p_pack(const uint8_t *const *wr, int seg, uint8_t *pk, float *dw) {
+    const size_t bs = sizeof(BlockQ8_0);
+    for (int b = 0; b < seg; b++) {
+        __m256i r[Q8P_NR], t[Q8P_NR], u[Q8P_NR];
+        uint16_t h[Q8P_NR];
+        QUNROLL for (int j = 0; j < Q8P_NR; j++) {
+            r[j] = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
+            memcpy(&h[j], wr[j] + (size_t)b * bs, sizeof h[j]);
+        }
+        /* Dwords (chunks of 4 quants) transposed per 128-bit lane: t holds
+         * row pairs, u row quads [r0 r1 r2 r3 of chunk c | of chunk c + 4]. */
+        QUNROLL for (int j = 0; j < Q8P_NR; j += 2) {
+            t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
+            t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+        }
+        QUNROLL for (int q = 0; q < 2; q++) { /* rows 0-3, rows 4-7 */
+            __m256i *tq = t + 4 * q;
+            u[4 * q + 0] = _mm256_unpacklo_epi64(tq[0], tq[2]);
+            u[4 * q + 1] = _mm256_unpackhi_epi64(tq[0], tq[2]);
+            u[4 * q + 2] = _mm256_unpacklo_epi64(tq[1], tq[3]);
+            u[4 * q + 3] = _mm256_unpackhi_epi64(tq[1], tq[3]);
+        }
+        uint8_t *out = pk + (size_t)b * 256;
+        QUNROLL for (int c = 0; c < 4; c++) {
+            _mm256_store_si256((__m256i *)(out + 32 * c), _mm256_permute2x128_si256(u[c], u[c + 4], 0x20));
+            _mm256_store_si256((__m256i *)(out + 32 * (c + 4)),
+                               _mm256_permute2x128_si256(u[c], u[c + 4], 0x31));
+        }
+        _mm_storeu_ps(dw + 8 * b, q_f16x4(h[0], h[1], h[2], h[3]));
+        _mm_storeu_ps(dw + 8 * b + 4, q_f16x4(h[4], h[5], h[6], h[7]));
+    }
+}
+
+/* One packed strip (seg blocks) times MR activation rows xr[i] (at the
+ * segment's first block; dx[i] their decoded scales): 8 outputs per row
+ * at y + i * ldy, of which nvalid are kept; added to y when add. Chunks
+ * 0-3 and 4-7 of a block (values 0-15 and 16-31) are summed, converted
+ * and scaled apart, into two float accumulators added at the end: the
+ * in-place tile's halves, so that both kernels give the same bits. */
+QFN void q8p_tile(int MR, const uint8_t *pk, const float *dw, int seg, const uint8_t *const *xr,
+                  const float *const *dx, float *y, int ldy, int nvalid, int add) {
+    const size_t bs = sizeof(BlockQ8_0);
+    __m256 flo[Q8P_MR], fhi[Q8P_MR];
+    QUNROLL for (int i = 0; i < MR; i++) flo[i] = fhi[i] = _mm256_setzero_ps();
+    for (int b = 0; b < seg; b++) {
+        __m256 d = _mm256_loadu_ps(dw + 8 * b);
+        __m256 scale[Q8P_MR];
+        QUNROLL for (int i = 0; i < MR; i++) scale[i] = _mm256_mul_ps(d, _mm256_broadcast_ss(dx[i] + b));
+        QUNROLL for (int half = 0; half < 2; half++) {
+            __m256i acc[Q8P_MR];
+            QUNROLL for (int i = 0; i < MR; i++) acc[i] = _mm256_setzero_si256();
+            QUNROLL for (int c = 4 * half; c < 4 * half + 4; c++) {
+                __m256i w = _mm256_load_si256((const __m256i *)(pk + (size_t)b * 256 + 32 * c));
+                __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
+                QUNROLL for (int i = 0; i < MR; i++) {
+                    int32_t q4;
+                    memcpy(&q4, xr[i] + (size_t)b * bs + 2 + 4 * c, sizeof q4);
+                    acc[i] = q8_dot4(acc[i], aw, _mm256_sign_epi8(_mm256_set1_epi32(q4), w));
+                }
+            }
+            QUNROLL for (int i = 0; i < MR; i++) {
+                __m256 f = _mm256_cvtepi32_ps(acc[i]);
+                if (half == 0) flo[i] = _mm256_fmadd_ps(f, scale[i], flo[i]);
+                else fhi[i] = _mm256_fmadd_ps(f, scale[i], fhi[i]);
+            }
+        }
+    }
+    QUNROLL for (int i = 0; i < MR; i++) {
+        __m256 sum = _mm256_add_ps(flo[i], fhi[i]);
+        float *yi = y + (size_t)i * ldy;
+        if (nvalid == Q8P_NR && !add) {
+            _mm256_storeu_ps(yi, sum);
+            continue;
+        }
+        float out[Q8P_NR];
+        _mm256_storeu_ps(out, sum);
+        for (int j = 0; j < nvalid; j++) yi[j] = add ? yi[j] + out[j] : out[j];
+    }
+}
+
+#define Q8P_TILE(MR)                                                                              \
+    QTILE void q8p_tile_##MR(const uint8_t *pk, const float *dw, int seg,                        \
+                             const uint8_t *const *xr, const float *const *dx, float *y,         \
+                             int ldy, int nv, int add) {                                         \
+        q8p_tile(MR, pk, dw, seg, xr, dx, y, ldy, nv, add);                                      \
+    }
+
+typedef void (*Q8PTileFn)(const uint8_t *pk, const float *dw, int seg, const uint8_t *const *xr,
+                          const float *const *dx, float *y, int ldy, int nv, int add);
+
+Q8P_TILE(1)
+Q8P_TILE(2)
+Q8P_TILE(3)
+Q8P_TILE(4)
+
+static const Q8PTileFn q8p_tiles[Q8P_MR] = {q8p_tile_1, q8p_tile_2, q8p_tile_3, q8p_tile_4};
+
+/* quant_gemm for Q8_0 weights and many activation rows: per K segment of
+ * Q8_SEG blocks and pass of Q8P_ROWS activation rows (their scales
+ * decoded once), each strip of 8 weight rows is packed and multiplied by
+ * every activation row of the pass, mr (1..4) at a time. */
+__attribute__((target(QT))) static void q8p_gemm(const void *w, int K, const void *xq, int M,
+                                                 float *y, int ldy, int n0, int n1, int mr) {
+    const size_t bs = sizeof(BlockQ8_0);
+    size_t wrb = weight_row_bytes(WEIGHT_Q8_0, K);
+    size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
+    int nb = K / QK8_0;
+    const uint8_t *wb = w, *xb = xq;
+    _Alignas(32) uint8_t pk[Q8_SEG * 256];
+    float dw[Q8P_NR * Q8_SEG], dx[Q8P_ROWS * Q8_SEG];
+    for (int k0 = 0; k0 < nb; k0 += Q8_SEG) {
+        int seg = nb - k0 < Q8_SEG ? nb - k0 : Q8_SEG;
+        for (int mb = 0; mb < M; mb += Q8P_ROWS) {
+            int me = M - mb < Q8P_ROWS ? M : mb + Q8P_ROWS;
+            for (int m = mb; m < me; m++)
+                for (int b = 0; b < seg; b++) {
+                    uint16_t h;
+                    memcpy(&h, xb + (size_t)m * xrb + (size_t)(k0 + b) * bs, sizeof h);
+                    dx[(size_t)(m - mb) * seg + b] = f16_scalar(h);
+                }
+            for (int n = n0; n < n1; n += Q8P_NR) {
+                int nv = n1 - n < Q8P_NR ? n1 - n : Q8P_NR;
+                const uint8_t *wr[Q8P_NR];
+                for (int j = 0; j < Q8P_NR; j++)
+                    wr[j] = wb + (size_t)(n + (j < nv ? j : nv - 1)) * wrb + (size_t)k0 * bs;
+                q8p_pack(wr, seg, pk, dw);
+                for (int m = mb; m < me;) {
+                    int r = me - m < mr ? me - m : mr;
+                    const uint8_t *xr[Q8P_MR];
+                    const float *dxr[Q8P_MR];
+                    for (int i = 0; i < Q8P_MR; i++) {
+                        int mi = m + (i < r ? i : r - 1);
+                        xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * bs;
+                        dxr[i] = dx + (size_t)(mi - mb) * seg;
+                    }
+                    q8p_tiles[r - 1](pk, dw, seg, xr, dxr, y + (size_t)m * ldy + n, ldy, nv, k0 > 0);
+                    m += r;
+                }
+            }
+        }
+    }
+}
+
+/* quant_gemm for Q8_0 weights at this level. */
+__attribute__((target(QT))) static void q_gemm_q8_0(const void *w, int K, const void *xq, int M,
+                                                    float *y, int ldy, int n0, int n1, int mr) {
+    if (M >= Q8P_MIN_ROWS) return q8p_gemm(w, K, xq, M, y, ldy, n0, n1, mr);
+    q_gemm_q8_0_strips(w, K, xq, M, y, ldy, n0, n1, mr);
+}
