@@ -37,7 +37,8 @@ CpuIsa cpu_isa_detect(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         return amx_available()                         ? CPU_ISA_AMX
-               : __builtin_cpu_supports("avx512bf16") ? CPU_ISA_AVX512_BF16
+               : __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni")
+                   ? CPU_ISA_AVX512_BF16
                                                       : CPU_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CPU_ISA_AVX2;
 #endif

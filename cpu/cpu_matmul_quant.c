@@ -159,6 +159,8 @@ void quant_gemm_tiles(CpuIsa isa, int tile_rows, WeightType t, const void *w, in
                       int M, float *y, int ldy, int n0, int n1) {
     if (M <= 0 || n1 <= n0 || !weight_type_quantized(t)) return;
 #if defined(__x86_64__)
+    if (isa >= CPU_ISA_AVX512_BF16)
+        return quant_gemm_avx512vnni(t, w, K, xq, M, y, ldy, n0, n1, tile_rows);
     if (isa >= CPU_ISA_AVX512) return quant_gemm_avx512(t, w, K, xq, M, y, ldy, n0, n1, tile_rows);
     if (isa == CPU_ISA_AVX2) return quant_gemm_avx2(t, w, K, xq, M, y, ldy, n0, n1, tile_rows);
 #else

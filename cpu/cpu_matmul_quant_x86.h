@@ -14,6 +14,8 @@ void quant_gemm_avx2(WeightType t, const void *w, int K, const void *xq, int M, 
                      int n0, int n1, int tile_rows);
 void quant_gemm_avx512(WeightType t, const void *w, int K, const void *xq, int M, float *y, int ldy,
                        int n0, int n1, int tile_rows);
+void quant_gemm_avx512vnni(WeightType t, const void *w, int K, const void *xq, int M, float *y,
+                           int ldy, int n0, int n1, int tile_rows);
 void quant_decode_q8_0_avx2(const void *w, int K, int n0, int n1, float *dst);
 void quant_decode_q8_0_avx512(const void *w, int K, int n0, int n1, float *dst);
 void quant_act_rows_avx2(QuantActType a, const float *x, int ldx, int M, int K, void *xq);
