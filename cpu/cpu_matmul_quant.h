@@ -11,7 +11,7 @@
  * kernels unpack a strip of 4 weight rows once per 32 values and apply it to
  * a tile of up to 4 activation rows, so a decode batch or a prefill reads
  * and unpacks each weight once per tile of rows instead of once per row;
- * Q8_0 from 24 rows packs 8 weight rows side by side first
+ * Q8_0 from 16 rows packs 8 weight rows side by side first
  * (cpu_matmul_quant_q8_0.h). Every batch size takes these kernels, prefill
  * included, and a row's result does not depend on the batch size.
  *

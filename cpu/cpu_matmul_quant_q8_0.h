@@ -12,9 +12,8 @@
  * Per block and (weight row, activation row) pair: vpsignb (the weight's
  * sign moves to the activation, |w| is the unsigned operand), vpmaddubsw,
  * vpmaddwd by ones; the four rows' int32 lane sums are reduced across rows
- * with 3 vphaddd per activation row, leaving the two 128-bit halves (values
- * 0-15 and 16-31) apart, converted and scaled by [dw0..dw3 | dw0..dw3]
- * times the row's dx; the halves are added once per output.
+ * and lanes (3 vphaddd and an add of the two halves per activation row),
+ * converted and scaled by [dw0..dw3] times the row's dx.
  *
  * Many rows (batched decode, prefill: from Q8P_MIN_ROWS): 8 weight rows are
  * first packed, per K segment, into a strip where each 32-byte vector holds
@@ -31,13 +30,12 @@
  * pass of up to Q8P_ROWS activation rows. With AVX512-VNNI (Q_VNNI) one
  * vpdpbusd does vpmaddubsw + vpmaddwd + vpaddd's work (q8_dot4).
  *
- * Both kernels compute every output the same way: per half block (values
- * 0-15, 16-31), the sum over blocks, in order, of fma(float(integer sum),
- * dw * dx, sum so far); the two halves added; per K segment of Q8_SEG
- * blocks. So they give the same bits, and a row's result never depends on
- * the size of the batch it is in. (Halves cost the packed kernel a convert
- * and an FMA more per block and row, out of ~36 instructions: measured
- * no slower than whole blocks.)
+ * Both kernels compute every output as the sum over blocks, in order, of
+ * fma(float(block's integer sum), dw * dx, sum so far), per K segment of
+ * Q8_SEG blocks: the same bits, so a row's result never depends on the
+ * size of the batch it is in. (Keeping the in-place tile's two half-block
+ * sums apart instead, as it once did, is ~5% faster at 9-23 rows but cost
+ * the packed kernel, which would have to follow, ~4% of prefill.)
  */
 
 /* acc plus the sums of each 4 consecutive u8 x s8 products of u and s, in
@@ -56,26 +54,24 @@ QFN __m256i q8_dot4(__m256i acc, __m256i u, __m256i s) {
 
 /* One Q8_0 block (32 values) of the strip times MR activation rows: the
  * four weight rows' int32 lane sums per activation row, reduced across
- * rows (2 vphaddd levels) but not across the two 128-bit halves (values
- * 0-15 and 16-31), converted once and scaled by [dw0..dw3 | dw0..dw3]
- * times the row's dx. The halves are added only at the end of the row, so
- * a block costs per (weight row, activation row) pair vpsignb +
- * vpmaddubsw + vpmaddwd and 3/4 of a vphaddd, and per activation row one
- * convert, multiply and FMA. */
+ * rows and lanes (3 vphaddd and an add of the 128-bit halves) to the
+ * block's four sums, converted and scaled by [dw0..dw3] times the row's
+ * dx: per (weight row, activation row) pair vpsignb + vpmaddubsw +
+ * vpmaddwd and 3/4 of a vphaddd, per activation row one convert, multiply
+ * and FMA. */
 QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
-                     const float *const *dx, const float *dw, __m256 *facc) {
+                     const float *const *dx, const float *dw, __m128 *facc) {
     const size_t bs = sizeof(BlockQ8_0);
     __m256i aw[QNR];
     QUNROLL for (int j = 0; j < QNR; j++) /* -128 reads as 128 unsigned */
         aw[j] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)));
-    __m256 dv;
+    __m128 dv;
     if (dw) {
-        dv = _mm256_broadcast_ps((const __m128 *)(dw + 4 * b));
+        dv = _mm_loadu_ps(dw + 4 * b);
     } else { /* one activation row: not worth a pass of its own */
         uint16_t dh[QNR];
         QUNROLL for (int j = 0; j < QNR; j++) memcpy(&dh[j], wr[j] + (size_t)b * bs, 2);
-        __m128 d4 = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
-        dv = _mm256_set_m128(d4, d4);
+        dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
     }
     QUNROLL for (int i = 0; i < MR; i++) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
@@ -84,9 +80,8 @@ QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *con
             __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
             s[j] = q8_dot4(_mm256_setzero_si256(), aw[j], _mm256_sign_epi8(a, w));
         }
-        __m256i h = q_reduce4h(s[0], s[1], s[2], s[3]);
-        __m256 scale = _mm256_mul_ps(dv, _mm256_broadcast_ss(dx[i] + b));
-        facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), scale, facc[i]);
+        __m128 scale = _mm_mul_ps(dv, _mm_broadcast_ss(dx[i] + b));
+        facc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(q_reduce4(s[0], s[1], s[2], s[3])), scale, facc[i]);
         Q_KEEP(facc[i]);
     }
 }
@@ -98,8 +93,8 @@ QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *con
 QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *const *xr,
                      const float *const *dx, const float *dw, float *y, int ldy, int nvalid, int add,
                      int pf) {
-    __m256 facc[QMR_MAX];
-    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm256_setzero_ps();
+    __m128 facc[QMR_MAX];
+    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
         if (pf) q_prefetch(wr[0], b / 2, 2 * sizeof(BlockQ8_0));
@@ -108,10 +103,8 @@ QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *co
     }
     if (b < nb) q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
     QUNROLL for (int i = 0; i < MR; i++) {
-        __m256 v = facc[i];
-        __m128 o = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         float out[4];
-        _mm_storeu_ps(out, o);
+        _mm_storeu_ps(out, facc[i]);
         float *yi = y + (size_t)i * ldy;
         for (int j = 0; j < nvalid; j++) yi[j] = add ? yi[j] + out[j] : out[j];
     }
@@ -213,10 +206,10 @@ __attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K,
  * not the registers, bound it). */
 #define Q8P_MR 4
 /* Activation rows from which the packed kernel runs. 2 threads (EPYC,
- * AVX2), Qwen3-0.6B's projections, GFLOP/s in place / packed: 16 rows
- * 141-148 / 130-137, 24 rows ~150 / ~150, 64 rows 154 / 173, 512 rows
- * 154 / 184. */
-#define Q8P_MIN_ROWS 24
+ * AVX2), Qwen3-0.6B's projections, GFLOP/s in place / packed: 8 rows 132 /
+ * 99, 16 rows ~137 / ~137, 24 rows 131-138 / 146-162, 64 rows 141 / 175,
+ * 512 rows 140 / 182. */
+#define Q8P_MIN_ROWS 16
 #endif
 
 /* Packs blocks [0, seg) of the 8 weight rows wr[0..7] (each at its first
@@ -257,47 +250,38 @@ QFN void q8p_pack(const uint8_t *const *wr, int seg, uint8_t *pk, float *dw) {
 
 /* One packed strip (seg blocks) times MR activation rows xr[i] (at the
  * segment's first block; dx[i] their decoded scales): 8 outputs per row
- * at y + i * ldy, of which nvalid are kept; added to y when add. Chunks
- * 0-3 and 4-7 of a block (values 0-15 and 16-31) are summed, converted
- * and scaled apart, into two float accumulators added at the end: the
- * in-place tile's halves, so that both kernels give the same bits. */
+ * at y + i * ldy, of which nvalid are kept; added to y when add. */
 QFN void q8p_tile(int MR, const uint8_t *pk, const float *dw, int seg, const uint8_t *const *xr,
                   const float *const *dx, float *y, int ldy, int nvalid, int add) {
     const size_t bs = sizeof(BlockQ8_0);
-    __m256 flo[Q8P_MR], fhi[Q8P_MR];
-    QUNROLL for (int i = 0; i < MR; i++) flo[i] = fhi[i] = _mm256_setzero_ps();
+    __m256 facc[Q8P_MR];
+    QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm256_setzero_ps();
     for (int b = 0; b < seg; b++) {
-        __m256 d = _mm256_loadu_ps(dw + 8 * b);
-        __m256 scale[Q8P_MR];
-        QUNROLL for (int i = 0; i < MR; i++) scale[i] = _mm256_mul_ps(d, _mm256_broadcast_ss(dx[i] + b));
-        QUNROLL for (int half = 0; half < 2; half++) {
-            __m256i acc[Q8P_MR];
-            QUNROLL for (int i = 0; i < MR; i++) acc[i] = _mm256_setzero_si256();
-            QUNROLL for (int c = 4 * half; c < 4 * half + 4; c++) {
-                __m256i w = _mm256_load_si256((const __m256i *)(pk + (size_t)b * 256 + 32 * c));
-                __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
-                QUNROLL for (int i = 0; i < MR; i++) {
-                    int32_t q4;
-                    memcpy(&q4, xr[i] + (size_t)b * bs + 2 + 4 * c, sizeof q4);
-                    acc[i] = q8_dot4(acc[i], aw, _mm256_sign_epi8(_mm256_set1_epi32(q4), w));
-                }
-            }
+        __m256i acc[Q8P_MR];
+        QUNROLL for (int i = 0; i < MR; i++) acc[i] = _mm256_setzero_si256();
+        QUNROLL for (int c = 0; c < 8; c++) {
+            __m256i w = _mm256_load_si256((const __m256i *)(pk + (size_t)b * 256 + 32 * c));
+            __m256i aw = _mm256_abs_epi8(w); /* -128 reads as 128 unsigned */
             QUNROLL for (int i = 0; i < MR; i++) {
-                __m256 f = _mm256_cvtepi32_ps(acc[i]);
-                if (half == 0) flo[i] = _mm256_fmadd_ps(f, scale[i], flo[i]);
-                else fhi[i] = _mm256_fmadd_ps(f, scale[i], fhi[i]);
+                int32_t q4;
+                memcpy(&q4, xr[i] + (size_t)b * bs + 2 + 4 * c, sizeof q4);
+                acc[i] = q8_dot4(acc[i], aw, _mm256_sign_epi8(_mm256_set1_epi32(q4), w));
             }
+        }
+        __m256 d = _mm256_loadu_ps(dw + 8 * b);
+        QUNROLL for (int i = 0; i < MR; i++) {
+            __m256 scale = _mm256_mul_ps(d, _mm256_broadcast_ss(dx[i] + b));
+            facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), scale, facc[i]);
         }
     }
     QUNROLL for (int i = 0; i < MR; i++) {
-        __m256 sum = _mm256_add_ps(flo[i], fhi[i]);
         float *yi = y + (size_t)i * ldy;
         if (nvalid == Q8P_NR && !add) {
-            _mm256_storeu_ps(yi, sum);
+            _mm256_storeu_ps(yi, facc[i]);
             continue;
         }
         float out[Q8P_NR];
-        _mm256_storeu_ps(out, sum);
+        _mm256_storeu_ps(out, facc[i]);
         for (int j = 0; j < nvalid; j++) yi[j] = add ? yi[j] + out[j] : out[j];
     }
 }

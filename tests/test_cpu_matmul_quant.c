@@ -161,7 +161,7 @@ Test(cpu_matmul_quant, kernels_match_references, .timeout = 600) {
 }
 
 /* Q8_0 rows of an odd number of blocks (its in-place tiles take two at a
- * time), in both kernels (the packed one from 24 activation rows). */
+ * time), in both kernels (the packed one from 16 activation rows). */
 Test(cpu_matmul_quant, q8_0_odd_block_counts) {
     static const int Ks[] = {32, 96, 288};
     static const int Ms[] = {1, 5, 25};
@@ -193,7 +193,7 @@ Test(cpu_matmul_quant, q8_0_long_rows) {
 }
 
 /* A Q8_0 row's outputs are the same bits whichever kernel its batch takes
- * (in place below 24 rows, packed from 24), over several K segments and a
+ * (in place below 16 rows, packed from 16), over several K segments and a
  * partial strip of 8 weight rows. */
 Test(cpu_matmul_quant, q8_0_kernels_agree_bitwise) {
     enum { N = 13, K = 32 * 150, M = 27 };
