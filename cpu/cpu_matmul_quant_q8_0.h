@@ -134,20 +134,45 @@ static const QTileQ8Fn q_tiles_q8_0[QMR_MAX] = {q_tile_q8_0_1, q_tile_q8_0_2, q_
 #define QUANT_TILE_Q8_COMMON
 /* Q8_0: blocks per K segment, for both kernels (a segment's result is
  * added to the previous ones', so equal segments keep them bit-identical;
- * a packed segment of 8 rows is 16 KiB, in L1), and
- * activation scales decoded per pass (a stack buffer of 16 KiB). */
+ * a packed segment of 8 rows is 16 KiB, in L1), and activation scales
+ * decoded per pass of the in-place kernel (a stack buffer of 16 KiB). */
 #define Q8_SEG 64
 #define Q8_DX 4096
+
+/* The scales of blocks [k0, k0 + seg) of activation rows [mb, me) (rows of
+ * xrb bytes at xb) as float, seg per row, at dx. */
+static inline void q8_decode_dx(const uint8_t *xb, size_t xrb, int k0, int seg, int mb, int me,
+                                float *dx) {
+    for (int m = mb; m < me; m++)
+        for (int b = 0; b < seg; b++) {
+            uint16_t h;
+            memcpy(&h, xb + (size_t)m * xrb + (size_t)(k0 + b) * sizeof(BlockQ8_0), sizeof h);
+            dx[(size_t)(m - mb) * seg + b] = f16_scalar(h);
+        }
+}
+
+/* A tile's QMR_MAX activation rows from row m (r of them real, the last
+ * repeated): their blocks from k0 in xr, their scales (decoded by
+ * q8_decode_dx from row mb) in dxr. */
+static inline void q8_tile_rows(const uint8_t *xb, size_t xrb, int k0, const float *dx, int seg,
+                                int mb, int m, int r, const uint8_t **xr, const float **dxr) {
+    for (int i = 0; i < QMR_MAX; i++) {
+        int mi = m + (i < r ? i : r - 1);
+        xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * sizeof(BlockQ8_0);
+        dxr[i] = dx + (size_t)(mi - mb) * seg;
+    }
+}
 #endif
 
-/* quant_gemm for Q8_0 weights and few activation rows: as QGEMM below, but the f16 scales are
- * decoded to float once per call (the activations' per pass, each strip's
- * per strip) rather than in every tile, where they cost as much as the
- * products at 4 activation rows; K in segments of Q8_SEG blocks so that the
- * buffers stay on the stack. */
-__attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K, const void *xq, int M,
-                                                           float *y, int ldy, int n0, int n1,
-                                                           int mr) {
+/* quant_gemm for Q8_0 weights and few activation rows: as the K types'
+ * (QGEMM in cpu_matmul_quant_tile.h), but the f16 scales are decoded to
+ * float once per call (the activations' per pass, each strip's per strip)
+ * rather than in every tile, where they cost as much as the products at 4
+ * activation rows; K in segments of Q8_SEG blocks so that the buffers stay
+ * on the stack. */
+__attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K, const void *xq,
+                                                           int M, float *y, int ldy, int n0,
+                                                           int n1, int mr) {
     const size_t bs = sizeof(BlockQ8_0);
     size_t wrb = weight_row_bytes(WEIGHT_Q8_0, K);
     size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
@@ -159,12 +184,7 @@ __attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K,
         int rows = Q8_DX / seg < QMB ? Q8_DX / seg : QMB;
         for (int mb = 0; mb < M; mb += rows) {
             int me = M - mb < rows ? M : mb + rows;
-            for (int m = mb; m < me; m++)
-                for (int b = 0; b < seg; b++) {
-                    uint16_t h;
-                    memcpy(&h, xb + (size_t)m * xrb + (size_t)(k0 + b) * bs, sizeof h);
-                    dx[(size_t)(m - mb) * seg + b] = f16_scalar(h);
-                }
+            q8_decode_dx(xb, xrb, k0, seg, mb, me, dx);
             for (int n = n0; n < n1; n += QNR) {
                 int nv = n1 - n < QNR ? n1 - n : QNR;
                 const uint8_t *wr[QNR];
@@ -179,11 +199,7 @@ __attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K,
                     int r = me - m < mr ? me - m : mr;
                     const uint8_t *xr[QMR_MAX];
                     const float *dxr[QMR_MAX];
-                    for (int i = 0; i < QMR_MAX; i++) {
-                        int mi = m + (i < r ? i : r - 1);
-                        xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * bs;
-                        dxr[i] = dx + (size_t)(mi - mb) * seg;
-                    }
+                    q8_tile_rows(xb, xrb, k0, dx, seg, mb, m, r, xr, dxr);
                     q_tiles_q8_0[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL,
                                         y + (size_t)m * ldy + n, ldy, nv, k0 > 0, m == mb);
                     m += r;
@@ -202,9 +218,10 @@ __attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K,
 /* Activation rows per pass over the packed strips (their scales decoded
  * once per pass: 128 x 64 floats on the stack). */
 #define Q8P_ROWS 128
-/* Activation rows per tile (5, 6 and 8 measured no faster: the products,
- * not the registers, bound it). */
-#define Q8P_MR 4
+/* Activation rows per tile: 4, as the in-place tiles (q8_tile_rows serves
+ * both; 5, 6 and 8 measured no faster: the products, not the registers,
+ * bound it). */
+#define Q8P_MR QMR_MAX
 /* Activation rows from which the packed kernel runs. 2 threads (EPYC,
  * AVX2), Qwen3-0.6B's projections, GFLOP/s in place / packed: 8 rows 132 /
  * 99, 16 rows ~137 / ~137, 24 rows 131-138 / 146-162, 64 rows 141 / 175,
@@ -320,12 +337,7 @@ __attribute__((target(QT))) static void q8p_gemm(const void *w, int K, const voi
         int seg = nb - k0 < Q8_SEG ? nb - k0 : Q8_SEG;
         for (int mb = 0; mb < M; mb += Q8P_ROWS) {
             int me = M - mb < Q8P_ROWS ? M : mb + Q8P_ROWS;
-            for (int m = mb; m < me; m++)
-                for (int b = 0; b < seg; b++) {
-                    uint16_t h;
-                    memcpy(&h, xb + (size_t)m * xrb + (size_t)(k0 + b) * bs, sizeof h);
-                    dx[(size_t)(m - mb) * seg + b] = f16_scalar(h);
-                }
+            q8_decode_dx(xb, xrb, k0, seg, mb, me, dx);
             for (int n = n0; n < n1; n += Q8P_NR) {
                 int nv = n1 - n < Q8P_NR ? n1 - n : Q8P_NR;
                 const uint8_t *wr[Q8P_NR];
@@ -334,13 +346,9 @@ __attribute__((target(QT))) static void q8p_gemm(const void *w, int K, const voi
                 q8p_pack(wr, seg, pk, dw);
                 for (int m = mb; m < me;) {
                     int r = me - m < mr ? me - m : mr;
-                    const uint8_t *xr[Q8P_MR];
-                    const float *dxr[Q8P_MR];
-                    for (int i = 0; i < Q8P_MR; i++) {
-                        int mi = m + (i < r ? i : r - 1);
-                        xr[i] = xb + (size_t)mi * xrb + (size_t)k0 * bs;
-                        dxr[i] = dx + (size_t)(mi - mb) * seg;
-                    }
+                    const uint8_t *xr[QMR_MAX];
+                    const float *dxr[QMR_MAX];
+                    q8_tile_rows(xb, xrb, k0, dx, seg, mb, m, r, xr, dxr);
                     q8p_tiles[r - 1](pk, dw, seg, xr, dxr, y + (size_t)m * ldy + n, ldy, nv, k0 > 0);
                     m += r;
                 }
