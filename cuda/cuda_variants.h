@@ -1,0 +1,28 @@
+/*
+ * cuda_variants.h - run-time choice between a CUDA kernel and the one it
+ * replaced, for A/B timings on the same build (scripts/gpu_ab.sh).
+ *
+ * NANOVLLM_CUDA_LEGACY is a comma-separated list of parts that keep their
+ * previous kernels: "attention" (decode attention: one lane per key and a
+ * separate split merge), "kernels" (the row kernels: RMSNorm, q/k norm +
+ * RoPE + store, SiLU x up), "sampler" (one thread block per row). Unset,
+ * every part runs its current kernel. Read once per process.
+ */
+#ifndef NANOVLLM_CUDA_VARIANTS_H
+#define NANOVLLM_CUDA_VARIANTS_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether `part` ("attention", "kernels", "sampler") is listed in
+ * NANOVLLM_CUDA_LEGACY. */
+bool cuda_variant_legacy(const char *part);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
