@@ -1,16 +1,18 @@
 /*
  * cuda_bench.cu - decode attention against the copy bandwidth (cuda_bench.h).
  *
- * The KV cache is filled with a constant (the values do not change the
- * work), each sequence's blocks are spread over the cache as the block
- * manager would leave them, and every launch is timed with CUDA events,
- * best of several after a warm-up.
+ * The KV cache and q are filled with hashed values in [-1, 1) (random enough
+ * that the current and the previous decode kernel can be compared output
+ * for output), each sequence's blocks are spread over the cache as the
+ * block manager would leave them, and every launch is timed with CUDA
+ * events, best of several after a warm-up.
  */
 #include "cuda_bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
@@ -23,26 +25,32 @@ typedef struct Buffers {
     CudaAttnItem *items;
     int32_t *tables;
     float *split;
+    int *counters;
+    uint16_t *out_legacy;
     void *copy_src, *copy_dst;
     cudaEvent_t start, stop;
 } Buffers;
 
 static void free_buffers(Buffers *b) {
-    void *p[] = {b->k, b->v, b->q, b->out, b->seqs, b->items, b->tables, b->split, b->copy_src, b->copy_dst};
+    void *p[] = {b->k,      b->v,        b->q,        b->out,      b->seqs,     b->items,
+                 b->tables, b->split,    b->counters, b->out_legacy, b->copy_src, b->copy_dst};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cuda_free(p[i]);
     if (b->start) cudaEventDestroy(b->start);
     if (b->stop) cudaEventDestroy(b->stop);
 }
 
-/* Seconds of the fastest of RUNS launches (after one warm-up). */
-static int time_attention(Buffers *b, int batch, int nh, int nkv, int D, int bs, int splits,
-                          double *seconds, Error *err) {
+/* Seconds of the fastest of RUNS launches (after one warm-up), of the
+ * current decode kernel or (legacy) the previous one, writing to out. */
+static int time_attention(Buffers *b, bool legacy, uint16_t *out, int batch, int nh, int nkv, int D, int bs,
+                          int splits, double *seconds, Error *err) {
     *seconds = 1e30;
     for (int run = -1; run < RUNS; run++) {
         CUDA_TRY(cudaEventRecord(b->start, 0), "recording an event", err);
-        if (cuda_attention(b->out, b->q, b->k, b->v, b->seqs, b->items, batch, b->tables, nh, nkv, D, bs,
-                           splits, b->split, NULL, err))
-            return -1;
+        int rc = legacy ? cuda_attention(out, b->q, b->k, b->v, b->seqs, b->items, batch, b->tables, nh, nkv, D,
+                                         bs, splits, b->split, NULL, err)
+                        : cuda_decode_attention(out, b->q, b->k, b->v, b->seqs, b->items, batch, b->tables, nh,
+                                                nkv, D, bs, splits, b->split, b->counters, NULL, err);
+        if (rc) return -1;
         CUDA_TRY(cudaEventRecord(b->stop, 0), "recording an event", err);
         CUDA_TRY(cudaEventSynchronize(b->stop), "running attention", err);
         float ms = 0;
@@ -50,6 +58,18 @@ static int time_attention(Buffers *b, int batch, int nh, int nkv, int D, int bs,
         if (run >= 0 && ms / 1e3 < *seconds) *seconds = ms / 1e3;
     }
     return 0;
+}
+
+/* bf16 values in [-1, 1) from a hash of the index: the same on every run. */
+__global__ void fill_kernel(uint16_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed * 0x9e3779b9u;
+        h ^= h >> 15;
+        h *= 0x85ebca6bu;
+        h ^= h >> 13;
+        float f = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+        p[i] = (uint16_t)(__float_as_uint(f) >> 16);
+    }
 }
 
 static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int bs, Error *err) {
@@ -77,7 +97,9 @@ static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int
         (b->seqs = (CudaAttnSeq *)cuda_alloc(sizeof(CudaAttnSeq) * batch, err)) &&
         (b->items = (CudaAttnItem *)cuda_alloc(sizeof(CudaAttnItem) * batch, err)) &&
         (b->tables = (int32_t *)cuda_alloc(sizeof(int32_t) * blocks, err)) &&
+        (b->out_legacy = (uint16_t *)cuda_alloc((size_t)batch * nh * D * 2, err)) &&
         (b->split = (float *)cuda_alloc(cuda_attention_split_workspace_bytes(D, CUDA_MAX_SPLIT_BLOCKS), err)) &&
+        (b->counters = (int *)cuda_alloc(cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS), err)) &&
         cuda_upload(b->seqs, seqs, sizeof(CudaAttnSeq) * batch, err) == 0 &&
         cuda_upload(b->items, items, sizeof(CudaAttnItem) * batch, err) == 0 &&
         cuda_upload(b->tables, tables, sizeof(int32_t) * blocks, err) == 0)
@@ -86,13 +108,38 @@ static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int
     free(items);
     free(tables);
     if (rc) return -1;
-    /* 0x3c3c: bf16 0.0115 everywhere, a harmless value */
-    CUDA_TRY(cudaMemset(b->k, 0x3c, cache * 2), "filling the cache", err);
-    CUDA_TRY(cudaMemset(b->v, 0x3c, cache * 2), "filling the cache", err);
-    CUDA_TRY(cudaMemset(b->q, 0x3c, (size_t)batch * nh * D * 2), "filling q", err);
+    CUDA_TRY(cudaMemset(b->counters, 0, cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS)),
+             "clearing the split counters", err);
+    fill_kernel<<<1024, 256>>>(b->k, cache, 1);
+    fill_kernel<<<1024, 256>>>(b->v, cache, 2);
+    fill_kernel<<<64, 256>>>(b->q, (size_t)batch * nh * D, 3);
+    CUDA_LAUNCHED("the fill kernel", err);
     CUDA_TRY(cudaEventCreate(&b->start), "creating an event", err);
     CUDA_TRY(cudaEventCreate(&b->stop), "creating an event", err);
     return 0;
+}
+
+/* The largest |a - b| over n bf16 values on the device. */
+static int max_difference(const uint16_t *a, const uint16_t *b, size_t n, double *diff, Error *err) {
+    uint16_t *ha = (uint16_t *)malloc(n * 2), *hb = (uint16_t *)malloc(n * 2);
+    int rc = ha && hb ? 0 : error_set(err, "out of memory");
+    if (rc == 0 && (cuda_download(ha, a, n * 2, err) || cuda_download(hb, b, n * 2, err))) rc = -1;
+    *diff = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint32_t ua = (uint32_t)ha[i] << 16, ub = (uint32_t)hb[i] << 16;
+        float fa, fb;
+        memcpy(&fa, &ua, 4);
+        memcpy(&fb, &ub, 4);
+        double d = fabs((double)fa - fb);
+        if (isnan(d)) {
+            *diff = NAN;
+            break;
+        }
+        if (d > *diff) *diff = d;
+    }
+    free(ha);
+    free(hb);
+    return rc;
 }
 
 /* Bytes read + written per second by cudaMemcpy between two 1 GiB buffers. */
@@ -124,18 +171,25 @@ extern "C" int cuda_bench_attention(int batch, int context, int num_heads, int n
     CUDA_TRY(cudaGetDeviceProperties(&prop, 0), "reading GPU 0's properties", err);
     snprintf(out->device, sizeof out->device, "%.80s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
              prop.multiProcessorCount);
-    out->splits = cuda_attention_choose_splits(batch, num_kv_heads, context, prop.multiProcessorCount,
-                                               CUDA_MAX_SPLIT_BLOCKS);
+    out->splits = cuda_decode_attention_choose_splits(batch, num_heads, num_kv_heads, context,
+                                                      prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);
+    out->legacy_splits = cuda_attention_choose_splits(batch, num_kv_heads, context, prop.multiProcessorCount,
+                                                      CUDA_MAX_SPLIT_BLOCKS);
     out->kv_bytes = 2.0 * context * batch * num_kv_heads * head_dim * 2;
     Buffers b;
     memset(&b, 0, sizeof b);
     int rc = setup(&b, batch, context, num_heads, num_kv_heads, head_dim, block_size, err);
     if (rc == 0)
-        rc = time_attention(&b, batch, num_heads, num_kv_heads, head_dim, block_size, out->splits,
+        rc = time_attention(&b, false, b.out, batch, num_heads, num_kv_heads, head_dim, block_size, out->splits,
                             &out->seconds, err);
     if (rc == 0)
-        rc = time_attention(&b, batch, num_heads, num_kv_heads, head_dim, block_size, 1,
+        rc = time_attention(&b, false, b.out, batch, num_heads, num_kv_heads, head_dim, block_size, 1,
                             &out->seconds_unsplit, err);
+    if (rc == 0)
+        rc = time_attention(&b, true, b.out_legacy, batch, num_heads, num_kv_heads, head_dim, block_size,
+                            out->legacy_splits, &out->seconds_legacy, err);
+    if (rc == 0) rc = max_difference(b.out, b.out_legacy, (size_t)batch * num_heads * head_dim,
+                                     &out->max_diff_legacy, err);
     if (rc == 0) rc = copy_bandwidth(&b, &out->copy_bytes_per_s, err);
     free_buffers(&b);
     return rc;

@@ -21,6 +21,9 @@ typedef struct CudaAttentionBench {
     int splits;               /* what the runner would choose for this batch */
     double seconds;           /* one decode attention launch (with its merge), best of the runs */
     double seconds_unsplit;   /* the same with one block per (sequence, KV head) */
+    int legacy_splits;        /* the previous kernel (NANOVLLM_CUDA_LEGACY=attention): its splits */
+    double seconds_legacy;    /* and its time, with its merge kernel */
+    double max_diff_legacy;   /* largest |difference| of the two kernels' outputs (random K, V, q) */
     double kv_bytes;          /* K and V bytes one launch must read */
     double copy_bytes_per_s;  /* device-to-device copy, bytes read + written per second */
 } CudaAttentionBench;

@@ -108,6 +108,29 @@ size_t cuda_attention_split_workspace_bytes(int head_dim, int max_split_blocks);
 int cuda_attention_choose_splits(int num_items, int num_kv_heads, int max_keys, int num_sms,
                                  int max_split_blocks);
 
+/* Decode attention (cuda_decode_attention.cu): one new token per item, the
+ * same result as cuda_attention. Each (item, KV head) is split into up to
+ * num_splits key ranges (the ranges follow each sequence's length on the
+ * GPU, cuda_decode_plan.h), merged by the last block of each; with
+ * num_splits > 1 it needs split_workspace (cuda_attention_split_workspace_bytes
+ * for max_split_blocks >= cuda_decode_attention_blocks() * num_splits) and
+ * split_counters (cuda_decode_attention_counters_bytes of the same count,
+ * zeroed once after allocation; every launch leaves them zero). */
+int cuda_decode_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
+                          const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
+                          int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
+                          int head_dim, int block_size, int num_splits, float *split_workspace,
+                          int *split_counters, CudaStream stream, Error *err);
+
+/* Thread blocks per split of a decode launch (items x KV heads x blocks per group). */
+int cuda_decode_attention_blocks(int num_items, int num_heads, int num_kv_heads);
+size_t cuda_decode_attention_counters_bytes(int max_split_blocks);
+
+/* Splits for cuda_decode_attention: enough blocks for a few per SM, no
+ * split under 64 keys of max_keys, at most max_split_blocks blocks. */
+int cuda_decode_attention_choose_splits(int num_items, int num_heads, int num_kv_heads, int max_keys,
+                                        int num_sms, int max_split_blocks);
+
 /* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, intermediate + i]). */
 int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, CudaStream stream,
                   Error *err);

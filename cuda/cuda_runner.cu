@@ -21,7 +21,8 @@
  * lives in a padding block the block manager never sees, and the step's
  * metadata sits at offsets that depend only on the bucket, so the graph's
  * baked-in pointers stay right. Decode attention splits long contexts over
- * thread blocks (cuda_attention.cu); the split count is fixed per bucket.
+ * thread blocks (cuda_decode_attention.cu); the split count is fixed per
+ * bucket and each sequence uses as many of its splits as its length needs.
  * Steps with prompt tokens use the tensor-core attention
  * (cuda_prefill_attention.cu).
  */
@@ -38,6 +39,7 @@
 #include "cuda_kernels.h"
 #include "cuda_moe.h"
 #include "cuda_sampler.h"
+#include "cuda_variants.h"
 #include "cuda_weights.h"
 
 extern "C" {
@@ -144,9 +146,25 @@ static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Erro
                                       L->num_items, r->meta_dev + L->tables, c->num_heads,
                                       c->num_kv_heads, c->head_dim, r->base.options.block_size,
                                       r->stream, err);
-    return cuda_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
-                          r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
-                          r->base.options.block_size, splits, r->split_workspace, r->stream, err);
+    if (r->legacy_attention)
+        return cuda_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
+                              r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
+                              r->base.options.block_size, splits, r->split_workspace, r->stream, err);
+    return cuda_decode_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
+                                 r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
+                                 r->base.options.block_size, splits, r->split_workspace, r->split_counters,
+                                 r->stream, err);
+}
+
+/* The split count of a decode step over num_items sequences of at most
+ * max_keys keys, for the decode kernel in use. */
+static int decode_splits(const CudaRunner *r, int num_items, int max_keys) {
+    const ModelConfig *c = &r->cfg;
+    const int sms = r->prop.multiProcessorCount;
+    if (r->legacy_attention)
+        return cuda_attention_choose_splits(num_items, c->num_kv_heads, max_keys, sms, CUDA_MAX_SPLIT_BLOCKS);
+    return cuda_decode_attention_choose_splits(num_items, c->num_heads, c->num_kv_heads, max_keys, sms,
+                                               CUDA_MAX_SPLIT_BLOCKS);
 }
 
 /* delta = the layer's MLP of h: dense, or the router and the experts. */
@@ -256,8 +274,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
         int longest = 0;
         for (int s = 0; s < b->num_seqs; s++)
             if (b->seqs[s].start_pos + 1 > longest) longest = b->seqs[s].start_pos + 1;
-        splits = cuda_attention_choose_splits(L->num_items, c->num_kv_heads, longest,
-                                              r->prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);
+        splits = decode_splits(r, L->num_items, longest);
     }
     if (forward(r, L, splits, err)) return -1;
     if (L->num_pool_rows > 0) { /* x: the residual stream after the last layer */
@@ -381,7 +398,7 @@ static void cuda_destroy(Runner *base) {
     cuda_moe_free(&r->moe);
     void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
-                      r->split_workspace, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
+                      r->split_workspace, r->split_counters, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
                       r->masks_dev, r->biases_dev, r->pooled_dev};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) cuda_free(device[i]);
     void *pinned[] = {r->meta_host, r->tokens_host, r->logits_host, r->sample_rows_host,
@@ -477,10 +494,14 @@ static int alloc_activations(CudaRunner *r, Error *err) {
         {(void **)&r->masks_dev, mask_bytes},
         {(void **)&r->biases_dev, bias_bytes},
         {(void **)&r->split_workspace, cuda_attention_split_workspace_bytes(c->head_dim, CUDA_MAX_SPLIT_BLOCKS)},
+        {(void **)&r->split_counters, cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i].p = cuda_alloc(bufs[i].bytes, err)))
             return error_prefix(err, "activations for %zu tokens", T);
+    CUDA_TRY(cudaMemset(r->split_counters, 0, cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS)),
+             "clearing the attention split counters", err);
+    r->legacy_attention = cuda_variant_legacy("attention");
 
     r->tile_tokens = cuda_attention_tile_tokens(c->num_heads, c->num_kv_heads);
     r->max_blocks_per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;
@@ -646,8 +667,7 @@ static void capture_graphs(CudaRunner *r) {
     sizes[n++] = largest;
     Error err = {};
     for (int g = 0; g < n; g++) {
-        int splits = cuda_attention_choose_splits(sizes[g], r->cfg.num_kv_heads, o->max_model_len,
-                                                  r->prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);
+        int splits = decode_splits(r, sizes[g], o->max_model_len);
         if (capture_graph(r, sizes[g], splits, &r->graphs[g], &err)) {
             for (int i = 0; i < g; i++) cudaGraphExecDestroy(r->graphs[i]);
             r->num_graphs = 0;

@@ -1,0 +1,315 @@
+/*
+ * cuda_decode_attention.cu - decode attention at the copy bandwidth (see
+ * cuda_kernels.h; the work division is cuda_decode_plan.h's).
+ *
+ * A decode step reads every cached K and V byte of its sequences once and
+ * does little arithmetic with them, so the kernel is built around the read:
+ *  - a K or V row (head_dim bf16) is read by head_dim / 8 lanes with one
+ *    16-byte load each, so every load instruction of a warp moves whole
+ *    rows (512 bytes) and the L2 sectors it touches are used in full;
+ *  - each lane holds its 8 dimensions of q for every query head of the
+ *    block, so one K load serves the whole GQA group, and the score's sum
+ *    over the row is a few shuffles inside the lane subgroup;
+ *  - each lane issues the K and V loads of several keys before using any
+ *    (decode_keys_per_lane), the online softmax (flash attention's running
+ *    max and sum, in base 2: q is pre-scaled by log2(e) / sqrt(head_dim))
+ *    then folds them in from registers;
+ *  - the keys of a sequence are split over blocks so that a step fills the
+ *    GPU whatever its batch (cuda_decode_attention_choose_splits), and the
+ *    splits merge without a second kernel: each block leaves its partial
+ *    output, max and sum in the workspace and bumps a per-(sequence, head)
+ *    counter; the block that finds itself last merges them and puts the
+ *    counter back to zero for the next launch.
+ * The previous kernel (cuda_attention.cu, one lane per key reading its own
+ * row) stays for A/B under NANOVLLM_CUDA_LEGACY=attention.
+ */
+#include <math.h>
+
+#include "cuda_check.h"
+#include "cuda_decode_plan.h"
+#include "cuda_kernels.h"
+
+#define WARP 32
+#define THREADS (DECODE_WARPS * WARP)
+
+/* exp2(x - max) for a running max that may still be -inf (nothing seen). */
+__device__ __forceinline__ float scale_from(float x, float max) { return x == -INFINITY ? 0.0f : exp2f(x - max); }
+
+__device__ __forceinline__ uint16_t to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ void widen8(const uint4 raw, float f[8]) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        f[2 * e] = __uint_as_float(w[e] << 16);
+        f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+    }
+}
+
+/* D: head_dim; HB: query heads per block (heads_here of them real); T: keys
+ * per lane per pass. part / counters: the split workspace (num_splits > 1). */
+template <int D, int HB, int T>
+__global__ void __launch_bounds__(THREADS)
+decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ q,
+                        const uint16_t *__restrict__ k_cache, const uint16_t *__restrict__ v_cache,
+                        const CudaAttnSeq *__restrict__ seqs, const CudaAttnItem *__restrict__ items,
+                        const int32_t *__restrict__ block_tables, int num_heads, int num_kv_heads,
+                        int block_size, float q_scale, int num_splits, float *__restrict__ part,
+                        int *__restrict__ counters) {
+    constexpr int LPK = D / 8;      /* lanes per key */
+    constexpr int KPL = WARP / LPK; /* keys per warp load */
+    constexpr int PASS = DECODE_WARPS * KPL * T;
+    __shared__ float warp_o[DECODE_WARPS][HB][D];
+    __shared__ float warp_m[DECODE_WARPS][HB], warp_l[DECODE_WARPS][HB];
+    __shared__ int is_last;
+
+    const int group = num_heads / num_kv_heads, chunks = gridDim.y / num_kv_heads;
+    const int kv_head = blockIdx.y / chunks, head0 = kv_head * group + (blockIdx.y % chunks) * HB;
+    const int heads_here = min(HB, kv_head * group + group - head0);
+    const CudaAttnItem item = items[blockIdx.x];
+    const CudaAttnSeq seq = seqs[item.seq];
+    const int token = seq.token0 + item.tile0, num_keys = seq.start_pos + item.tile0 + 1;
+    const int split = blockIdx.z, used = decode_splits_used(num_keys, num_splits);
+    if (split >= used) return; /* a short context: this split has no keys */
+    const int per = decode_split_keys(num_keys, num_splits);
+    const int key_begin = split * per, key_end = min(num_keys, key_begin + per);
+
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int sub = lane / LPK, dim0 = (lane % LPK) * 8;
+    const int32_t *table = block_tables + seq.table0;
+    const size_t row_stride = (size_t)num_kv_heads * D;
+    const uint16_t *k_head = k_cache + (size_t)kv_head * D + dim0, *v_head = v_cache + (size_t)kv_head * D + dim0;
+
+    float qv[HB][8], acc[HB][8], m[HB], l[HB];
+#pragma unroll
+    for (int h = 0; h < HB; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+        float f[8] = {};
+        if (h < heads_here)
+            widen8(*reinterpret_cast<const uint4 *>(q + ((size_t)token * num_heads + head0 + h) * D + dim0), f);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            qv[h][e] = f[e] * q_scale;
+            acc[h][e] = 0.0f;
+        }
+    }
+
+    for (int pass0 = key_begin; pass0 < key_end; pass0 += PASS) {
+        uint4 kr[T], vr[T];
+        unsigned ok = 0; /* bit t: the t-th key is in range */
+#pragma unroll
+        for (int t = 0; t < T; t++) { /* every load of the pass before any use */
+            const int key = decode_key(pass0, t, warp, sub, KPL);
+            kr[t] = vr[t] = make_uint4(0, 0, 0, 0);
+            if (key < key_end) {
+                ok |= 1u << t;
+                const size_t slot = (size_t)table[key / block_size] * block_size + key % block_size;
+                kr[t] = __ldg(reinterpret_cast<const uint4 *>(k_head + slot * row_stride));
+                vr[t] = __ldg(reinterpret_cast<const uint4 *>(v_head + slot * row_stride));
+            }
+        }
+        float s[T][HB];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            float k8[8];
+            widen8(kr[t], k8);
+#pragma unroll
+            for (int h = 0; h < HB; h++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) d = fmaf(qv[h][e], k8[e], d);
+#pragma unroll
+                for (int o = LPK / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+                s[t][h] = ok >> t & 1 ? d : -INFINITY;
+            }
+        }
+        float v8[T][8];
+#pragma unroll
+        for (int t = 0; t < T; t++) widen8(vr[t], v8[t]);
+#pragma unroll
+        for (int h = 0; h < HB; h++) {
+            float m_new = m[h];
+#pragma unroll
+            for (int t = 0; t < T; t++) m_new = fmaxf(m_new, s[t][h]);
+            if (m_new == -INFINITY) continue; /* no key of this subgroup yet */
+            const float correction = scale_from(m[h], m_new);
+            l[h] *= correction;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[h][e] *= correction;
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                const float p = scale_from(s[t][h], m_new);
+                l[h] += p;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[h][e] = fmaf(p, v8[t][e], acc[h][e]);
+            }
+            m[h] = m_new;
+        }
+    }
+
+    /* The warp's subgroups (same dimensions, different keys) into one. */
+#pragma unroll
+    for (int o = LPK; o < WARP; o *= 2) {
+#pragma unroll
+        for (int h = 0; h < HB; h++) {
+            const float m_other = __shfl_xor_sync(0xffffffffu, m[h], o);
+            const float l_other = __shfl_xor_sync(0xffffffffu, l[h], o);
+            const float m_new = fmaxf(m[h], m_other);
+            const float a = scale_from(m[h], m_new), b = scale_from(m_other, m_new);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[h][e] = acc[h][e] * a + __shfl_xor_sync(0xffffffffu, acc[h][e], o) * b;
+            l[h] = l[h] * a + l_other * b;
+            m[h] = m_new;
+        }
+    }
+    if (sub == 0) {
+#pragma unroll
+        for (int h = 0; h < HB; h++) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) warp_o[warp][h][dim0 + e] = acc[h][e];
+            if (lane == 0) {
+                warp_m[warp][h] = m[h];
+                warp_l[warp][h] = l[h];
+            }
+        }
+    }
+    __syncthreads();
+
+    /* The block's warps into one, then out (one split) or to the workspace. */
+    const size_t pair = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
+    const size_t part_floats = (size_t)HB * (D + 2);
+    float *mine = part + (pair * num_splits + split) * part_floats;
+    for (int i = threadIdx.x; i < heads_here * D; i += THREADS) {
+        const int h = i / D, d = i % D;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DECODE_WARPS; w++) mx = fmaxf(mx, warp_m[w][h]);
+        float o = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DECODE_WARPS; w++) {
+            const float a = scale_from(warp_m[w][h], mx);
+            o += warp_o[w][h][d] * a;
+            sum += warp_l[w][h] * a;
+        }
+        if (used == 1) {
+            out[((size_t)token * num_heads + head0 + h) * D + d] = to_bf16(o / sum);
+        } else {
+            mine[h * D + d] = o;
+            if (d == 0) {
+                mine[HB * D + 2 * h] = mx;
+                mine[HB * D + 2 * h + 1] = sum;
+            }
+        }
+    }
+    if (used == 1) return;
+    __threadfence(); /* the partial is visible before the counter says so */
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&counters[pair], 1) == used - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const float *parts = part + pair * num_splits * part_floats;
+    for (int i = threadIdx.x; i < heads_here * D; i += THREADS) {
+        const int h = i / D, d = i % D;
+        float mx = -INFINITY;
+        for (int z = 0; z < used; z++) mx = fmaxf(mx, __ldcg(parts + z * part_floats + HB * D + 2 * h));
+        float o = 0.0f, sum = 0.0f;
+        for (int z = 0; z < used; z++) {
+            const float *p = parts + z * part_floats;
+            const float a = scale_from(__ldcg(p + HB * D + 2 * h), mx);
+            o += __ldcg(p + h * D + d) * a;
+            sum += __ldcg(p + HB * D + 2 * h + 1) * a;
+        }
+        out[((size_t)token * num_heads + head0 + h) * D + d] = to_bf16(o / sum);
+    }
+    if (threadIdx.x == 0) counters[pair] = 0;
+}
+
+template <int D, int HB>
+static int launch(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                  const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                  const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
+                  int num_splits, float *part, int *counters, cudaStream_t stream, Error *err) {
+    const int group = num_heads / num_kv_heads, chunks = (group + HB - 1) / HB;
+    const float q_scale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D): softmax in base 2 */
+    constexpr int T = HB >= 8 ? 2 : 4; /* decode_keys_per_lane, as a constant */
+    if (decode_keys_per_lane(HB) != T) return error_set(err, "decode attention: keys per lane out of step");
+    dim3 grid((unsigned)num_items, (unsigned)(num_kv_heads * chunks), (unsigned)num_splits);
+    decode_attention_kernel<D, HB, T><<<grid, THREADS, 0, stream>>>(
+        out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size, q_scale,
+        num_splits, part, counters);
+    CUDA_LAUNCHED("the decode attention kernel", err);
+    return 0;
+}
+
+template <int D>
+static int launch_heads(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                        const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                        const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
+                        int num_splits, float *part, int *counters, cudaStream_t stream, Error *err) {
+    switch (decode_heads_per_block(num_heads / num_kv_heads)) {
+    case 1:
+        return launch<D, 1>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
+    case 2:
+        return launch<D, 2>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
+    case 4:
+        return launch<D, 4>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
+    default:
+        return launch<D, 8>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
+    }
+}
+
+extern "C" int cuda_decode_attention_blocks(int num_items, int num_heads, int num_kv_heads) {
+    int group = num_heads / num_kv_heads, hb = decode_heads_per_block(group);
+    return num_items * num_kv_heads * ((group + hb - 1) / hb);
+}
+
+extern "C" size_t cuda_decode_attention_counters_bytes(int max_split_blocks) {
+    return sizeof(int) * (size_t)max_split_blocks;
+}
+
+extern "C" int cuda_decode_attention_choose_splits(int num_items, int num_heads, int num_kv_heads, int max_keys,
+                                                   int num_sms, int max_split_blocks) {
+    const int blocks = cuda_decode_attention_blocks(num_items, num_heads, num_kv_heads);
+    if (blocks <= 0) return 1;
+    int splits = (4 * num_sms + blocks - 1) / blocks; /* a few blocks per SM: loads in flight */
+    const int by_keys = (max_keys + DECODE_MIN_SPLIT_KEYS - 1) / DECODE_MIN_SPLIT_KEYS;
+    if (splits > by_keys) splits = by_keys;
+    if (splits > DECODE_MAX_SPLITS) splits = DECODE_MAX_SPLITS;
+    if (splits > max_split_blocks / blocks) splits = max_split_blocks / blocks;
+    return splits < 1 ? 1 : splits;
+}
+
+extern "C" int cuda_decode_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
+                                     const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
+                                     int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
+                                     int head_dim, int block_size, int num_splits, float *split_workspace,
+                                     int *split_counters, CudaStream stream, Error *err) {
+    if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
+    if (num_items <= 0) return 0;
+    if (num_splits < 1 || num_splits > DECODE_MAX_SPLITS || (num_splits > 1 && (!split_workspace || !split_counters)))
+        return error_set(err, "decode attention: %d splits (1..%d, with a workspace and counters)", num_splits,
+                         DECODE_MAX_SPLITS);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (head_dim) {
+    case 64:
+        return launch_heads<64>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                                num_kv_heads, block_size, num_splits, split_workspace, split_counters, s, err);
+    case 128:
+        return launch_heads<128>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                                 num_kv_heads, block_size, num_splits, split_workspace, split_counters, s, err);
+    default:
+        return launch_heads<256>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                                 num_kv_heads, block_size, num_splits, split_workspace, split_counters, s, err);
+    }
+}

@@ -1,0 +1,77 @@
+/*
+ * cuda_decode_plan.h - how decode attention (cuda_decode_attention.cu)
+ * divides one step's work, in plain C for the kernel and for a CPU test.
+ *
+ * A thread block takes one sequence, one KV head (or up to eight query
+ * heads of its group, see decode_heads_per_block) and one split: a range
+ * of the sequence's keys. Inside the block each key is read by a subgroup
+ * of head_dim / 8 lanes, 16 bytes (8 bf16) a lane, so a warp reads
+ * 32 / (head_dim / 8) whole K or V rows per load and every query head of
+ * the block is scored from that one load. The split ranges follow from the
+ * sequence's length on the GPU, so a launch shape (and a CUDA graph) serves
+ * any length: short contexts leave the higher splits empty rather than
+ * cutting the keys into slivers.
+ *
+ * The kernel and tests/test_cuda_decode_plan.c both take the key layout
+ * and the split arithmetic from here, so the CPU test checks the kernel's
+ * own mapping (every key once, merged in any order to the plain softmax).
+ */
+#ifndef NANOVLLM_CUDA_DECODE_PLAN_H
+#define NANOVLLM_CUDA_DECODE_PLAN_H
+
+#ifdef __CUDACC__
+#define DECODE_PLAN_FN __host__ __device__ static inline
+#else
+#define DECODE_PLAN_FN static inline
+#endif
+
+#define DECODE_WARPS 4
+#define DECODE_MAX_SPLITS 64
+#define DECODE_MIN_SPLIT_KEYS 64 /* below it a split's fixed costs outweigh its reads */
+#define DECODE_SPLIT_ALIGN 32
+#define DECODE_MAX_HEADS_PER_BLOCK 8 /* registers: q and the output, 8 floats per head and lane */
+
+/* Query heads one block serves: the group rounded up to a power of two,
+ * at most DECODE_MAX_HEADS_PER_BLOCK (larger groups take several blocks
+ * per KV head, each reading the head's keys). */
+DECODE_PLAN_FN int decode_heads_per_block(int group) {
+    int hb = 1;
+    while (hb < group && hb < DECODE_MAX_HEADS_PER_BLOCK) hb *= 2;
+    return hb;
+}
+
+/* Keys a lane has in flight per pass (K and V rows, 16 bytes each): fewer
+ * with eight heads, whose q and output take most of the registers. */
+DECODE_PLAN_FN int decode_keys_per_lane(int heads_per_block) { return heads_per_block >= 8 ? 2 : 4; }
+
+/* Keys one warp load covers: 32 lanes / (head_dim / 8 lanes per key). */
+DECODE_PLAN_FN int decode_keys_per_load(int head_dim) { return 32 / (head_dim / 8); }
+
+/* Keys a block covers per pass of its loop. */
+DECODE_PLAN_FN int decode_keys_per_pass(int head_dim, int heads_per_block) {
+    return DECODE_WARPS * decode_keys_per_load(head_dim) * decode_keys_per_lane(heads_per_block);
+}
+
+/* Keys per split for a sequence of num_keys keys and a launch of
+ * num_splits splits: an even share, aligned, never below the minimum. */
+DECODE_PLAN_FN int decode_split_keys(int num_keys, int num_splits) {
+    int per = (num_keys + num_splits - 1) / num_splits;
+    per = (per + DECODE_SPLIT_ALIGN - 1) / DECODE_SPLIT_ALIGN * DECODE_SPLIT_ALIGN;
+    return per < DECODE_MIN_SPLIT_KEYS ? DECODE_MIN_SPLIT_KEYS : per;
+}
+
+/* Splits that get keys (the rest of the launch's splits return at once). */
+DECODE_PLAN_FN int decode_splits_used(int num_keys, int num_splits) {
+    int per = decode_split_keys(num_keys, num_splits);
+    return (num_keys + per - 1) / per;
+}
+
+/* The key that lane subgroup `sub` of warp `warp` reads as its t-th key of
+ * the pass starting at key `pass0`: consecutive subgroups, then warps,
+ * take consecutive keys, so each load instruction of a warp covers
+ * neighbouring rows of the cache block. */
+DECODE_PLAN_FN int decode_key(int pass0, int t, int warp, int sub, int keys_per_load) {
+    return pass0 + (t * DECODE_WARPS + warp) * keys_per_load + sub;
+}
+
+#endif

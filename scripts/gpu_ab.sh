@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# gpu_ab.sh - the CUDA kernels against the ones they replaced, in one call on
+# a GPU machine, a table last (format kept stable: NAME | RESULT | DETAIL).
+#
+#   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
+#   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
+#   AB_ONLY="kernels e2e moe" scripts/gpu_ab.sh  (sections; all by default)
+#
+# Every previous kernel is still in the binary and chosen at run time by
+# NANOVLLM_CUDA_LEGACY (cuda/cuda_variants.h): "attention", "kernels" (the
+# row kernels), "sampler", or a comma list. So A and B run the same build
+# on the same warm machine, alternating.
+#  kernels: bench --attention (decode attention alone: the current kernel,
+#           the same unsplit, the previous kernel; CUDA-event timings, best
+#           of 10; the largest difference between the two kernels' outputs on
+#           random K, V, q) at the issue's shapes, for Qwen3-0.6B's heads and
+#           Qwen3-30B-A3B's (32/4);
+#  e2e:     a random Qwen3-0.6B: single-sequence decode (bench --latency, the
+#           median of AB_ROUNDS alternating rounds) and nano-vllm's bench.py
+#           workload (bench) for the current build, each part's previous
+#           kernels alone and all of them; the current build's logits and
+#           greedy tokens against the all-previous build's;
+#  moe:     Qwen3-30B-A3B's shapes with dummy weights: single-sequence decode,
+#           current against the previous attention.
+# Logs and JSON go to OUT_DIR; the model to $WORK.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-gpu-ab-out}
+WORK=${WORK:-/tmp/nanovllm-gpu-check}
+BUNDLE=${BUNDLE:-gpu-bundle}
+BIN=$BUNDLE/nanovllm
+PY=${PY:-python3}
+ROUNDS=${AB_ROUNDS:-3}
+export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+mkdir -p "$OUT" "$WORK"
+if [ ! -x "$BIN" ] && [ -f "$BUNDLE/bundle.tar.xz" ]; then # as scripts/gpu_bundle.sh packs it
+    { xz -dc "$BUNDLE/bundle.tar.xz" | tar -C "$BUNDLE" -xf -; } 2> /dev/null ||
+        "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' \
+            "$BUNDLE/bundle.tar.xz" "$BUNDLE" || echo "cannot unpack $BUNDLE/bundle.tar.xz"
+fi
+ROWS=()
+row() { # name, result, detail
+    ROWS+=("$1|$2|$3")
+    printf '%-44s %-6s %s\n' "$1" "$2" "$3"
+}
+# field JSON EXPR [FORMAT]
+field() {
+    "$PY" -c "import json,sys; d=json.loads(sys.argv[1]); v=d$2; f=sys.argv[2:]
+print(format(v, f[0]) if f and isinstance(v, (int, float)) and not isinstance(v, bool) else v)" "$1" ${3:+"$3"} 2>/dev/null
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
+want() { [[ " ${AB_ONLY:-kernels e2e moe} " == *" $1 "* ]]; }
+row "GPU" "-" "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+
+# ---- kernels: decode attention alone ------------------------------------------------
+if want kernels; then
+    for spec in "16/8 256 1024" "16/8 64 4096" "16/8 1 16384" "16/8 1 550" "16/8 16 2048" \
+        "32/4 64 4096" "32/4 1 16384" "32/4 1 550"; do
+        set -- $spec
+        name="attention $1 heads, $2 x $3"
+        json=$(NANOVLLM_BENCH_HEADS=$1 timeout 60 "$BIN" bench --attention --num-seqs "$2" --input-len "$3" --json \
+            2> "$OUT/attention_${1/\//-}_$2_$3.log")
+        echo "$json" > "$OUT/attention_${1/\//-}_$2_$3.json"
+        if [ -z "$json" ]; then
+            row "$name" FAIL "see attention_${1/\//-}_$2_$3.log"
+            continue
+        fi
+        diff=$(field "$json" "['max_diff_vs_legacy']" .2g)
+        verdict=$(awk -v d="$diff" 'BEGIN {print (d == d + 0 && d <= 0.02) ? "ok" : "FAIL"}')
+        row "$name" "$verdict" "$(field "$json" "['kv_gb_per_s']" .0f) GB/s = $(field "$json" "['fraction_of_copy']" .0%) of copy, $(field "$json" "['us_per_launch']" .1f) us, $(field "$json" "['splits']") splits (unsplit $(field "$json" "['kv_gb_per_s_unsplit']" .0f)); previous $(field "$json" "['kv_gb_per_s_legacy']" .0f) GB/s, $(field "$json" "['us_legacy']" .1f) us = $(ratio "$(field "$json" "['us_legacy']")" "$(field "$json" "['us_per_launch']")") faster; max |diff| $diff"
+    done
+    row "device copy bandwidth (GB/s)" "-" "$(field "$json" "['copy_gb_per_s']" .0f)"
+fi
+
+# ---- e2e: the random Qwen3-0.6B -----------------------------------------------------------
+MODEL=$WORK/qwen3-0.6b-random
+VARIANTS=("current:" "attention:attention" "kernels:kernels" "sampler:sampler" "all-previous:attention,kernels,sampler")
+if want e2e; then
+    [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
+        --out "$MODEL" > "$OUT/make_model.log" 2>&1 || row "random 0.6B model" FAIL "make_model.log"
+    declare -A DECODE
+    for round in $(seq 1 "$ROUNDS"); do
+        for v in "${VARIANTS[@]}"; do
+            name=${v%%:*}
+            json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --model "$MODEL" \
+                --input-len 512 --output-len 256 --json --quiet 2>> "$OUT/latency_$name.log")
+            echo "$json" >> "$OUT/latency_$name.jsonl"
+            DECODE[$name]+=" $(field "$json" "['decode_tokens_per_s']")"
+        done
+    done
+    cur=$(median <<< "${DECODE[current]}")
+    for v in "${VARIANTS[@]}"; do
+        name=${v%%:*}
+        m=$(median <<< "${DECODE[$name]}")
+        row "single-sequence decode, $name" "$([ -n "$m" ] && echo - || echo FAIL)" \
+            "$(printf '%.0f' "${m:-0}") tok/s (median of ${DECODE[$name]# }); current / this = $(ratio "$cur" "$m")"
+    done
+    declare -A WORKLOAD
+    for v in "${VARIANTS[@]}" "current:" "all-previous:attention,kernels,sampler"; do
+        name=${v%%:*}
+        json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 150 "$BIN" bench --device cuda --model "$MODEL" --json \
+            2>> "$OUT/workload_$name.log")
+        echo "$json" >> "$OUT/workload_$name.jsonl"
+        WORKLOAD[$name]+=" $(field "$json" "['output_tokens_per_s']")"
+    done
+    cur=$(median <<< "${WORKLOAD[current]}")
+    for v in "${VARIANTS[@]}"; do
+        name=${v%%:*}
+        m=$(median <<< "${WORKLOAD[$name]}")
+        row "bench.py workload, $name" "$([ -n "$m" ] && echo - || echo FAIL)" \
+            "$(printf '%.0f' "${m:-0}") out tok/s (runs:${WORKLOAD[$name]}); current / this = $(ratio "$cur" "$m")"
+    done
+    # The same tokens and logits, current against all-previous.
+    PROMPT=$(printf 'Paged attention keeps the KV cache in fixed-size blocks. %.0s' $(seq 1 40))
+    for v in "current:" "all-previous:attention,kernels,sampler"; do
+        name=${v%%:*}
+        NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
+            --max-tokens 64 --ignore-eos --json > "$OUT/greedy_$name.json" 2> "$OUT/greedy_$name.log"
+    done
+    ids=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(",".join(map(str, d["prompt_ids"] + d["ids"][:-1])))' \
+        "$OUT/greedy_all-previous.json" 2> /dev/null)
+    for v in "current:" "all-previous:attention,kernels,sampler"; do
+        name=${v%%:*}
+        [ -n "$ids" ] && NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda \
+            --prompt-ids "$ids" --max-tokens 1 --quiet --max-num-batched-tokens 4096 \
+            --dump-logits "$WORK/ab_$name.f32" > /dev/null 2>> "$OUT/greedy_$name.log"
+    done
+    cmp=$("$PY" - "$OUT/greedy_current.json" "$OUT/greedy_all-previous.json" "$WORK/ab_current.f32" \
+        "$WORK/ab_all-previous.f32" 2> "$OUT/compare.log" <<'PY'
+import json, sys
+import numpy as np
+a, b = (json.load(open(p))["ids"] for p in sys.argv[1:3])
+first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+la, lb = (np.fromfile(p, dtype=np.float32) for p in sys.argv[3:5])
+rel = float(np.linalg.norm(la - lb) / np.linalg.norm(lb))
+print(f"{rel:.2e}|{'none' if first is None else first}|{len(a)}")
+PY
+)
+    IFS='|' read -r rel first count <<< "${cmp:-?|?|?}"
+    ok=$(awk -v r="$rel" 'BEGIN {print (r == r + 0 && r < 2e-2) ? "ok" : "FAIL"}')
+    row "logits current vs all-previous (rel L2)" "$ok" "$rel over every position of the prompt + 63 tokens"
+    row "greedy current vs all-previous" "-" "first divergence: $first of $count tokens"
+fi
+
+# ---- moe: Qwen3-30B-A3B's shapes, dummy weights --------------------------------------------
+if want moe; then
+    MOE=$WORK/qwen3-30b-a3b-dummy
+    mkdir -p "$MOE"
+    cat > "$MOE/config.json" <<'JSON'
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": false,
+ "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+ "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+ "num_attention_heads": 32, "num_hidden_layers": 48, "num_key_value_heads": 4,
+ "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": false,
+ "torch_dtype": "bfloat16", "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
+ "norm_topk_prob": true, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}
+JSON
+    for v in "current:" "attention:attention" "current:" "attention:attention"; do
+        name=${v%%:*}
+        json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 120 "$BIN" bench --latency --device cuda --load-format dummy \
+            --model "$MOE" --input-len 512 --output-len 128 --json 2>> "$OUT/moe_$name.log")
+        echo "$json" >> "$OUT/moe_$name.jsonl"
+        row "30B-A3B single-stream decode, $name" "$([ -n "$json" ] && echo - || echo FAIL)" \
+            "$(field "$json" "['decode_tokens_per_s']" .0f) tok/s"
+    done
+fi
+
+echo
+echo "==== nanovllm GPU A/B ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
+for r in "${ROWS[@]}"; do
+    IFS='|' read -r name result detail <<< "$r"
+    printf '%-44s %-6s %s\n' "$name" "$result" "$detail"
+done | tee "$OUT/table.txt"

@@ -1,0 +1,180 @@
+/*
+ * test_cuda_decode_attention.c - the decode attention kernel
+ * (cuda/cuda_decode_attention.cu) against a float64 softmax over the paged
+ * cache and against the previous kernel (cuda_attention), at the lengths
+ * where its key ranges turn (1, 31-33, 255-257 keys, long contexts), every
+ * head shape it serves (groups of 1, 2, 5, 8 and 16; head_dim 64, 128,
+ * 256), and split counts from none to the largest, each launched twice so
+ * that a split counter left non-zero would show. Skipped without a GPU,
+ * except the split choice, which is arithmetic.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_test.h"
+
+typedef struct DecodeCase {
+    int nh, nkv, D, block_size, num_blocks, num_seqs;
+    int keys[8]; /* context length of each sequence, its new token included */
+} DecodeCase;
+
+/* out[s, h, :] for the last key of each sequence, in float64. */
+static void reference(float *out, const float *q, const float *k, const float *v, const DecodeCase *c,
+                      int32_t *const *tables) {
+    const int G = c->nh / c->nkv, bs = c->block_size;
+    double *w = malloc(sizeof(double) * 20000);
+    cr_assert(w);
+    for (int s = 0; s < c->num_seqs; s++)
+        for (int h = 0; h < c->nh; h++) {
+            const float *qh = q + ((size_t)s * c->nh + h) * c->D;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < c->keys[s]; j++) {
+                size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
+                const float *kr = k + (slot * c->nkv + h / G) * c->D;
+                double d = 0;
+                for (int e = 0; e < c->D; e++) d += (double)qh[e] * kr[e];
+                w[j] = d / sqrt((double)c->D);
+                mx = fmax(mx, w[j]);
+            }
+            for (int j = 0; j < c->keys[s]; j++) sum += (w[j] = exp(w[j] - mx));
+            for (int e = 0; e < c->D; e++) {
+                double acc = 0;
+                for (int j = 0; j < c->keys[s]; j++) {
+                    size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
+                    acc += w[j] * v[(slot * c->nkv + h / G) * c->D + e];
+                }
+                out[((size_t)s * c->nh + h) * c->D + e] = (float)(acc / sum);
+            }
+        }
+    free(w);
+}
+
+static void check_close(const uint16_t *out, const float *want, size_t n, const DecodeCase *c, const char *what,
+                        int splits) {
+    float *got = widen_bf16(out, n);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(!isnan(got[i]), "%s: output %zu never written (%d/%d x %d, %d splits)", what, i, c->nh, c->nkv,
+                  c->D, splits);
+        cr_assert(fabsf(got[i] - want[i]) <= 0.01f + 0.01f * fabsf(want[i]), "%s (%d/%d x %d, %d splits): out[%zu] %g vs %g",
+                  what, c->nh, c->nkv, c->D, splits, i, got[i], want[i]);
+    }
+    double rel = rel_error(got, want, n);
+    cr_expect(rel < 5e-3, "%s (%d/%d heads x %d, %d splits): relative error %g", what, c->nh, c->nkv, c->D, splits,
+              rel);
+    free(got);
+}
+
+static void run_case(const DecodeCase *c, uint64_t seed, const int *split_counts, int num_split_counts) {
+    const int S = c->num_seqs;
+    size_t cache = (size_t)c->num_blocks * c->block_size * c->nkv * c->D, nq = (size_t)S * c->nh * c->D;
+    float *q_f, *k_f, *v_f;
+    uint16_t *q = random_bf16(nq, 2.0f, seed, &q_f);
+    uint16_t *k = random_bf16(cache, 2.0f, seed + 1, &k_f), *v = random_bf16(cache, 1.0f, seed + 2, &v_f);
+    int32_t *tables[8], flat[4096];
+    CudaAttnSeq seqs[8];
+    CudaAttnItem items[8];
+    int next = 0, at = 0;
+    for (int s = 0; s < S; s++) {
+        int blocks = (c->keys[s] + c->block_size - 1) / c->block_size;
+        tables[s] = flat + at;
+        for (int b = 0; b < blocks; b++) tables[s][b] = (int32_t)(((long)(next++) * 37 + 11) % c->num_blocks);
+        seqs[s] = (CudaAttnSeq){s, c->keys[s] - 1, 1, at};
+        items[s] = (CudaAttnItem){s, 0, 1};
+        at += blocks;
+    }
+    cr_assert_leq(next, c->num_blocks, "the case needs more blocks than the cache has");
+    float *want = malloc(sizeof(float) * nq);
+    uint16_t *out = malloc(sizeof(uint16_t) * nq);
+    cr_assert(want && out);
+    reference(want, q_f, k_f, v_f, c, tables);
+
+    uint16_t *d_q = dev_copy(q, nq * 2), *d_k = dev_copy(k, cache * 2), *d_v = dev_copy(v, cache * 2);
+    CudaAttnSeq *d_seqs = dev_copy(seqs, sizeof seqs);
+    CudaAttnItem *d_items = dev_copy(items, sizeof items);
+    int32_t *d_tables = dev_copy(flat, sizeof(int32_t) * (size_t)(at > 0 ? at : 1));
+    const int max_blocks = cuda_decode_attention_blocks(S, c->nh, c->nkv) * 64;
+    float *d_split = dev_poisoned(cuda_attention_split_workspace_bytes(c->D, max_blocks));
+    int *d_counters = dev_copy(NULL, cuda_decode_attention_counters_bytes(max_blocks));
+    Error err = {0};
+    int *zeros = calloc((size_t)max_blocks, sizeof(int));
+    cr_assert(zeros && cuda_upload(d_counters, zeros, cuda_decode_attention_counters_bytes(max_blocks), &err) == 0,
+              "%s", err.msg);
+    free(zeros);
+    for (int i = 0; i < num_split_counts; i++) {
+        const int splits = split_counts[i];
+        for (int launch = 0; launch < 2; launch++) { /* the second finds the counters back at zero */
+            uint16_t *d_out = dev_poisoned(nq * 2);
+            cr_assert(cuda_decode_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, S, d_tables, c->nh, c->nkv, c->D,
+                                            c->block_size, splits, d_split, d_counters, NULL, &err) == 0,
+                      "%s", err.msg);
+            dev_fetch(out, d_out, nq * 2);
+            cuda_free(d_out);
+            check_close(out, want, nq, c, launch ? "decode attention, relaunched" : "decode attention", splits);
+        }
+    }
+    /* the previous kernel on the same inputs */
+    uint16_t *d_out = dev_poisoned(nq * 2);
+    cr_assert(cuda_attention(d_out, d_q, d_k, d_v, d_seqs, d_items, S, d_tables, c->nh, c->nkv, c->D,
+                             c->block_size, 1, NULL, NULL, &err) == 0,
+              "%s", err.msg);
+    dev_fetch(out, d_out, nq * 2);
+    check_close(out, want, nq, c, "previous kernel", 1);
+    void *dev[] = {d_q, d_k, d_v, d_seqs, d_items, d_tables, d_split, d_counters, d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+    void *host[] = {q, k, v, q_f, k_f, v_f, want, out};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+static const int ALL_SPLITS[] = {1, 2, 3, 7, 64};
+
+Test(cuda_decode_attention, odd_lengths_qwen3_0_6b_shape, .timeout = 120) {
+    require_gpu();
+    DecodeCase c = {16, 8, 128, 16, 200, 8, {1, 31, 32, 33, 255, 256, 257, 1000}};
+    run_case(&c, 10, ALL_SPLITS, 5);
+    DecodeCase big_blocks = {16, 8, 128, 256, 8, 3, {1, 257, 700}};
+    run_case(&big_blocks, 20, ALL_SPLITS, 5);
+}
+
+Test(cuda_decode_attention, long_context, .timeout = 120) {
+    require_gpu();
+    DecodeCase c = {16, 8, 128, 256, 66, 1, {16384}};
+    static const int splits[] = {1, 16, 33, 64};
+    run_case(&c, 30, splits, 4);
+}
+
+Test(cuda_decode_attention, every_group_and_head_dim, .timeout = 120) {
+    require_gpu();
+    DecodeCase g1 = {4, 4, 64, 16, 80, 3, {1, 33, 600}};
+    run_case(&g1, 40, ALL_SPLITS, 5);
+    DecodeCase g5 = {40, 8, 128, 16, 80, 3, {2, 65, 777}}; /* Qwen3-14B: 5 heads in a block of 8 */
+    run_case(&g5, 50, ALL_SPLITS, 5);
+    DecodeCase g8 = {32, 4, 128, 16, 80, 3, {1, 257, 900}}; /* Qwen3-30B-A3B */
+    run_case(&g8, 60, ALL_SPLITS, 5);
+    DecodeCase g16 = {64, 4, 128, 32, 40, 2, {31, 1000}}; /* two blocks per KV head */
+    run_case(&g16, 70, ALL_SPLITS, 5);
+    DecodeCase d64 = {6, 2, 64, 64, 40, 2, {129, 200}};
+    run_case(&d64, 80, ALL_SPLITS, 5);
+    DecodeCase d256 = {8, 8, 256, 256, 8, 2, {1, 1000}};
+    run_case(&d256, 90, ALL_SPLITS, 5);
+}
+
+/* Pure arithmetic: runs without a GPU in CUDA builds. */
+Test(cuda_decode_attention, split_choice) {
+    for (int batch = 1; batch <= 256; batch++)
+        for (int keys = 1; keys <= 40960; keys = keys * 3 + 1) {
+            int blocks = cuda_decode_attention_blocks(batch, 16, 8);
+            int s = cuda_decode_attention_choose_splits(batch, 16, 8, keys, 132, CUDA_MAX_SPLIT_BLOCKS);
+            cr_assert(s >= 1 && s <= 64 && (s == 1 || s * blocks <= CUDA_MAX_SPLIT_BLOCKS), "%d x %d: %d", batch,
+                      keys, s);
+            cr_assert(s == 1 || (keys + 63) / 64 >= s, "%d keys: %d splits of under 64 keys", keys, s);
+        }
+    cr_expect_eq(cuda_decode_attention_choose_splits(1, 16, 8, 40960, 132, 4096), 64, "one long sequence");
+    cr_expect_eq(cuda_decode_attention_choose_splits(256, 16, 8, 40960, 132, 4096), 1, "a full batch");
+    cr_expect_eq(cuda_decode_attention_choose_splits(1, 16, 8, 300, 132, 4096), 5, "short: 64 keys a split");
+    cr_expect_eq(cuda_decode_attention_blocks(3, 64, 4), 3 * 4 * 2, "groups of 16: two blocks per KV head");
+    Error err = {0};
+    cr_expect(cuda_decode_attention(NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, 16, 8, 128, 16, 2, NULL, NULL, NULL,
+                                    &err) == -1,
+              "splits without a workspace are refused");
+}
