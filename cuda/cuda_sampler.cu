@@ -1,6 +1,28 @@
 /*
- * cuda_sampler.cu - sampling on the GPU (see cuda_sampler.h), one thread
- * block of 1024 threads per row.
+ * cuda_sampler.cu - sampling on the GPU (see cuda_sampler.h) in two kernels:
+ * a grid of (slice, row) blocks, then one thread block of 1024 threads per
+ * row.
+ *
+ * Why two passes: one block per row left most of the GPU idle for the small
+ * batches of decoding (a single greedy row of Qwen3's 151,936 logits took
+ * 44 us on an H100, one block streaming the row three times). Now
+ * split_kernel gives each row SPLIT_BLOCKS(vocab) blocks of SPLIT_THREADS
+ * threads, each owning a contiguous slice of SPLIT_SLICE tokens: it applies
+ * the row's mask, logit_bias entries and penalties to the tokens of its
+ * slice (every block scans the row's entries and takes those in its slice,
+ * so one block does mask, bias and penalty of a token, in that order, with
+ * barriers between, as sampler.h's step 0-1), then reduces the slice to its
+ * maximum and the lowest id holding it. sample_kernel then combines a row's
+ * partials in one warp: the maximum of the maxima (NaN never wins: every
+ * comparison is `>` from -inf, as the CPU's), and the lowest id among the
+ * slices whose maximum equals it - the slices are disjoint and each reports
+ * its own lowest id, so that is the row's first index of the maximum, the
+ * id greedy returns (token 0 when no id holds it: a row of NaNs). A greedy
+ * row ends there; a sampled row takes that maximum as raw_max and goes on
+ * as before over the edited row. No sum is split: the canonical totals stay
+ * entirely in sample_kernel, so their order cannot change.
+ * NANOVLLM_CUDA_LEGACY=sampler (cuda_variants.h) runs sample_kernel alone,
+ * doing the edits and the maximum itself, as before the split.
  *
  * The row is worked on in place in the logits buffer. Elementwise passes
  * stride over it (coalesced); the canonical total is one thread per 64-token
@@ -23,6 +45,7 @@
  */
 #include "cuda_check.h"
 #include "cuda_sampler.h"
+#include "cuda_variants.h"
 
 #include <math.h>
 #include <string.h>
@@ -34,6 +57,22 @@
 #define WARPS (THREADS / 32)
 #define FULL_MASK 0xffffffffu
 #define STATIC_SHARED_LIMIT (48u << 10) /* above it, dynamic shared memory must be opted into */
+
+/* split_kernel: each block owns SPLIT_SLICE consecutive tokens of a row,
+ * SPLIT_PER_THREAD of them a thread (kept in registers for the maximum). */
+#define SPLIT_THREADS 256
+#define SPLIT_WARPS (SPLIT_THREADS / 32)
+#define SPLIT_PER_THREAD 8
+#define SPLIT_SLICE (SPLIT_THREADS * SPLIT_PER_THREAD)
+#define SPLIT_BLOCKS(vocab) (((vocab) + SPLIT_SLICE - 1) / SPLIT_SLICE)
+#define MAX_GRID_Y 65535 /* rows of split_kernel's grid; more rows run the one-kernel path */
+
+/* One slice's reduction: its maximum (-inf when it holds only NaNs) and the
+ * lowest id holding it (vocab when none does). */
+struct Partial {
+    float max;
+    int32_t first;
+};
 
 /* Per-block scratch for reductions and for broadcasting one thread's answer. */
 struct Shared {
@@ -115,37 +154,62 @@ __device__ double tree_total(const float *P, int vocab, float v, double *tree, i
 
 /* ---- the steps ----------------------------------------------------------------------- */
 
+/* The edits of tokens lo..hi-1 of a row by a block of `threads` threads
+ * (the whole row by sample_kernel, a slice by split_kernel). */
+
 /* sampler_apply_allowed: -inf for every token whose bit is clear. Strided
  * tokens keep the logits accesses coalesced; the 32 lanes of a warp read the
  * same mask word (a broadcast). Bits past vocab in the last word are unused. */
-__device__ void apply_allowed(float *P, int vocab, const uint32_t *mask) {
-    for (int i = threadIdx.x; i < vocab; i += THREADS)
+__device__ void apply_allowed(float *P, int lo, int hi, int threads, const uint32_t *mask) {
+    for (int i = lo + threadIdx.x; i < hi; i += threads)
         if (!((mask[i >> 5] >> (i & 31)) & 1u)) P[i] = -INFINITY;
 }
 
 /* sampler_apply_logit_bias: one thread per entry; the tokens are distinct
  * (sampling_params_validate), so no two threads touch the same logit. The
  * add is SM_FADD, the CPU's rounding; -inf + bias stays -inf. */
-__device__ void apply_logit_bias(float *P, int vocab, const LogitBias *biases, int count) {
-    for (int e = threadIdx.x; e < count; e += THREADS) {
+__device__ void apply_logit_bias(float *P, int lo, int hi, int threads, const LogitBias *biases,
+                                 int count) {
+    for (int e = threadIdx.x; e < count; e += threads) {
         LogitBias b = biases[e];
-        if (b.token >= 0 && b.token < vocab) P[b.token] = SM_FADD(P[b.token], b.bias);
+        if (b.token >= lo && b.token < hi) P[b.token] = SM_FADD(P[b.token], b.bias);
     }
 }
 
 /* One thread per distinct token, so no two threads touch the same logit. */
-__device__ void apply_penalties(float *P, const CudaSampleRow &row, const CudaPenalty *penalties) {
+__device__ void apply_penalties(float *P, int lo, int hi, int threads, const CudaSampleRow &row,
+                                const CudaPenalty *penalties) {
     const bool repetition = row.repetition_penalty != 1.0f;
     const bool frequency = row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f;
     if (!repetition && !frequency) return;
-    for (int e = threadIdx.x; e < row.penalty_count; e += THREADS) {
+    for (int e = threadIdx.x; e < row.penalty_count; e += threads) {
         CudaPenalty q = penalties[row.penalty_offset + e];
+        if (q.token < lo || q.token >= hi) continue;
         float l = P[q.token];
         if (repetition && q.in_prompt_or_output) l = sm_repetition(l, row.repetition_penalty);
         if (frequency && q.output_count > 0)
             l = sm_frequency_presence(l, q.output_count, row.frequency_penalty, row.presence_penalty);
         P[q.token] = l;
     }
+}
+
+/* The mask first, then the biases, then the penalties, as the CPU: a bias or
+ * penalty thread may read a logit another thread masked or biased, hence the
+ * barriers (the conditions are the row's, the same for every thread). Ends
+ * with a barrier. */
+__device__ void apply_edits(float *P, int lo, int hi, int threads, const CudaSampleRow &row,
+                            const CudaPenalty *penalties, const LogitBias *biases,
+                            const uint32_t *masks) {
+    if (row.mask_offset >= 0 && masks) {
+        apply_allowed(P, lo, hi, threads, masks + row.mask_offset);
+        __syncthreads();
+    }
+    if (row.bias_count > 0 && biases) {
+        apply_logit_bias(P, lo, hi, threads, biases + row.bias_offset, row.bias_count);
+        __syncthreads();
+    }
+    apply_penalties(P, lo, hi, threads, row, penalties);
+    __syncthreads();
 }
 
 /* Zeroes all but the k best of the p >= floor_p by (p descending, id
@@ -247,10 +311,88 @@ __device__ float top_p_threshold(const float *P, int vocab, float top_p, double 
     return sm_bits_float(lo);
 }
 
+/* Pass 1 (grid: SPLIT_BLOCKS(vocab) x rows): block (x, r) edits tokens
+ * [x * SPLIT_SLICE, +SPLIT_SLICE) of row r and writes their Partial to
+ * partials[r * SPLIT_BLOCKS(vocab) + x]. */
+__global__ void __launch_bounds__(SPLIT_THREADS)
+    split_kernel(float *logits, int vocab, const CudaSampleRow *rows, const CudaPenalty *penalties,
+                 const LogitBias *biases, const uint32_t *masks, Partial *partials) {
+    __shared__ float wmax[SPLIT_WARPS];
+    __shared__ int wfirst[SPLIT_WARPS];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const CudaSampleRow row = rows[blockIdx.y];
+    float *P = logits + (size_t)blockIdx.y * vocab;
+    const int lo = blockIdx.x * SPLIT_SLICE, hi = min(vocab, lo + SPLIT_SLICE);
+    apply_edits(P, lo, hi, SPLIT_THREADS, row, penalties, biases, masks);
+
+    /* the slice in registers; NaN past its end (never a maximum, never equal) */
+    float v[SPLIT_PER_THREAD];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < SPLIT_PER_THREAD; k++) {
+        const int i = lo + tid + k * SPLIT_THREADS;
+        v[k] = i < hi ? P[i] : __int_as_float(0x7fffffff);
+        m = v[k] > m ? v[k] : m;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        float u = __shfl_xor_sync(FULL_MASK, m, o);
+        m = u > m ? u : m;
+    }
+    if (lane == 0) wmax[warp] = m;
+    __syncthreads();
+    m = wmax[0];
+    for (int w = 1; w < SPLIT_WARPS; w++) m = wmax[w] > m ? wmax[w] : m;
+
+    /* a thread's tokens ascend with k: its first match is its lowest */
+    int first = vocab;
+#pragma unroll
+    for (int k = SPLIT_PER_THREAD - 1; k >= 0; k--)
+        if (v[k] == m) first = lo + tid + k * SPLIT_THREADS;
+    for (int o = 16; o > 0; o /= 2) first = min(first, __shfl_xor_sync(FULL_MASK, first, o));
+    if (lane == 0) wfirst[warp] = first;
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < SPLIT_WARPS; w++) first = min(first, wfirst[w]);
+        partials[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = Partial{m, first};
+    }
+}
+
+/* Pass 2's start: the row's maximum and the lowest id holding it from its
+ * `blocks` partials, combined by warp 0 and broadcast through sh (every
+ * thread calls). */
+__device__ void combine_partials(const Partial *part, int blocks, int vocab, float *max_out,
+                                 int *first_out, Shared &sh) {
+    if (threadIdx.x < 32) {
+        float m = -INFINITY;
+        for (int b = threadIdx.x; b < blocks; b += 32) m = part[b].max > m ? part[b].max : m;
+        for (int o = 16; o > 0; o /= 2) {
+            float u = __shfl_xor_sync(FULL_MASK, m, o);
+            m = u > m ? u : m;
+        }
+        int first = vocab;
+        for (int b = threadIdx.x; b < blocks; b += 32) {
+            Partial q = part[b];
+            if (q.max == m && q.first < first) first = q.first;
+        }
+        for (int o = 16; o > 0; o /= 2) first = min(first, __shfl_xor_sync(FULL_MASK, first, o));
+        if (threadIdx.x == 0) {
+            sh.f[0] = m;
+            sh.i[0] = first;
+        }
+    }
+    __syncthreads();
+    *max_out = sh.f[0];
+    *first_out = sh.i[0];
+    __syncthreads(); /* sh is reused next */
+}
+
+/* Pass 2, or the whole sampler (kSplit false): one block per row. With
+ * kSplit, split_kernel has edited the row and left its partials. */
+template <bool kSplit>
 __global__ void __launch_bounds__(THREADS)
     sample_kernel(int32_t *tokens, float *logits, int vocab, const CudaSampleRow *rows,
                   const CudaPenalty *penalties, const LogitBias *biases, const uint32_t *masks,
-                  int32_t *workspace) {
+                  int32_t *workspace, const Partial *partials) {
     extern __shared__ double tree[]; /* [leaves] */
     __shared__ Shared sh;
     const int tid = threadIdx.x;
@@ -259,33 +401,32 @@ __global__ void __launch_bounds__(THREADS)
     const int chunks = sm_num_chunks(vocab), leaves = sm_tree_leaves(vocab);
     int32_t *active = workspace + (size_t)blockIdx.x * chunks;
 
-    /* the mask first, then the biases, as the CPU: a bias or penalty thread
-     * may read a logit another thread masked or biased, hence the barriers
-     * (the conditions are the row's, the same for every thread) */
-    if (row.mask_offset >= 0 && masks) {
-        apply_allowed(P, vocab, masks + row.mask_offset);
-        __syncthreads();
-    }
-    if (row.bias_count > 0 && biases) {
-        apply_logit_bias(P, vocab, biases + row.bias_offset, row.bias_count);
-        __syncthreads();
-    }
-    apply_penalties(P, row, penalties);
-    __syncthreads();
-    float raw_max = -INFINITY;
-    for (int i = tid; i < vocab; i += THREADS) raw_max = P[i] > raw_max ? P[i] : raw_max;
-    raw_max = block_max_float(raw_max, sh);
+    float raw_max;
+    if (kSplit) {
+        const int blocks = SPLIT_BLOCKS(vocab);
+        int first;
+        combine_partials(partials + (size_t)blockIdx.x * blocks, blocks, vocab, &raw_max, &first, sh);
+        if (row.temperature < 1e-5f) { /* greedy: the first index of the maximum */
+            if (tid == 0) tokens[blockIdx.x] = first < vocab ? first : 0;
+            return;
+        }
+    } else {
+        apply_edits(P, 0, vocab, THREADS, row, penalties, biases, masks);
+        raw_max = -INFINITY;
+        for (int i = tid; i < vocab; i += THREADS) raw_max = P[i] > raw_max ? P[i] : raw_max;
+        raw_max = block_max_float(raw_max, sh);
 
-    if (row.temperature < 1e-5f) { /* greedy: the first index of the maximum */
-        int first = vocab;
-        for (int i = tid; i < vocab; i += THREADS)
-            if (P[i] == raw_max) {
-                first = i;
-                break;
-            }
-        first = block_reduce_int(first, 2, sh);
-        if (tid == 0) tokens[blockIdx.x] = first < vocab ? first : 0;
-        return;
+        if (row.temperature < 1e-5f) { /* greedy: the first index of the maximum */
+            int first = vocab;
+            for (int i = tid; i < vocab; i += THREADS)
+                if (P[i] == raw_max) {
+                    first = i;
+                    break;
+                }
+            first = block_reduce_int(first, 2, sh);
+            if (tid == 0) tokens[blockIdx.x] = first < vocab ? first : 0;
+            return;
+        }
     }
 
     const float inv_t = SM_FDIV(1.0f, row.temperature);
@@ -411,9 +552,33 @@ extern "C" int cuda_sample_row_prepare(CudaSampleRow *row, CudaPenalty *entries,
     return n;
 }
 
+/* The workspace: [rows][SPLIT_BLOCKS(vocab)] Partials, then top-p's
+ * [rows][chunks] active chunk ids. */
+static size_t partials_bytes(int rows, int vocab) {
+    return (size_t)rows * (size_t)SPLIT_BLOCKS(vocab) * sizeof(Partial);
+}
+
 extern "C" size_t cuda_sampler_workspace_bytes(int max_rows, int vocab) {
     if (max_rows <= 0 || vocab <= 0) return 0;
-    return (size_t)max_rows * (size_t)sm_num_chunks(vocab) * sizeof(int32_t);
+    return partials_bytes(max_rows, vocab) + (size_t)max_rows * (size_t)sm_num_chunks(vocab) * sizeof(int32_t);
+}
+
+/* sample_kernel<kSplit>, allowed the dynamic shared memory its tree needs. */
+template <bool kSplit>
+static int launch_sample_kernel(int32_t *tokens, float *logits, int rows, int vocab,
+                                const CudaSampleRow *rows_dev, const CudaPenalty *penalties_dev,
+                                const LogitBias *biases_dev, const uint32_t *masks_dev,
+                                int32_t *active, const Partial *partials, cudaStream_t stream,
+                                Error *err) {
+    size_t shared = sizeof(double) * (size_t)sm_tree_leaves(vocab);
+    if (shared + sizeof(Shared) > STATIC_SHARED_LIMIT)
+        CUDA_TRY(cudaFuncSetAttribute(sample_kernel<kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)shared),
+                 "allowing the sampler its shared memory", err);
+    sample_kernel<kSplit><<<rows, THREADS, shared, stream>>>(tokens, logits, vocab, rows_dev, penalties_dev,
+                                                             biases_dev, masks_dev, active, partials);
+    CUDA_LAUNCHED("the sampling kernel", err);
+    return 0;
 }
 
 extern "C" int cuda_sample(int32_t *tokens, float *logits, int rows, int vocab,
@@ -422,13 +587,17 @@ extern "C" int cuda_sample(int32_t *tokens, float *logits, int rows, int vocab,
                            CudaStream stream, Error *err) {
     if (rows <= 0) return 0;
     if (vocab <= 0) return error_set(err, "cuda_sample: vocabulary size %d", vocab);
-    size_t shared = sizeof(double) * (size_t)sm_tree_leaves(vocab);
-    if (shared + sizeof(Shared) > STATIC_SHARED_LIMIT)
-        CUDA_TRY(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)shared),
-                 "allowing the sampler its shared memory", err);
-    sample_kernel<<<rows, THREADS, shared, (cudaStream_t)stream>>>(
-        tokens, logits, vocab, rows_dev, penalties_dev, biases_dev, masks_dev, (int32_t *)workspace);
-    CUDA_LAUNCHED("the sampling kernel", err);
-    return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (cuda_variant_legacy("sampler") || rows > MAX_GRID_Y) /* one block per row does it all */
+        return launch_sample_kernel<false>(tokens, logits, rows, vocab, rows_dev, penalties_dev,
+                                           biases_dev, masks_dev,
+                                           (int32_t *)((char *)workspace + partials_bytes(rows, vocab)),
+                                           NULL, s, err);
+    Partial *partials = (Partial *)workspace;
+    split_kernel<<<dim3((unsigned)SPLIT_BLOCKS(vocab), (unsigned)rows), SPLIT_THREADS, 0, s>>>(
+        logits, vocab, rows_dev, penalties_dev, biases_dev, masks_dev, partials);
+    CUDA_LAUNCHED("the sampler's first pass", err);
+    return launch_sample_kernel<true>(tokens, logits, rows, vocab, rows_dev, penalties_dev, biases_dev,
+                                      masks_dev, (int32_t *)((char *)workspace + partials_bytes(rows, vocab)),
+                                      partials, s, err);
 }

@@ -1,11 +1,14 @@
 /*
  * cuda_sampler.h - sampling on the GPU, token for token the CPU sampler's.
  *
- * The logits of a step stay on the GPU: one thread block per row applies the
- * allowed-token mask (disallowed tokens get -inf, as sampler_apply_allowed),
- * the logit_bias entries (as sampler_apply_logit_bias) and the penalties,
- * then greedy or temperature, exp, min-p, top-k, top-p and the
- * draw, and writes one token. Every decision uses sampler_math.h, the
+ * The logits of a step stay on the GPU: a first kernel spreads each row over
+ * many blocks, which apply the allowed-token mask (disallowed tokens get
+ * -inf, as sampler_apply_allowed), the logit_bias entries (as
+ * sampler_apply_logit_bias) and the penalties to their slices and reduce
+ * them to (maximum, lowest id); then one thread block per row combines
+ * those into the greedy token, or goes on with temperature, exp, min-p,
+ * top-k, top-p and the draw, and writes one token (cuda_sampler.cu says
+ * why; NANOVLLM_CUDA_LEGACY=sampler keeps the former one-kernel path). Every decision uses sampler_math.h, the
  * arithmetic the CPU sampler uses too, so for identical logits the token is
  * identical to sampler_sample()'s (sampler.h states the semantics). Rows that
  * ask for logprobs stay on the CPU path: this sampler ignores logprobs.
@@ -66,7 +69,8 @@ int cuda_sample_row_prepare(CudaSampleRow *row, CudaPenalty *entries, int capaci
                             LogitBias *biases, int bias_capacity, int bias_offset,
                             const SampleInput *in, SamplerScratch *scratch);
 
-/* Device workspace cuda_sample() needs for up to max_rows rows. */
+/* Device workspace cuda_sample() needs for up to max_rows rows: the first
+ * pass's partials and top-p's chunk lists. */
 size_t cuda_sampler_workspace_bytes(int max_rows, int vocab);
 
 /* tokens[r] = the token sampled from logits[r, :vocab] (device memory,

@@ -459,3 +459,245 @@ Test(cuda_sampler, row_prepare_packs_logit_bias) {
     for (int t = 0; t < V; t++) cr_assert(s.counts[t] == 0 && s.seen[t] == 0, "scratch left dirty");
     sampler_scratch_free(&s);
 }
+
+/* ---- the two-pass path: greedy over many blocks ---- */
+
+/* Samples R rows of `vocab` logits on both samplers in one launch and
+ * expects the same tokens, and known[r] too where it is >= 0. masks: [R,
+ * words] or NULL; a row's mask is used when has_mask[r]. Histories for the
+ * penalties come from case_history. */
+static void expect_rows(int vocab, int R, const float *logits, const SamplingParams *params,
+                        const uint32_t *masks, const bool *has_mask, const int32_t *known) {
+    const int words = (vocab + 31) / 32;
+    const size_t row_bytes = sizeof(float) * (size_t)vocab;
+    SampleInput *inputs = malloc(sizeof(SampleInput) * (size_t)R);
+    int32_t *history = malloc(sizeof(int32_t) * (size_t)R * (PROMPT_LEN + OUTPUT_LEN));
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)R), *got = malloc(sizeof(int32_t) * (size_t)R);
+    float *row = malloc(row_bytes);
+    CudaSampleRow *rows = malloc(sizeof(CudaSampleRow) * (size_t)R);
+    int capacity = R * (PROMPT_LEN + OUTPUT_LEN) + 1, used = 0;
+    CudaPenalty *entries = malloc(sizeof(CudaPenalty) * (size_t)capacity);
+    int bias_capacity = R * MAX_LOGIT_BIAS, biases_used = 0;
+    LogitBias *biases = malloc(sizeof(LogitBias) * (size_t)bias_capacity);
+    cr_assert(inputs && history && want && got && row && rows && entries && biases);
+    SamplerScratch s;
+    Error err = {0};
+    cr_assert(sampler_scratch_init(&s, vocab, &err) == 0, "%s", err.msg);
+    for (int r = 0; r < R; r++) {
+        int32_t *h = history + (size_t)r * (PROMPT_LEN + OUTPUT_LEN);
+        case_history(h, PROMPT_LEN, h + PROMPT_LEN, OUTPUT_LEN, vocab, (uint64_t)r * 3 + 1);
+        const bool masked = masks && has_mask[r];
+        inputs[r] = (SampleInput){.params = &params[r],
+                                  .seed = 0xC0FFEEull * (uint64_t)(r + 1),
+                                  .sample_index = (uint32_t)(r % 3),
+                                  .position = (uint32_t)(r * 13),
+                                  .prompt = h,
+                                  .prompt_len = PROMPT_LEN,
+                                  .output = h + PROMPT_LEN,
+                                  .output_len = OUTPUT_LEN,
+                                  .allowed = masked ? masks + (size_t)r * words : NULL};
+        memcpy(row, logits + (size_t)r * vocab, row_bytes);
+        want[r] = sampler_sample(row, &inputs[r], &s, NULL);
+        int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, biases, bias_capacity,
+                                        biases_used, &inputs[r], &s);
+        cr_assert(n >= 0);
+        if (masked) rows[r].mask_offset = r * words;
+        used += n;
+        biases_used += rows[r].bias_count;
+    }
+    float *d_logits = dev_copy(logits, row_bytes * (size_t)R);
+    CudaSampleRow *d_rows = dev_copy(rows, sizeof(CudaSampleRow) * (size_t)R);
+    CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
+    LogitBias *d_biases = dev_copy(biases, sizeof(LogitBias) * (size_t)(biases_used > 0 ? biases_used : 1));
+    uint32_t *d_masks = masks ? dev_copy(masks, sizeof(uint32_t) * (size_t)words * (size_t)R) : NULL;
+    void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, vocab));
+    int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
+    cr_assert(cuda_sample(d_tokens, d_logits, R, vocab, d_rows, d_entries, d_biases, d_masks, d_work,
+                          NULL, &err) == 0,
+              "%s", err.msg);
+    dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
+    int wrong = 0;
+    for (int r = 0; r < R; r++) {
+        bool ok = got[r] == want[r] && (!known || known[r] < 0 || want[r] == known[r]);
+        if (!ok && ++wrong <= 20)
+            cr_expect(ok, "vocab %d row %d of %d (t %g, top_k %d, top_p %g, rep %g, %d biases, mask %d): "
+                          "GPU %d, CPU %d, expected %d",
+                      vocab, r, R, params[r].temperature, params[r].top_k, params[r].top_p,
+                      params[r].repetition_penalty, params[r].num_logit_bias,
+                      masks && has_mask[r], got[r], want[r], known ? known[r] : -1);
+    }
+    cr_expect_eq(wrong, 0, "%d of %d rows wrong (vocab %d)", wrong, R, vocab);
+    cuda_free(d_logits);
+    cuda_free(d_rows);
+    cuda_free(d_entries);
+    cuda_free(d_biases);
+    if (d_masks) cuda_free(d_masks);
+    cuda_free(d_work);
+    cuda_free(d_tokens);
+    free(inputs);
+    free(history);
+    free(want);
+    free(got);
+    free(row);
+    free(rows);
+    free(entries);
+    free(biases);
+    sampler_scratch_free(&s);
+}
+
+/* Sets l[i] = top for each listed index inside the row; returns the lowest. */
+static int32_t put_max(float *l, int vocab, float top, const int *at, int n) {
+    int32_t lowest = -1;
+    for (int j = 0; j < n; j++)
+        if (at[j] >= 0 && at[j] < vocab) {
+            l[at[j]] = top;
+            if (lowest < 0 || at[j] < lowest) lowest = at[j];
+        }
+    return lowest;
+}
+
+enum { TIE_SPREAD, TIE_EDGES, TIE_LAST, TIE_FIRST_LAST, TIE_ALL_EQUAL, TIE_ALL_NEG_INF,
+       TIE_ONLY_LAST_FINITE, TIE_SIGNED_ZERO, TIE_MASKED_MAX, NUM_TIE_KINDS };
+
+/* Greedy rows whose maximum sits where the slices of the first pass meet:
+ * ties in different blocks (the lowest id wins), at every power-of-two
+ * boundary, in the last element, in a row of equal values, of -inf, of -0
+ * and +0; and a masked maximum with the allowed one tied across blocks. */
+static void expect_greedy_ties(int vocab) {
+    const int words = (vocab + 31) / 32, R = NUM_TIE_KINDS;
+    float *logits = malloc(sizeof(float) * (size_t)vocab * R);
+    uint32_t *masks = malloc(sizeof(uint32_t) * (size_t)words * R);
+    SamplingParams *params = malloc(sizeof(SamplingParams) * R);
+    bool has_mask[NUM_TIE_KINDS] = {0};
+    int32_t known[NUM_TIE_KINDS];
+    cr_assert(logits && masks && params);
+    uint64_t st = 0x71E5ull + (uint64_t)vocab;
+    for (int r = 0; r < R; r++) {
+        float *l = logits + (size_t)r * vocab;
+        uint32_t *m = masks + (size_t)r * words;
+        for (int i = 0; i < vocab; i++) l[i] = (float)case_gauss(&st);
+        for (int w = 0; w < words; w++) m[w] = 0xFFFFFFFFu;
+        params[r] = sampling_params_default();
+        params[r].temperature = 0.0f;
+        switch (r) {
+        case TIE_SPREAD: { /* in several blocks, listed out of order */
+            int at[] = {vocab - 1, vocab / 2 + 1, 3 * vocab / 4, vocab / 3 + 7, vocab - 2049};
+            known[r] = put_max(l, vocab, 9.0f, at, 5);
+            break;
+        }
+        case TIE_EDGES: { /* both sides of 64-token chunks and of power-of-two slices */
+            int at[32], n = 0;
+            for (int b = 1 << 16; b >= 64 && n < 30; b /= 2) at[n++] = b, at[n++] = b - 1;
+            known[r] = put_max(l, vocab, 9.0f, at, n);
+            break;
+        }
+        case TIE_LAST: {
+            int at[] = {vocab - 1};
+            known[r] = put_max(l, vocab, 9.0f, at, 1);
+            break;
+        }
+        case TIE_FIRST_LAST: {
+            int at[] = {vocab - 1, 0};
+            known[r] = put_max(l, vocab, 9.0f, at, 2);
+            break;
+        }
+        case TIE_ALL_EQUAL:
+            for (int i = 0; i < vocab; i++) l[i] = 0.5f;
+            known[r] = 0;
+            break;
+        case TIE_ALL_NEG_INF:
+            for (int i = 0; i < vocab; i++) l[i] = -INFINITY;
+            known[r] = 0;
+            break;
+        case TIE_ONLY_LAST_FINITE:
+            for (int i = 0; i < vocab - 1; i++) l[i] = -INFINITY;
+            l[vocab - 1] = -1e30f;
+            known[r] = vocab - 1;
+            break;
+        case TIE_SIGNED_ZERO: /* -0 == +0: the first zero wins, whichever its sign */
+            for (int i = 0; i < vocab; i++) l[i] = -1.0f - (float)(i % 7);
+            for (int i = vocab / 2; i < vocab; i += 4099) l[i] = 0.0f;
+            if (vocab > 5) l[vocab - 5] = -0.0f;
+            l[vocab - 1] = 0.0f;
+            known[r] = -1; /* the CPU decides */
+            break;
+        case TIE_MASKED_MAX: { /* the max is masked; the allowed runner-up is tied in two blocks */
+            l[vocab / 2] = 20.0f;
+            m[(vocab / 2) / 32] &= ~(1u << ((vocab / 2) % 32));
+            int at[] = {vocab - 1, vocab / 2 + 1 < vocab ? vocab / 2 + 1 : vocab - 1};
+            known[r] = vocab == 1 ? 0 : put_max(l, vocab, 9.0f, at, 2);
+            has_mask[r] = true;
+            break;
+        }
+        }
+    }
+    expect_rows(vocab, R, logits, params, masks, has_mask, known);
+    /* the same rows with penalties and a nudging bias: the CPU decides */
+    for (int r = 0; r < R; r++) {
+        params[r].repetition_penalty = 1.25f;
+        params[r].presence_penalty = 0.5f;
+        case_logit_bias(&params[r], logits + (size_t)r * vocab, vocab, (uint64_t)r);
+    }
+    expect_rows(vocab, R, logits, params, masks, has_mask, NULL);
+    free(logits);
+    free(masks);
+    free(params);
+}
+
+Test(cuda_sampler, greedy_ties_across_blocks, .timeout = 300) {
+    require_gpu();
+    const int sizes[] = {QWEN3_VOCAB, 1000, 1, 65537, 2048, 2049, 4095, 300007};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) expect_greedy_ties(sizes[i]);
+}
+
+/* Batches of 1, 3 and 256 rows, greedy and sampled rows mixed, every other
+ * row with logit_bias entries, every third with a mask. */
+static void expect_mixed_batch(int vocab, int R) {
+    const int words = (vocab + 31) / 32;
+    SamplingParams sets[64];
+    const int num_sets = case_params(sets, 64);
+    float *logits = malloc(sizeof(float) * (size_t)vocab * (size_t)R);
+    uint32_t *masks = malloc(sizeof(uint32_t) * (size_t)words * (size_t)R);
+    SamplingParams *params = malloc(sizeof(SamplingParams) * (size_t)R);
+    bool *has_mask = malloc(sizeof(bool) * (size_t)R);
+    cr_assert(logits && masks && params && has_mask);
+    uint64_t st = 0xBA7C4ull + (uint64_t)R;
+    for (int r = 0; r < R; r++) {
+        float *l = logits + (size_t)r * vocab;
+        case_logits(l, vocab, r % NUM_ROW_KINDS, (uint64_t)(r * 5 + vocab));
+        params[r] = sets[(r * 7) % num_sets];
+        if (r % 4 == 0) params[r].temperature = 0.0f; /* more greedy rows */
+        if (r % 2 == 1) case_logit_bias(&params[r], l, vocab, (uint64_t)r);
+        has_mask[r] = r % 3 == 2;
+        uint32_t *m = masks + (size_t)r * words;
+        for (int w = 0; w < words; w++)
+            m[w] = (uint32_t)case_next(&st) | (uint32_t)case_next(&st); /* about 3 in 4 */
+        int32_t keep = (int32_t)(case_next(&st) % (uint64_t)vocab);
+        m[keep / 32] |= 1u << (keep % 32);
+    }
+    expect_rows(vocab, R, logits, params, masks, has_mask, NULL);
+    free(logits);
+    free(masks);
+    free(params);
+    free(has_mask);
+}
+
+Test(cuda_sampler, mixed_batches_match_cpu, .timeout = 600) {
+    require_gpu();
+    const int batches[] = {1, 3, 256};
+    for (size_t i = 0; i < sizeof batches / sizeof *batches; i++) {
+        expect_mixed_batch(QWEN3_VOCAB, batches[i]);
+        expect_mixed_batch(65537, batches[i]);
+        expect_mixed_batch(1000, batches[i]);
+    }
+}
+
+/* NANOVLLM_CUDA_LEGACY=sampler (read once per process: criterion runs each
+ * test in its own) keeps the one-kernel path, token for token the same. */
+Test(cuda_sampler, legacy_path_matches_cpu, .timeout = 300) {
+    require_gpu();
+    setenv("NANOVLLM_CUDA_LEGACY", "sampler", 1);
+    expect_greedy_ties(QWEN3_VOCAB);
+    expect_mixed_batch(QWEN3_VOCAB, 3);
+    expect_mixed_batch(1000, 17);
+}
