@@ -138,10 +138,13 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
 #pragma unroll
             for (int t = 0; t < T; t++) m_new = fmaxf(m_new, s[t][h]);
             if (m_new == -INFINITY) continue; /* no key of this subgroup yet */
-            const float correction = scale_from(m[h], m_new);
-            l[h] *= correction;
+            if (m_new > m[h]) { /* rescale only when the max grows: rarely, after the first keys */
+                const float correction = scale_from(m[h], m_new);
+                l[h] *= correction;
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[h][e] *= correction;
+                for (int e = 0; e < 8; e++) acc[h][e] *= correction;
+                m[h] = m_new;
+            }
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 const float p = scale_from(s[t][h], m_new);
@@ -149,7 +152,6 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[h][e] = fmaf(p, v8[t][e], acc[h][e]);
             }
-            m[h] = m_new;
         }
     }
 
@@ -183,7 +185,7 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
 
     /* The block's warps into one, then out (one split) or to the workspace. */
     const size_t pair = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
-    const size_t part_floats = (size_t)HB * (D + 2);
+    const size_t part_floats = (size_t)HB * D + (2 * HB + 3) / 4 * 4; /* outputs, then (max, sum) pairs: float4-aligned */
     float *mine = part + (pair * num_splits + split) * part_floats;
     for (int i = threadIdx.x; i < heads_here * D; i += THREADS) {
         const int h = i / D, d = i % D;
@@ -214,19 +216,56 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
     __syncthreads();
     if (!is_last) return;
     __threadfence();
+
+    /* The last block merges the splits. Each split's weight is exp2(its max -
+     * the max) / the total sum, found by one warp per head; then every
+     * thread sums float4s of the outputs over a share of the splits, several
+     * loads in flight (a serial walk over 64 splits' partials in L2 would
+     * cost more than the attention itself). */
+    __shared__ float split_w[DECODE_MAX_SPLITS][HB];
+    __shared__ float4 group_sum[THREADS];
     const float *parts = part + pair * num_splits * part_floats;
-    for (int i = threadIdx.x; i < heads_here * D; i += THREADS) {
-        const int h = i / D, d = i % D;
-        float mx = -INFINITY;
-        for (int z = 0; z < used; z++) mx = fmaxf(mx, __ldcg(parts + z * part_floats + HB * D + 2 * h));
-        float o = 0.0f, sum = 0.0f;
-        for (int z = 0; z < used; z++) {
-            const float *p = parts + z * part_floats;
-            const float a = scale_from(__ldcg(p + HB * D + 2 * h), mx);
-            o += __ldcg(p + h * D + d) * a;
-            sum += __ldcg(p + HB * D + 2 * h + 1) * a;
+    for (int h = warp; h < heads_here; h += DECODE_WARPS) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int z = lane; z < used; z += WARP) mx = fmaxf(mx, __ldcg(parts + z * part_floats + HB * D + 2 * h));
+        for (int o = WARP / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        for (int z = lane; z < used; z += WARP) {
+            const float *ml = parts + z * part_floats + HB * D + 2 * h;
+            sum += __ldcg(ml + 1) * scale_from(__ldcg(ml), mx);
         }
-        out[((size_t)token * num_heads + head0 + h) * D + d] = to_bf16(o / sum);
+        for (int o = WARP / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        for (int z = lane; z < used; z += WARP)
+            split_w[z][h] = scale_from(__ldcg(parts + z * part_floats + HB * D + 2 * h), mx) / sum;
+    }
+    __syncthreads();
+    const int n4 = heads_here * D / 4, groups = n4 < THREADS ? THREADS / n4 : 1;
+    for (int i4 = threadIdx.x % n4; i4 < n4; i4 += (groups > 1 ? n4 : THREADS)) {
+        const int g = groups > 1 ? threadIdx.x / n4 : 0, h = i4 * 4 / D;
+        float4 sum4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (g < groups) {
+#pragma unroll 4
+            for (int z = g; z < used; z += groups) {
+                const float4 v = __ldcg(reinterpret_cast<const float4 *>(parts + z * part_floats) + i4);
+                const float w = split_w[z][h];
+                sum4.x = fmaf(v.x, w, sum4.x);
+                sum4.y = fmaf(v.y, w, sum4.y);
+                sum4.z = fmaf(v.z, w, sum4.z);
+                sum4.w = fmaf(v.w, w, sum4.w);
+            }
+        }
+        if (groups > 1) { /* each thread has one i4: add the groups' sums */
+            group_sum[threadIdx.x] = sum4;
+            __syncthreads();
+            if (threadIdx.x >= n4) break;
+            for (int k = 1; k < groups; k++) {
+                const float4 o = group_sum[k * n4 + i4];
+                sum4.x += o.x, sum4.y += o.y, sum4.z += o.z, sum4.w += o.w;
+            }
+        }
+        const int d0 = i4 * 4 % D;
+        const uint2 packed = make_uint2((uint32_t)to_bf16(sum4.x) | (uint32_t)to_bf16(sum4.y) << 16,
+                                        (uint32_t)to_bf16(sum4.z) | (uint32_t)to_bf16(sum4.w) << 16);
+        *reinterpret_cast<uint2 *>(out + ((size_t)token * num_heads + head0 + h) * D + d0) = packed;
     }
     if (threadIdx.x == 0) counters[pair] = 0;
 }
@@ -238,8 +277,8 @@ static int launch(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, con
                   int num_splits, float *part, int *counters, cudaStream_t stream, Error *err) {
     const int group = num_heads / num_kv_heads, chunks = (group + HB - 1) / HB;
     const float q_scale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D): softmax in base 2 */
-    constexpr int T = HB >= 8 ? 2 : 4; /* decode_keys_per_lane, as a constant */
-    if (decode_keys_per_lane(HB) != T) return error_set(err, "decode attention: keys per lane out of step");
+    constexpr int T = 4; /* decode_keys_per_lane, as a constant */
+    if (decode_keys_per_lane() != T) return error_set(err, "decode attention: keys per lane out of step");
     dim3 grid((unsigned)num_items, (unsigned)(num_kv_heads * chunks), (unsigned)num_splits);
     decode_attention_kernel<D, HB, T><<<grid, THREADS, 0, stream>>>(
         out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size, q_scale,

@@ -40,16 +40,18 @@ DECODE_PLAN_FN int decode_heads_per_block(int group) {
     return hb;
 }
 
-/* Keys a lane has in flight per pass (K and V rows, 16 bytes each): fewer
- * with eight heads, whose q and output take most of the registers. */
-DECODE_PLAN_FN int decode_keys_per_lane(int heads_per_block) { return heads_per_block >= 8 ? 2 : 4; }
+/* Keys a lane has in flight per pass (K and V rows, 16 bytes each). Four
+ * at every head count: with eight heads (241 registers, two blocks an SM)
+ * two keys left too few bytes in flight (23% of the copy bandwidth on an
+ * H200 at Qwen3-30B-A3B's shape). */
+DECODE_PLAN_FN int decode_keys_per_lane(void) { return 4; }
 
 /* Keys one warp load covers: 32 lanes / (head_dim / 8 lanes per key). */
 DECODE_PLAN_FN int decode_keys_per_load(int head_dim) { return 32 / (head_dim / 8); }
 
 /* Keys a block covers per pass of its loop. */
-DECODE_PLAN_FN int decode_keys_per_pass(int head_dim, int heads_per_block) {
-    return DECODE_WARPS * decode_keys_per_load(head_dim) * decode_keys_per_lane(heads_per_block);
+DECODE_PLAN_FN int decode_keys_per_pass(int head_dim) {
+    return DECODE_WARPS * decode_keys_per_load(head_dim) * decode_keys_per_lane();
 }
 
 /* Keys per split for a sequence of num_keys keys and a launch of

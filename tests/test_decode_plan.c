@@ -59,12 +59,11 @@ Test(decode_plan, every_key_once_at_any_length_and_split_count) {
         int *seen = calloc((size_t)n, sizeof(int));
         cr_assert(seen);
         for (size_t si = 0; si < sizeof SPLITS / sizeof SPLITS[0]; si++)
-            for (size_t di = 0; di < sizeof HEAD_DIMS / sizeof HEAD_DIMS[0]; di++)
-                for (int hb = 1; hb <= DECODE_MAX_HEADS_PER_BLOCK; hb *= 2) {
+            for (size_t di = 0; di < sizeof HEAD_DIMS / sizeof HEAD_DIMS[0]; di++) {
                     const int splits = SPLITS[si], D = HEAD_DIMS[di];
                     const int per = decode_split_keys(n, splits), used = decode_splits_used(n, splits);
-                    const int kpl = decode_keys_per_load(D), T = decode_keys_per_lane(hb);
-                    const int pass = decode_keys_per_pass(D, hb);
+                    const int kpl = decode_keys_per_load(D), T = decode_keys_per_lane();
+                    const int pass = decode_keys_per_pass(D);
                     cr_assert(used >= 1 && used <= splits, "%d keys, %d splits: %d used", n, splits, used);
                     cr_assert(per >= DECODE_MIN_SPLIT_KEYS && per % DECODE_SPLIT_ALIGN == 0);
                     cr_assert((used - 1) * per < n, "%d keys, %d splits: the last used split has keys", n, splits);
@@ -82,8 +81,8 @@ Test(decode_plan, every_key_once_at_any_length_and_split_count) {
                                     }
                     }
                     for (int k = 0; k < n; k++)
-                        cr_assert_eq(seen[k], 1, "%d keys, %d splits, D %d, %d heads: key %d read %d times", n,
-                                     splits, D, hb, k, seen[k]);
+                        cr_assert_eq(seen[k], 1, "%d keys, %d splits, D %d: key %d read %d times", n, splits, D,
+                                     k, seen[k]);
                 }
         free(seen);
     }
@@ -91,8 +90,8 @@ Test(decode_plan, every_key_once_at_any_length_and_split_count) {
 
 /* The kernel's order of folding and merging gives the plain softmax. */
 Test(decode_plan, split_merge_equals_plain_softmax) {
-    const int D = 128, hb = 2, kpl = decode_keys_per_load(D), T = decode_keys_per_lane(hb);
-    const int pass = decode_keys_per_pass(D, hb);
+    const int D = 128, kpl = decode_keys_per_load(D), T = decode_keys_per_lane();
+    const int pass = decode_keys_per_pass(D);
     for (size_t li = 0; li < sizeof LENGTHS / sizeof LENGTHS[0]; li++) {
         const int n = LENGTHS[li];
         double *score = malloc(sizeof(double) * n), *v = malloc(sizeof(double) * n);
