@@ -194,3 +194,46 @@ extern "C" int cuda_bench_attention(int batch, int context, int num_heads, int n
     free_buffers(&b);
     return rc;
 }
+
+/* ---- the copy bandwidth alone (cuda_bench_copy_bandwidth) ------------------------------------ */
+
+/* The same copy as copy_bandwidth() on buffers sized to what is free: a
+ * runner may already hold most of the device for its KV cache. Each buffer
+ * is 1 GiB, or a third of the free memory if less, and never under 64 MiB
+ * (the copy's 128 MiB stay beyond an H100's 50 MB L2). */
+extern "C" int cuda_bench_copy_bandwidth(double *bytes_per_s, Error *err) {
+    *bytes_per_s = 0;
+    int count = 0;
+    CUDA_TRY(cudaGetDeviceCount(&count), "looking for a GPU", err);
+    if (count < 1) return error_set(err, "no CUDA GPU available");
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the free GPU memory", err);
+    size_t n = (size_t)1 << 30;
+    if (n > free_bytes / 3) n = free_bytes / 3 & ~(((size_t)1 << 21) - 1);
+    if (n < ((size_t)64 << 20))
+        return error_set(err, "only %zu MiB of GPU memory free, too little to time a copy",
+                         free_bytes >> 20);
+    Buffers b;
+    memset(&b, 0, sizeof b);
+    int rc = -1;
+    double best = 1e30;
+    if ((b.copy_src = cuda_alloc(n, err)) && (b.copy_dst = cuda_alloc(n, err)) &&
+        cudaEventCreate(&b.start) == cudaSuccess && cudaEventCreate(&b.stop) == cudaSuccess) {
+        rc = 0;
+        for (int run = -1; rc == 0 && run < RUNS; run++) {
+            float ms = 0;
+            cudaError_t st = cudaEventRecord(b.start, 0);
+            if (st == cudaSuccess) st = cudaMemcpyAsync(b.copy_dst, b.copy_src, n, cudaMemcpyDeviceToDevice, 0);
+            if (st == cudaSuccess) st = cudaEventRecord(b.stop, 0);
+            if (st == cudaSuccess) st = cudaEventSynchronize(b.stop);
+            if (st == cudaSuccess) st = cudaEventElapsedTime(&ms, b.start, b.stop);
+            if (st != cudaSuccess) rc = cuda_fail(err, "timing a device copy", st);
+            else if (run >= 0 && ms / 1e3 < best) best = ms / 1e3;
+        }
+    } else if (b.copy_src && b.copy_dst) { /* cuda_alloc said why otherwise */
+        error_set(err, "cannot create CUDA events for timing a copy");
+    }
+    free_buffers(&b);
+    if (rc == 0) *bytes_per_s = 2.0 * (double)n / best;
+    return rc;
+}

@@ -38,3 +38,18 @@ int cuda_bench_attention(int batch, int context, int num_heads, int num_kv_heads
 #endif
 
 #endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes read + written per second by a device-to-device copy on GPU 0 (best
+ * of several, buffers sized to the free memory so a loaded runner leaves
+ * room): the rate at which a decode step can stream its weights, so
+ * weight bytes per token over it is decode's floor. Built without CUDA, it
+ * says so (cuda_device_none.c). */
+int cuda_bench_copy_bandwidth(double *bytes_per_s, Error *err);
+
+#ifdef __cplusplus
+}
+#endif

@@ -28,3 +28,8 @@ int cuda_bench_attention(int batch, int context, int num_heads, int num_kv_heads
     (void)out;
     return error_set(err, "this binary was built without CUDA (make CUDA=1 with nvcc installed)");
 }
+
+int cuda_bench_copy_bandwidth(double *bytes_per_s, Error *err) {
+    *bytes_per_s = 0;
+    return error_set(err, "this binary was built without CUDA (make CUDA=1 with nvcc installed)");
+}

@@ -5,7 +5,10 @@
  * same run, so results read as ratios rather than absolute numbers: the
  * bandwidth of reading a weights-sized buffer from huge pages (decode must
  * read every matrix per token, so bytes / bandwidth is its floor) and the
- * rate of a large float32 matmul through prefill's path.
+ * rate of a large float32 matmul through prefill's path. On a GPU the floor
+ * is the device's own: its copy bandwidth (bytes read + written per second,
+ * cuda_bench_copy_bandwidth), at which the weights a token reads stream
+ * from device memory; the host's memory probe says nothing about it.
  */
 #include "bench_latency.h"
 
@@ -13,11 +16,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "cpu/cpu_matmul.h"
 #include "cpu/thread_pool.h"
 #include "base/log.h"
+#include "cuda/cuda_bench.h"
 #include "bench_limits.h"
 
 /* ---- the machine's limits, measured in the same run ---------------------- */
@@ -54,6 +59,7 @@ static double sgemm_gflops(ThreadPool *pool, Error *err) {
 typedef struct BenchResult {
     double load_s, prefill_s, decode_s;
     double bandwidth, gflops;
+    bool device_copy; /* bandwidth is the GPU's copy rate, not the host's read rate */
     size_t weight_bytes, stream_bytes, peak_rss;
     ModelSize size;
 } BenchResult;
@@ -114,14 +120,15 @@ static void print_results(const LatencyConfig *a, const BenchResult *r, const Ru
     double floor_tps = r->bandwidth / (double)r->stream_bytes;
     if (a->json) {
         json_t *o = json_pack(
-            "{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}",
+            "{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:f, s:s, s:f, s:f, s:f, s:f, s:f}",
             "model",
             a->model_dir, "device", runner->description, "threads", runner->options.num_threads,
             "input_len", a->input_len, "output_len", a->output_len, "load_s", r->load_s,
             "prefill_tokens_per_s", prefill_tps, "decode_tokens_per_s", decode_tps,
             "peak_rss_bytes", (json_int_t)r->peak_rss, "weight_bytes",
             (json_int_t)r->weight_bytes, "kv_cache_bytes", (json_int_t)runner->kv_cache_bytes,
-            "memory_read_gb_per_s", r->bandwidth / 1e9, "decode_floor_tokens_per_s", floor_tps,
+            "memory_read_gb_per_s", r->bandwidth / 1e9, "memory_read_source",
+            r->device_copy ? "device copy" : "host memory read", "decode_floor_tokens_per_s", floor_tps,
             "matmul_gflops", r->gflops, "total_params", r->size.total_params, "active_params",
             r->size.active_params, "weight_bytes_per_token", r->size.bytes_per_token);
         if (o) json_dumpf(o, stdout, JSON_COMPACT);
@@ -140,9 +147,10 @@ static void print_results(const LatencyConfig *a, const BenchResult *r, const Ru
            decode_tps);
     printf("peak RSS          %.1f MB (weights %.1f MB, KV budget %.1f MB)\n", r->peak_rss / 1e6,
            r->weight_bytes / 1e6, runner->kv_cache_bytes / 1e6);
-    printf("same-run limits   memory read %.1f GB/s -> decode floor %.2f tokens/s "
-           "(decode at %.0f%%); matmul %.1f GFLOP/s\n",
-           r->bandwidth / 1e9, floor_tps, 100.0 * decode_tps / floor_tps, r->gflops);
+    printf("same-run limits   %s %.1f GB/s -> decode floor %.2f tokens/s (decode at %.0f%%); "
+           "%smatmul %.1f GFLOP/s\n",
+           r->device_copy ? "device copy" : "memory read", r->bandwidth / 1e9, floor_tps,
+           100.0 * decode_tps / floor_tps, r->device_copy ? "host " : "", r->gflops);
 }
 
 int bench_latency(const ModelWeights *w, Runner *runner, double load_seconds,
@@ -157,7 +165,15 @@ int bench_latency(const ModelWeights *w, Runner *runner, double load_seconds,
     ThreadPool *pool = thread_pool_create(runner->options.num_threads, err);
     if (pool) {
         res.stream_bytes = (size_t)res.size.bytes_per_token;
-        res.bandwidth = memory_read_bandwidth(pool, res.stream_bytes);
+        if (strcmp(runner->device, "cuda") == 0) {
+            /* the weights live on the device: its copy rate is the floor's */
+            Error cerr = {0};
+            res.device_copy = true;
+            if (cuda_bench_copy_bandwidth(&res.bandwidth, &cerr))
+                fprintf(stderr, "bench: cannot measure the device's copy bandwidth: %s\n", cerr.msg);
+        } else {
+            res.bandwidth = memory_read_bandwidth(pool, res.stream_bytes);
+        }
         res.gflops = sgemm_gflops(pool, err);
         thread_pool_destroy(pool);
     }
