@@ -33,16 +33,6 @@ typedef struct CudaAttentionBench {
 int cuda_bench_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
                          int block_size, CudaAttentionBench *out, Error *err);
 
-#ifdef __cplusplus
-}
-#endif
-
-#endif
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
 /* Bytes read + written per second by a device-to-device copy on GPU 0 (best
  * of several, buffers sized to the free memory so a loaded runner leaves
  * room): the rate at which a decode step can stream its weights, so
@@ -52,4 +42,6 @@ int cuda_bench_copy_bandwidth(double *bytes_per_s, Error *err);
 
 #ifdef __cplusplus
 }
+#endif
+
 #endif
