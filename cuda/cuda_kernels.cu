@@ -1,23 +1,53 @@
 /*
  * cuda_kernels.cu - the CUDA runner's per-token kernels (see cuda_kernels.h).
  *
- * Correct and simple first: one thread block per token for the row-wise
- * operations (embedding, RMSNorm, q/k norm + RoPE + KV store), with warp
- * shuffles for the reductions, and a grid-stride loop for SiLU-and-mul.
+ * The row kernels (embedding, residual add + RMSNorm, q/k norm + RoPE + KV
+ * store, SiLU-and-mul) move a few KB per token, so at decode they are
+ * latency-bound: what costs is the number of dependent trips to memory and
+ * the block-wide barriers, not bandwidth. Hence:
+ *  - one warp per row (RMSNorm, embedding), one group of head_dim / 8 lanes
+ *    per head (q/k norm + RoPE), so a reduction is a handful of warp
+ *    shuffles and never a __syncthreads or shared memory round;
+ *  - 16-byte loads and 8- or 16-byte stores, a row's loads all issued
+ *    before the first is used, so a row costs about one memory latency
+ *    (two where an index must be read first: a token, a position);
+ *  - RMSNorm keeps its row in registers between the sum of squares and the
+ *    output (a compile-time number of float4s per lane, the smallest that
+ *    fits the row), instead of reading x back;
+ *  - several rows (or heads) per block and grids sized to the work, so a
+ *    256-row decode batch spreads over the SMs rather than queueing on a
+ *    few, and SiLU-and-mul gets many blocks even for one token.
+ * Shapes or pointers the vector kernels cannot take (a row width that is not
+ * a multiple of 4 or 8, a row wider than RMSNORM_MAX_VPL float4s a lane,
+ * misaligned buffers) fall back to the previous kernels, one thread block
+ * per token, which are also what NANOVLLM_CUDA_LEGACY=kernels selects for
+ * A/B timings (cuda_variants.h).
+ *
  * Their arithmetic mirrors the CPU runner's (cpu_ops.c): float32, 1/sqrt for
  * RMSNorm, the same RoPE table computed in double on the host, so that the
- * two backends differ only by bf16 rounding of GEMM inputs and the cache.
+ * two backends differ only by bf16 rounding of GEMM inputs and the cache
+ * (and, within float32, the order of a sum of squares).
  * Paged attention lives in cuda_attention.cu.
  */
 #include <cuda_bf16.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_variants.h"
 
 #define ROW_THREADS 256
 #define WARP 32
+/* float4s a lane may hold for RMSNorm: rows up to 32 x 4 x 32 = 4096 wide
+ * (more would not fit in registers); wider rows take the block kernel. */
+#define RMSNORM_MAX_VPL 32
+/* Threads per block of the element-wise kernels: small blocks, so that one
+ * decode token's few thousand elements still land on several SMs. */
+#define VEC_THREADS 128
+/* Grid cap of the grid-stride loops: a few waves on any current GPU. */
+#define VEC_MAX_BLOCKS 8192
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
     return __uint_as_float((uint32_t)h << 16);
@@ -26,6 +56,17 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
 /* Round to nearest even, as f32_to_bf16 in half.h (NaN stays NaN). */
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+/* Two bf16 in one word, a at the lower address; the same rounding as
+ * float_to_bf16_bits, in one cvt.rn.bf16x2.f32. */
+__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
+    __nv_bfloat162 p = __floats2bfloat162_rn(a, b);
+    return (uint32_t)__bfloat16_as_ushort(p.x) | ((uint32_t)__bfloat16_as_ushort(p.y) << 16);
+}
+
+__device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
+    return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -46,7 +87,163 @@ __device__ float block_sum(float v) {
     return warp_sum(v);
 }
 
-/* ---- embedding, RMSNorm ---------------------------------------------------------------- */
+/* ---- vector kernels: a warp (or part of one) per row --------------------------------- */
+
+/* One warp per token row; a lane reads 8 bf16 (16 bytes) and writes two
+ * float4s per step. The row-wide unroll keeps several loads in flight. */
+__global__ void embed_vec_kernel(float *__restrict__ x, const uint16_t *__restrict__ table,
+                                 const int32_t *__restrict__ tokens, int n, int hidden) {
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (t >= n) return;
+    const uint4 *row = (const uint4 *)(table + (size_t)tokens[t] * hidden);
+    float4 *dst = (float4 *)(x + (size_t)t * hidden);
+    int n8 = hidden / 8;
+#pragma unroll 4
+    for (int i = lane; i < n8; i += WARP) {
+        uint4 b = row[i];
+        dst[2 * i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),
+                                 __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xffff0000u));
+        dst[2 * i + 1] = make_float4(__uint_as_float(b.z << 16), __uint_as_float(b.z & 0xffff0000u),
+                                     __uint_as_float(b.w << 16), __uint_as_float(b.w & 0xffff0000u));
+    }
+}
+
+/* One warp per row; lane l holds float4s l, l + 32, ... (VPL of them at
+ * most, the rest of the array predicated off) from the load to the output,
+ * so x is read once and written once. */
+template <int VPL>
+__global__ void __launch_bounds__(256)
+    add_rmsnorm_warp_kernel(float *__restrict__ x, const float *__restrict__ delta,
+                            uint16_t *__restrict__ out, const float *__restrict__ weight, int n,
+                            int hidden, float eps) {
+    int t = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (t >= n) return; /* a whole warp: the shuffles below see all 32 lanes */
+    const int n4 = hidden / 4;
+    float4 *xr = (float4 *)(x + (size_t)t * hidden);
+    const float4 *w4 = (const float4 *)weight;
+    /* Narrow rows (decode's 1024) also load their weights up front, so the
+     * output does not wait a second memory latency after the reduction;
+     * wide rows have no registers to spare for them, and their output loop
+     * keeps enough weight loads in flight to overlap that latency. */
+    constexpr bool early_w = VPL <= 8;
+    float4 v[VPL], wv[early_w ? VPL : 1];
+#pragma unroll
+    for (int k = 0; k < VPL; k++)
+        if (lane + k * WARP < n4) {
+            v[k] = xr[lane + k * WARP];
+            if constexpr (early_w) wv[k] = w4[lane + k * WARP];
+        }
+    if (delta) {
+        const float4 *dr = (const float4 *)(delta + (size_t)t * hidden);
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            int i = lane + k * WARP;
+            if (i < n4) {
+                float4 d = dr[i];
+                v[k].x += d.x;
+                v[k].y += d.y;
+                v[k].z += d.z;
+                v[k].w += d.w;
+                xr[i] = v[k];
+            }
+        }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPL; k++)
+        if (lane + k * WARP < n4) sum += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    sum = warp_sum(sum);
+    float inv = 1.0f / sqrtf(sum / (float)hidden + eps);
+    uint2 *o = (uint2 *)(out + (size_t)t * hidden);
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+        int i = lane + k * WARP;
+        if (i < n4) {
+            float4 w;
+            if constexpr (early_w) w = wv[k];
+            else w = w4[i];
+            o[i] = pack_bf16x4(make_float4(v[k].x * inv * w.x, v[k].y * inv * w.y, v[k].z * inv * w.z,
+                                           v[k].w * inv * w.w));
+        }
+    }
+}
+
+/* One group of G = head_dim / 8 lanes per head (8, 16 or 32 lanes for
+ * head_dim 64, 128, 256), the heads of all tokens side by side over the
+ * grid: q heads, then k, then v, token after token. A q/k lane owns the
+ * RoPE pairs (i, i + half) for i = 4 lane .. 4 lane + 3, one float4 from
+ * each half, and their (cos, sin) as two float4s; a v lane copies 8 values
+ * as one 16-byte store. The sum of squares needs log2(G) shuffles within
+ * the group. */
+template <int G>
+__global__ void __launch_bounds__(VEC_THREADS)
+    qk_norm_rope_store_vec_kernel(uint16_t *__restrict__ q_out, uint16_t *__restrict__ k_cache,
+                                  uint16_t *__restrict__ v_cache, const float *__restrict__ qkv,
+                                  const float *__restrict__ q_norm, const float *__restrict__ k_norm,
+                                  const float *__restrict__ rope, const int32_t *__restrict__ positions,
+                                  const int32_t *__restrict__ slots, int n, int num_heads,
+                                  int num_kv_heads, float eps) {
+    const int D = 8 * G, half = 4 * G;
+    const int heads = num_heads + 2 * num_kv_heads;
+    unsigned gid = blockIdx.x * blockDim.x + threadIdx.x, item = gid / G;
+    int lane = gid % G;
+    if (item >= (unsigned)n * (unsigned)heads) return; /* whole groups: G divides 32 */
+    int t = item / heads, h = item % heads;
+    const float *src = qkv + (size_t)item * D;
+    if (h >= num_heads + num_kv_heads) { /* v: stored as it is */
+        const float4 *s4 = (const float4 *)src + 2 * lane;
+        float4 a = s4[0], b = s4[1];
+        uint4 o = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
+                             pack_bf16x2(b.z, b.w));
+        size_t slot = (size_t)slots[t];
+        uint16_t *dst = v_cache + (slot * num_kv_heads + (h - num_heads - num_kv_heads)) * D;
+        ((uint4 *)dst)[lane] = o;
+        return;
+    }
+    bool is_q = h < num_heads;
+    float4 x1 = ((const float4 *)src)[lane], x2 = ((const float4 *)(src + half))[lane];
+    const float *w = is_q ? q_norm : k_norm;
+    float4 w1 = ((const float4 *)w)[lane], w2 = ((const float4 *)(w + half))[lane];
+    const float4 *cs = (const float4 *)(rope + (size_t)positions[t] * D) + 2 * lane;
+    float4 cs0 = cs[0], cs1 = cs[1]; /* (cos, sin) of pairs 4 lane .. 4 lane + 3 */
+    float sum = x1.x * x1.x + x1.y * x1.y + x1.z * x1.z + x1.w * x1.w + x2.x * x2.x + x2.y * x2.y +
+                x2.z * x2.z + x2.w * x2.w;
+    /* only this group's lanes: the warp's other groups may be v heads */
+    unsigned mask = G == WARP ? 0xffffffffu : ((1u << (G % WARP)) - 1) << (threadIdx.x % WARP / G * G);
+#pragma unroll
+    for (int o = G / 2; o > 0; o /= 2) sum += __shfl_xor_sync(mask, sum, o);
+    float inv = 1.0f / sqrtf(sum / (float)D + eps);
+    float a0 = x1.x * inv * w1.x, a1 = x1.y * inv * w1.y, a2 = x1.z * inv * w1.z, a3 = x1.w * inv * w1.w;
+    float b0 = x2.x * inv * w2.x, b1 = x2.y * inv * w2.y, b2 = x2.z * inv * w2.z, b3 = x2.w * inv * w2.w;
+    float4 lo = make_float4(a0 * cs0.x - b0 * cs0.y, a1 * cs0.z - b1 * cs0.w, a2 * cs1.x - b2 * cs1.y,
+                            a3 * cs1.z - b3 * cs1.w);
+    float4 hi = make_float4(b0 * cs0.x + a0 * cs0.y, b1 * cs0.z + a1 * cs0.w, b2 * cs1.x + a2 * cs1.y,
+                            b3 * cs1.z + a3 * cs1.w);
+    uint16_t *dst = is_q ? q_out + ((size_t)t * num_heads + h) * D
+                         : k_cache + ((size_t)slots[t] * num_kv_heads + (h - num_heads)) * D;
+    ((uint2 *)dst)[lane] = pack_bf16x4(lo);
+    ((uint2 *)(dst + half))[lane] = pack_bf16x4(hi);
+}
+
+/* n rows, or *n_dev of them when given (a count only the GPU knows, at most
+ * n); a thread takes 4 gate and 4 up values per step and writes 4 bf16 as
+ * one 8-byte store. 32-bit indices: the launcher checks they fit. */
+__global__ void __launch_bounds__(VEC_THREADS)
+    silu_mul_vec_kernel(uint16_t *__restrict__ out, const float *__restrict__ gate_up, int n,
+                        const int32_t *__restrict__ n_dev, int intermediate) {
+    int rows = n_dev ? min(*n_dev, n) : n;
+    unsigned q = (unsigned)intermediate / 4, total = (unsigned)max(rows, 0) * q;
+    const float4 *gu = (const float4 *)gate_up;
+    uint2 *o = (uint2 *)out;
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
+        unsigned t = idx / q, i = idx - t * q;
+        float4 g = gu[(size_t)t * 2 * q + i], u = gu[(size_t)t * 2 * q + q + i];
+        o[idx] = pack_bf16x4(make_float4(g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y,
+                                         g.z / (1.0f + expf(-g.z)) * u.z, g.w / (1.0f + expf(-g.w)) * u.w));
+    }
+}
+
+/* ---- the previous kernels: one thread block per row ------------------------------------ */
 
 __global__ void embed_kernel(float *x, const uint16_t *table, const int32_t *tokens, int hidden) {
     int t = blockIdx.x;
@@ -75,8 +272,6 @@ __global__ void add_rmsnorm_kernel(float *x, const float *delta, uint16_t *out, 
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
         o[i] = float_to_bf16_bits(xr[i] * inv * weight[i]);
 }
-
-/* ---- q/k norm + RoPE + KV store ------------------------------------------------------------ */
 
 /* One block per token, one warp per head (q heads, then k, then v). A lane
  * owns the RoPE pairs (i, i + half) for i = lane, lane + 32, ...; PAIRS is
@@ -124,8 +319,6 @@ __global__ void qk_norm_rope_store_kernel(uint16_t *q_out, uint16_t *k_cache, ui
     }
 }
 
-/* ---- SiLU-and-mul, row gather --------------------------------------------------------- */
-
 /* n rows, or *n_dev of them when given (a count only the GPU knows). */
 __global__ void silu_mul_kernel(uint16_t *out, const float *gate_up, int n, const int32_t *n_dev,
                                 int intermediate) {
@@ -138,6 +331,8 @@ __global__ void silu_mul_kernel(uint16_t *out, const float *gate_up, int n, cons
         out[idx] = float_to_bf16_bits(g / (1.0f + expf(-g)) * u);
     }
 }
+
+/* ---- row gather, pooling ------------------------------------------------------------- */
 
 __global__ void gather_rows_kernel(uint16_t *out, const uint16_t *in, const int32_t *rows, int width) {
     const uint16_t *src = in + (size_t)rows[blockIdx.x] * width;
@@ -166,6 +361,17 @@ __global__ void pool_rows_kernel(float *out, const float *x, const float *weight
 
 static cudaStream_t as_stream(CudaStream s) { return (cudaStream_t)s; }
 
+static bool aligned(const void *p, uintptr_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
+
+/* Whether the launchers use the previous kernels (NANOVLLM_CUDA_LEGACY). */
+static bool legacy_kernels(void) { return cuda_variant_legacy("kernels"); }
+
+/* Rows per block of the warp-per-row kernels: two up to a few rows per SM
+ * (a 132-SM H100 at 1024 rows), so that a decode batch reaches as many SMs
+ * as it can; four beyond, where blocks are plenty and fewer, larger ones
+ * cost the block scheduler less. */
+static int rows_per_block(int n) { return n < 1024 ? 2 : 4; }
+
 extern "C" int cuda_kernels_check_shape(int num_heads, int num_kv_heads, int head_dim, Error *err) {
     if (head_dim != 64 && head_dim != 128 && head_dim != 256)
         return error_set(err, "the CUDA kernels handle head_dim 64, 128 or 256, not %d", head_dim);
@@ -180,17 +386,57 @@ extern "C" int cuda_kernels_check_shape(int num_heads, int num_kv_heads, int hea
 extern "C" int cuda_embed(float *x, const uint16_t *table, const int32_t *tokens, int n, int hidden,
                           CudaStream stream, Error *err) {
     if (n <= 0) return 0;
-    embed_kernel<<<n, ROW_THREADS, 0, as_stream(stream)>>>(x, table, tokens, hidden);
+    cudaStream_t s = as_stream(stream);
+    if (!legacy_kernels() && hidden % 8 == 0 && aligned(x, 16) && aligned(table, 16)) {
+        int rows = rows_per_block(n);
+        embed_vec_kernel<<<(n + rows - 1) / rows, rows * WARP, 0, s>>>(x, table, tokens, n, hidden);
+    } else {
+        embed_kernel<<<n, ROW_THREADS, 0, s>>>(x, table, tokens, hidden);
+    }
     CUDA_LAUNCHED("the embedding kernel", err);
     return 0;
+}
+
+template <int VPL>
+static void launch_add_rmsnorm(float *x, const float *delta, uint16_t *out, const float *weight, int n,
+                               int hidden, float eps, cudaStream_t s) {
+    int rows = rows_per_block(n);
+    add_rmsnorm_warp_kernel<VPL><<<(n + rows - 1) / rows, rows * WARP, 0, s>>>(x, delta, out, weight, n,
+                                                                                hidden, eps);
 }
 
 extern "C" int cuda_add_rmsnorm(float *x, const float *delta, uint16_t *out, const float *weight,
                                 int n, int hidden, float eps, CudaStream stream, Error *err) {
     if (n <= 0) return 0;
-    add_rmsnorm_kernel<<<n, ROW_THREADS, 0, as_stream(stream)>>>(x, delta, out, weight, hidden, eps);
+    cudaStream_t s = as_stream(stream);
+    int vpl = (hidden / 4 + WARP - 1) / WARP; /* float4s per lane */
+    bool vec = !legacy_kernels() && hidden % 4 == 0 && vpl <= RMSNORM_MAX_VPL && aligned(x, 16) &&
+               aligned(delta, 16) && aligned(weight, 16) && aligned(out, 8);
+    if (!vec) add_rmsnorm_kernel<<<n, ROW_THREADS, 0, s>>>(x, delta, out, weight, hidden, eps);
+    /* the smallest array that holds the row: a larger one would cost only
+     * registers (its extra slots are predicated off), and registers are
+     * what bounds this kernel's occupancy for wide rows */
+    else if (vpl <= 1) launch_add_rmsnorm<1>(x, delta, out, weight, n, hidden, eps, s);
+    else if (vpl <= 2) launch_add_rmsnorm<2>(x, delta, out, weight, n, hidden, eps, s);
+    else if (vpl <= 4) launch_add_rmsnorm<4>(x, delta, out, weight, n, hidden, eps, s);
+    else if (vpl <= 8) launch_add_rmsnorm<8>(x, delta, out, weight, n, hidden, eps, s);
+    else if (vpl <= 12) launch_add_rmsnorm<12>(x, delta, out, weight, n, hidden, eps, s);
+    else if (vpl <= 16) launch_add_rmsnorm<16>(x, delta, out, weight, n, hidden, eps, s);
+    else if (vpl <= 24) launch_add_rmsnorm<24>(x, delta, out, weight, n, hidden, eps, s);
+    else launch_add_rmsnorm<RMSNORM_MAX_VPL>(x, delta, out, weight, n, hidden, eps, s);
     CUDA_LAUNCHED("the RMSNorm kernel", err);
     return 0;
+}
+
+template <int G>
+static void launch_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache,
+                                      const float *qkv, const float *q_norm, const float *k_norm,
+                                      const float *rope, const int32_t *positions, const int32_t *slots,
+                                      int n, int num_heads, int num_kv_heads, float eps, cudaStream_t s) {
+    size_t threads = (size_t)n * (num_heads + 2 * num_kv_heads) * G;
+    unsigned blocks = (unsigned)((threads + VEC_THREADS - 1) / VEC_THREADS);
+    qk_norm_rope_store_vec_kernel<G><<<blocks, VEC_THREADS, 0, s>>>(
+        q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n, num_heads, num_kv_heads, eps);
 }
 
 extern "C" int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache,
@@ -202,8 +448,30 @@ extern "C" int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint1
     if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
     if (n <= 0) return 0;
     int heads = num_heads + 2 * num_kv_heads;
-    int threads = WARP * (heads < 16 ? heads : 16);
     cudaStream_t s = as_stream(stream);
+    /* the vector kernel's thread index is 32-bit */
+    bool vec = !legacy_kernels() && (size_t)n * heads * (head_dim / 8) < ((size_t)1 << 31) &&
+               aligned(qkv, 16) && aligned(q_norm, 16) && aligned(k_norm, 16) && aligned(rope, 16) &&
+               aligned(q_out, 8) && aligned(k_cache, 8) && aligned(v_cache, 16);
+    if (vec) {
+        switch (head_dim) {
+        case 64:
+            launch_qk_norm_rope_store<8>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n,
+                                         num_heads, num_kv_heads, eps, s);
+            break;
+        case 128:
+            launch_qk_norm_rope_store<16>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots,
+                                          n, num_heads, num_kv_heads, eps, s);
+            break;
+        default:
+            launch_qk_norm_rope_store<32>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots,
+                                          n, num_heads, num_kv_heads, eps, s);
+            break;
+        }
+        CUDA_LAUNCHED("the q/k norm + RoPE + KV store kernel", err);
+        return 0;
+    }
+    int threads = WARP * (heads < 16 ? heads : 16);
     switch (head_dim) {
     case 64:
         qk_norm_rope_store_kernel<1><<<n, threads, 0, s>>>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope,
@@ -226,11 +494,21 @@ extern "C" int cuda_silu_mul_rows(uint16_t *out, const float *gate_up, int max_n
                                   const int32_t *n_dev, int intermediate, CudaStream stream,
                                   Error *err) {
     if (max_n <= 0) return 0;
+    cudaStream_t s = as_stream(stream);
     size_t total = (size_t)max_n * intermediate;
-    size_t blocks = (total + ROW_THREADS - 1) / ROW_THREADS;
-    if (blocks > 65535) blocks = 65535;
-    silu_mul_kernel<<<(unsigned)blocks, ROW_THREADS, 0, as_stream(stream)>>>(out, gate_up, max_n,
-                                                                              n_dev, intermediate);
+    /* the vector kernel's indices are 32-bit, over float4s */
+    if (!legacy_kernels() && intermediate % 4 == 0 && total / 4 < ((size_t)1 << 31) && aligned(gate_up, 16) &&
+        aligned(out, 8)) {
+        /* sized for max_n rows even when n_dev says fewer: a captured graph
+         * keeps this grid while the count changes */
+        size_t blocks = (total / 4 + VEC_THREADS - 1) / VEC_THREADS;
+        if (blocks > VEC_MAX_BLOCKS) blocks = VEC_MAX_BLOCKS;
+        silu_mul_vec_kernel<<<(unsigned)blocks, VEC_THREADS, 0, s>>>(out, gate_up, max_n, n_dev, intermediate);
+    } else {
+        size_t blocks = (total + ROW_THREADS - 1) / ROW_THREADS;
+        if (blocks > 65535) blocks = 65535;
+        silu_mul_kernel<<<(unsigned)blocks, ROW_THREADS, 0, s>>>(out, gate_up, max_n, n_dev, intermediate);
+    }
     CUDA_LAUNCHED("the SiLU-and-mul kernel", err);
     return 0;
 }
