@@ -4,8 +4,8 @@
  *
  * NANOVLLM_CUDA_LEGACY is a comma-separated list of parts that keep their
  * previous kernels: "attention" (decode attention: one lane per key and a
- * separate split merge), "kernels" (the row kernels: RMSNorm, q/k norm +
- * RoPE + store, SiLU x up), "sampler" (one thread block per row). Unset,
+ * separate split merge), "kernels" (the row kernels: embedding, RMSNorm, q/k
+ * norm + RoPE + store, SiLU x up), "sampler" (one thread block per row). Unset,
  * every part runs its current kernel. Read once per process.
  */
 #ifndef NANOVLLM_CUDA_VARIANTS_H
