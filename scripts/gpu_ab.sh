@@ -156,7 +156,7 @@ if want moe; then
  "torch_dtype": "bfloat16", "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
  "norm_topk_prob": true, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}
 JSON
-    for v in "current:" "attention:attention" "current:" "attention:attention"; do
+    for v in "current:" "attention:attention"; do
         name=${v%%:*}
         json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 120 "$BIN" bench --latency --device cuda --load-format dummy \
             --model "$MOE" --input-len 512 --output-len 128 --json 2>> "$OUT/moe_$name.log")
