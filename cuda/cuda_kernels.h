@@ -16,6 +16,7 @@
 #ifndef NANOVLLM_CUDA_KERNELS_H
 #define NANOVLLM_CUDA_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -130,6 +131,15 @@ size_t cuda_decode_attention_counters_bytes(int max_split_blocks);
  * split under 64 keys of max_keys, at most max_split_blocks blocks. */
 int cuda_decode_attention_choose_splits(int num_items, int num_heads, int num_kv_heads, int max_keys,
                                         int num_sms, int max_split_blocks);
+
+/* y [rows, out] float32 = x [rows, in] bf16 times W [out, in] bf16
+ * transposed, for decode steps of a few rows (cuda_gemv.cu): what the
+ * runner's projections and lm_head use when cuda_gemv_fits(), cuBLAS
+ * otherwise. */
+#define CUDA_GEMV_MAX_ROWS 4
+bool cuda_gemv_fits(int rows, int in, const void *x, const void *w);
+int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int rows, int out, int in, CudaStream stream,
+              Error *err);
 
 /* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, intermediate + i]). */
 int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, CudaStream stream,

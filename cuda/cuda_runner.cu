@@ -61,6 +61,8 @@ static uint16_t *v_layer(CudaRunner *r, int l) {
  * transposed. */
 static int gemm(CudaRunner *r, float *y, const uint16_t *x, const uint16_t *w, int rows, int out,
                 int in, Error *err) {
+    if (!r->legacy_gemv && cuda_gemv_fits(rows, in, x, w)) /* decode at small batch: a read of W */
+        return cuda_gemv(y, x, w, rows, out, in, r->stream, err);
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t st = r->blas.gemm_ex(r->blas_handle, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one,
                                         w, CUDA_R_16BF, in, x, CUDA_R_16BF, in, &zero, y, CUDA_R_32F,
@@ -502,6 +504,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     CUDA_TRY(cudaMemset(r->split_counters, 0, cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS)),
              "clearing the attention split counters", err);
     r->legacy_attention = cuda_variant_legacy("attention");
+    r->legacy_gemv = cuda_variant_legacy("gemv");
 
     r->tile_tokens = cuda_attention_tile_tokens(c->num_heads, c->num_kv_heads);
     r->max_blocks_per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;

@@ -5,8 +5,9 @@
  * NANOVLLM_CUDA_LEGACY is a comma-separated list of parts that keep their
  * previous kernels: "attention" (decode attention: one lane per key and a
  * separate split merge), "kernels" (the row kernels: embedding, RMSNorm, q/k
- * norm + RoPE + store, SiLU x up), "sampler" (one thread block per row). Unset,
- * every part runs its current kernel. Read once per process.
+ * norm + RoPE + store, SiLU x up), "sampler" (one thread block per row),
+ * "gemv" (cuBLAS for the few-row projections too). Unset, every part runs
+ * its current kernel. Read once per process.
  */
 #ifndef NANOVLLM_CUDA_VARIANTS_H
 #define NANOVLLM_CUDA_VARIANTS_H
@@ -17,7 +18,7 @@
 extern "C" {
 #endif
 
-/* Whether `part` ("attention", "kernels", "sampler") is listed in
+/* Whether `part` ("attention", "kernels", "sampler", "gemv") is listed in
  * NANOVLLM_CUDA_LEGACY. */
 bool cuda_variant_legacy(const char *part);
 

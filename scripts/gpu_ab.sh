@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e moe" scripts/gpu_ab.sh  (sections; all by default)
+#   AB_ONLY="kernels e2e profile moe" scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
 # NANOVLLM_CUDA_LEGACY (cuda/cuda_variants.h): "attention", "kernels" (the
@@ -19,7 +19,10 @@
 #           median of AB_ROUNDS alternating rounds) and nano-vllm's bench.py
 #           workload (bench) for the current build, each part's previous
 #           kernels alone and all of them; the current build's logits and
-#           greedy tokens against the all-previous build's;
+#           greedy tokens against the all-previous build's (AB_WORKLOAD
+#           names the variants the workload runs for, e.g. "current all-previous");
+#  profile: ncu's per-kernel time over a few eager single-sequence decode
+#           steps (proportions: ncu serialises the launches);
 #  moe:     Qwen3-30B-A3B's shapes with dummy weights: single-sequence decode,
 #           current against the previous attention.
 # Logs and JSON go to OUT_DIR; the model to $WORK.
@@ -50,7 +53,7 @@ print(format(v, f[0]) if f and isinstance(v, (int, float)) and not isinstance(v,
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e moe} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e profile moe} " == *" $1 "* ]]; }
 row "GPU" "-" "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 
 # ---- kernels: decode attention alone ------------------------------------------------
@@ -75,7 +78,11 @@ fi
 
 # ---- e2e: the random Qwen3-0.6B -----------------------------------------------------------
 MODEL=$WORK/qwen3-0.6b-random
-VARIANTS=("current:" "attention:attention" "kernels:kernels" "sampler:sampler" "all-previous:attention,kernels,sampler")
+VARIANTS=("current:" "attention:attention" "kernels:kernels" "sampler:sampler" "gemv:gemv"
+    "all-previous:attention,kernels,sampler,gemv")
+ALL_PREVIOUS="all-previous:attention,kernels,sampler,gemv"
+# AB_WORKLOAD="current all-previous" limits the (longer) workload runs to those variants
+in_workload() { [ -z "${AB_WORKLOAD:-}" ] || [[ " $AB_WORKLOAD " == *" $1 "* ]]; }
 if want e2e; then
     [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
         --out "$MODEL" > "$OUT/make_model.log" 2>&1 || row "random 0.6B model" FAIL "make_model.log"
@@ -97,8 +104,9 @@ if want e2e; then
             "$(printf '%.0f' "${m:-0}") tok/s (median of ${DECODE[$name]# }); current / this = $(ratio "$cur" "$m")"
     done
     declare -A WORKLOAD
-    for v in "${VARIANTS[@]}" "current:" "all-previous:attention,kernels,sampler"; do
+    for v in "${VARIANTS[@]}" "current:" "$ALL_PREVIOUS"; do
         name=${v%%:*}
+        in_workload "$name" || continue
         json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 150 "$BIN" bench --device cuda --model "$MODEL" --json \
             2>> "$OUT/workload_$name.log")
         echo "$json" >> "$OUT/workload_$name.jsonl"
@@ -107,20 +115,21 @@ if want e2e; then
     cur=$(median <<< "${WORKLOAD[current]}")
     for v in "${VARIANTS[@]}"; do
         name=${v%%:*}
+        in_workload "$name" || continue
         m=$(median <<< "${WORKLOAD[$name]}")
         row "bench.py workload, $name" "$([ -n "$m" ] && echo - || echo FAIL)" \
             "$(printf '%.0f' "${m:-0}") out tok/s (runs:${WORKLOAD[$name]}); current / this = $(ratio "$cur" "$m")"
     done
     # The same tokens and logits, current against all-previous.
     PROMPT=$(printf 'Paged attention keeps the KV cache in fixed-size blocks. %.0s' $(seq 1 40))
-    for v in "current:" "all-previous:attention,kernels,sampler"; do
+    for v in "current:" "$ALL_PREVIOUS"; do
         name=${v%%:*}
         NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
             --max-tokens 64 --ignore-eos --json > "$OUT/greedy_$name.json" 2> "$OUT/greedy_$name.log"
     done
     ids=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(",".join(map(str, d["prompt_ids"] + d["ids"][:-1])))' \
         "$OUT/greedy_all-previous.json" 2> /dev/null)
-    for v in "current:" "all-previous:attention,kernels,sampler"; do
+    for v in "current:" "$ALL_PREVIOUS"; do
         name=${v%%:*}
         [ -n "$ids" ] && NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda \
             --prompt-ids "$ids" --max-tokens 1 --quiet --max-num-batched-tokens 4096 \
@@ -141,6 +150,37 @@ PY
     ok=$(awk -v r="$rel" 'BEGIN {print (r == r + 0 && r < 2e-2) ? "ok" : "FAIL"}')
     row "logits current vs all-previous (rel L2)" "$ok" "$rel over every position of the prompt + 63 tokens"
     row "greedy current vs all-previous" "-" "first divergence: $first of $count tokens"
+fi
+
+# ---- profile: where a single-sequence decode step's time goes (ncu, eager) -------------------
+if want profile; then
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+    [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
+        --out "$MODEL" > "$OUT/make_model.log" 2>&1
+    # the launches after warm-up and the 512-token prefill: a few decode steps
+    timeout 150 "$NCU" --clock-control none --csv --metrics gpu__time_duration.sum \
+        --launch-skip "${AB_PROFILE_SKIP:-3000}" --launch-count "${AB_PROFILE_COUNT:-900}" \
+        "$BIN" bench --latency --device cuda --enforce-eager --model "$MODEL" --input-len 512 --output-len 32 \
+        > "$OUT/profile_raw.csv" 2> "$OUT/profile.log"
+    "$PY" - "$OUT/profile_raw.csv" > "$OUT/profile.txt" 2>> "$OUT/profile.log" <<'PY'
+import csv, sys
+lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith('"')]
+rows = {}
+for r in csv.DictReader(lines):
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    unit = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(r["Metric Unit"], 1)
+    name = r["Kernel Name"].split("(")[0][:60] + " " + r.get("Grid Size", "")
+    t = rows.setdefault(name, [0, 0.0])
+    t[0] += 1
+    t[1] += float(r["Metric Value"].replace(",", "")) * unit
+total = sum(t[1] for t in rows.values())
+print(f"kernel time {total:.0f} us over {sum(t[0] for t in rows.values())} launches")
+for k, (n, t) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+    print(f"{100 * t / total:5.1f}% {t:9.1f} us {n:5d} x {t / n:7.2f} us  {k}")
+PY
+    row "profile: decode kernels (ncu, eager)" "$([ -s "$OUT/profile.txt" ] && echo - || echo FAIL)" \
+        "$(head -1 "$OUT/profile.txt"); top: $(sed -n 2,4p "$OUT/profile.txt" | awk '{printf "%s %s; ", $1, $7}')"
 fi
 
 # ---- moe: Qwen3-30B-A3B's shapes, dummy weights --------------------------------------------

@@ -1,0 +1,102 @@
+/*
+ * cuda_gemv.cu - y = x W^T for a handful of rows: the projections and the
+ * lm_head of decode steps at small batch (see cuda_kernels.h).
+ *
+ * With one to four rows a projection is a pure read of its weights, and
+ * what decides its speed is how many bytes are in flight, not arithmetic.
+ * cuBLAS's kernels for such shapes tile for reuse the rows cannot give and
+ * add a split-K reduction launch, so a single-sequence decode step spent
+ * more time in its four GEMMs a layer than the weights take to read. Here
+ * one warp owns one output column (a weight row of K bf16): each lane reads
+ * 8 weights with one 16-byte load, four such loads in flight before their
+ * first use, multiplies them with the matching 8 inputs of every row (x is
+ * a few KB and stays in L1), and the warp sums its lanes with shuffles. The
+ * launch has one warp per output, so any N fills the GPU. cuBLAS keeps the
+ * larger batches, and all of them under NANOVLLM_CUDA_LEGACY=gemv.
+ */
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+
+#define WARP 32
+#define WARPS_PER_BLOCK 8
+#define GEMV_UNROLL 4
+
+__device__ __forceinline__ void widen8(const uint4 raw, float f[8]) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        f[2 * e] = __uint_as_float(w[e] << 16);
+        f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+    }
+}
+
+/* M rows of x [M, K] bf16 times W [N, K] bf16 -> y [M, N] float32. */
+template <int M>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * WARP)
+gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_t *__restrict__ w, int N, int K) {
+    const int n = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (n >= N) return;
+    const uint4 *w_row = reinterpret_cast<const uint4 *>(w + (size_t)n * K);
+    const uint4 *x4 = reinterpret_cast<const uint4 *>(x);
+    const int k8_count = K / 8;
+    float acc[M] = {};
+    int k8 = lane;
+    for (; k8 + (GEMV_UNROLL - 1) * WARP < k8_count; k8 += GEMV_UNROLL * WARP) {
+        uint4 wr[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) wr[u] = __ldcs(w_row + k8 + u * WARP); /* read once: evict first */
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            float wf[8];
+            widen8(wr[u], wf);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                float xf[8];
+                widen8(__ldg(x4 + (size_t)m * k8_count + k8 + u * WARP), xf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[m] = fmaf(wf[e], xf[e], acc[m]);
+            }
+        }
+    }
+    for (; k8 < k8_count; k8 += WARP) { /* the last K / 256 remainder */
+        float wf[8];
+        widen8(__ldcs(w_row + k8), wf);
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float xf[8];
+            widen8(__ldg(x4 + (size_t)m * k8_count + k8), xf);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[m] = fmaf(wf[e], xf[e], acc[m]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float v = acc[m];
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) y[(size_t)m * N + n] = v;
+    }
+}
+
+extern "C" bool cuda_gemv_fits(int rows, int in, const void *x, const void *w) {
+    return rows >= 1 && rows <= CUDA_GEMV_MAX_ROWS && in > 0 && in % 8 == 0 && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)w & 15) == 0;
+}
+
+extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int rows, int out, int in,
+                         CudaStream stream, Error *err) {
+    if (!cuda_gemv_fits(rows, in, x, w))
+        return error_set(err, "gemv: %d rows of %d (1..%d rows, a multiple of 8 wide, 16-byte aligned)", rows, in,
+                         CUDA_GEMV_MAX_ROWS);
+    if (out <= 0) return 0;
+    const unsigned blocks = (unsigned)((out + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (rows) {
+    case 1: gemv_kernel<1><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
+    case 2: gemv_kernel<2><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
+    case 3: gemv_kernel<3><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
+    default: gemv_kernel<4><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
+    }
+    CUDA_LAUNCHED("the gemv kernel", err);
+    return 0;
+}
