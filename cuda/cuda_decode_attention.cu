@@ -21,13 +21,15 @@
  *    counter; the block that finds itself last merges them and puts the
  *    counter back to zero for the next launch.
  * The previous kernel (cuda_attention.cu, one lane per key reading its own
- * row) stays for A/B under NANOVLLM_CUDA_LEGACY=attention.
+ * row) stays for A/B under NANOVLLM_CUDA_LEGACY=attention, and this one
+ * without the next pass's loads in flight under NANOVLLM_CUDA_LEGACY=prefetch.
  */
 #include <math.h>
 
 #include "cuda_check.h"
 #include "cuda_decode_plan.h"
 #include "cuda_kernels.h"
+#include "cuda_variants.h"
 
 #define WARP 32
 #define THREADS (DECODE_WARPS * WARP)
@@ -52,14 +54,18 @@ __device__ __forceinline__ void widen8(const uint4 raw, float f[8]) {
 }
 
 /* D: head_dim; HB: query heads per block (heads_here of them real); T: keys
- * per lane per pass. part / counters: the split workspace (num_splits > 1). */
-template <int D, int HB, int T>
+ * per lane per pass; PREFETCH: the next pass's rows in flight during this
+ * pass (32 more registers: not with eight heads, already at ~240).
+ * block_shift: log2(block_size) when a power of two (a shift instead of an
+ * integer division per key), else -1. part / counters: the split
+ * workspace (num_splits > 1). */
+template <int D, int HB, int T, bool PREFETCH>
 __global__ void __launch_bounds__(THREADS)
 decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ q,
                         const uint16_t *__restrict__ k_cache, const uint16_t *__restrict__ v_cache,
                         const CudaAttnSeq *__restrict__ seqs, const CudaAttnItem *__restrict__ items,
                         const int32_t *__restrict__ block_tables, int num_heads, int num_kv_heads,
-                        int block_size, float q_scale, int num_splits, float *__restrict__ part,
+                        int block_size, int block_shift, float q_scale, int num_splits, float *__restrict__ part,
                         int *__restrict__ counters) {
     constexpr int LPK = D / 8;      /* lanes per key */
     constexpr int KPL = WARP / LPK; /* keys per warp load */
@@ -100,25 +106,45 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
         }
     }
 
-    for (int pass0 = key_begin; pass0 < key_end; pass0 += PASS) {
-        uint4 kr[T], vr[T];
-        unsigned ok = 0; /* bit t: the t-th key is in range */
+    /* The pass's K and V rows: with PREFETCH, the next pass's are loaded
+     * before this pass's arithmetic, so the loads overlap it. */
+    uint4 kr[T], vr[T];
+    unsigned ok = 0; /* bit t: the t-th key is in range */
+    auto load_pass = [&](int pass0) {
+        ok = 0;
 #pragma unroll
-        for (int t = 0; t < T; t++) { /* every load of the pass before any use */
+        for (int t = 0; t < T; t++) {
             const int key = decode_key(pass0, t, warp, sub, KPL);
             kr[t] = vr[t] = make_uint4(0, 0, 0, 0);
             if (key < key_end) {
                 ok |= 1u << t;
-                const size_t slot = (size_t)table[key / block_size] * block_size + key % block_size;
+                const int block = block_shift >= 0 ? key >> block_shift : key / block_size;
+                const size_t slot = (size_t)table[block] * block_size + (key - block * block_size);
                 kr[t] = __ldg(reinterpret_cast<const uint4 *>(k_head + slot * row_stride));
                 vr[t] = __ldg(reinterpret_cast<const uint4 *>(v_head + slot * row_stride));
             }
+        }
+    };
+    if (PREFETCH) load_pass(key_begin);
+    for (int pass0 = key_begin; pass0 < key_end; pass0 += PASS) {
+        uint4 kc[T], vc[T];
+        unsigned ok_here;
+        if (PREFETCH) {
+#pragma unroll
+            for (int t = 0; t < T; t++) kc[t] = kr[t], vc[t] = vr[t];
+            ok_here = ok;
+            if (pass0 + PASS < key_end) load_pass(pass0 + PASS);
+        } else {
+            load_pass(pass0);
+#pragma unroll
+            for (int t = 0; t < T; t++) kc[t] = kr[t], vc[t] = vr[t];
+            ok_here = ok;
         }
         float s[T][HB];
 #pragma unroll
         for (int t = 0; t < T; t++) {
             float k8[8];
-            widen8(kr[t], k8);
+            widen8(kc[t], k8);
 #pragma unroll
             for (int h = 0; h < HB; h++) {
                 float d = 0.0f;
@@ -126,12 +152,12 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
                 for (int e = 0; e < 8; e++) d = fmaf(qv[h][e], k8[e], d);
 #pragma unroll
                 for (int o = LPK / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-                s[t][h] = ok >> t & 1 ? d : -INFINITY;
+                s[t][h] = ok_here >> t & 1 ? d : -INFINITY;
             }
         }
         float v8[T][8];
 #pragma unroll
-        for (int t = 0; t < T; t++) widen8(vr[t], v8[t]);
+        for (int t = 0; t < T; t++) widen8(vc[t], v8[t]);
 #pragma unroll
         for (int h = 0; h < HB; h++) {
             float m_new = m[h];
@@ -280,9 +306,17 @@ static int launch(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, con
     constexpr int T = 4; /* decode_keys_per_lane, as a constant */
     if (decode_keys_per_lane() != T) return error_set(err, "decode attention: keys per lane out of step");
     dim3 grid((unsigned)num_items, (unsigned)(num_kv_heads * chunks), (unsigned)num_splits);
-    decode_attention_kernel<D, HB, T><<<grid, THREADS, 0, stream>>>(
-        out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size, q_scale,
-        num_splits, part, counters);
+    int block_shift = -1;
+    for (int b = 0; b < 31; b++)
+        if (block_size == 1 << b) block_shift = b;
+    if (HB <= 4 && !cuda_variant_legacy("prefetch"))
+        decode_attention_kernel<D, HB, T, (HB <= 4)><<<grid, THREADS, 0, stream>>>(
+            out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size, block_shift,
+            q_scale, num_splits, part, counters);
+    else
+        decode_attention_kernel<D, HB, T, false><<<grid, THREADS, 0, stream>>>(
+            out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size, block_shift,
+            q_scale, num_splits, part, counters);
     CUDA_LAUNCHED("the decode attention kernel", err);
     return 0;
 }

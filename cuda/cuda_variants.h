@@ -6,7 +6,8 @@
  * previous kernels: "attention" (decode attention: one lane per key and a
  * separate split merge), "kernels" (the row kernels: embedding, RMSNorm, q/k
  * norm + RoPE + store, SiLU x up), "sampler" (one thread block per row),
- * "gemv" (cuBLAS for the few-row projections too). Unset, every part runs
+ * "gemv" (cuBLAS for the few-row projections too), "prefetch" (decode
+ * attention without the next pass's loads in flight). Unset, every part runs
  * its current kernel. Read once per process.
  */
 #ifndef NANOVLLM_CUDA_VARIANTS_H

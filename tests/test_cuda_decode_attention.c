@@ -157,6 +157,8 @@ Test(cuda_decode_attention, every_group_and_head_dim, .timeout = 120) {
     run_case(&d64, 80, ALL_SPLITS, 5);
     DecodeCase d256 = {8, 8, 256, 256, 8, 2, {1, 1000}};
     run_case(&d256, 90, ALL_SPLITS, 5);
+    DecodeCase block48 = {16, 8, 128, 48, 80, 3, {1, 97, 1000}}; /* not a power of two: divisions */
+    run_case(&block48, 95, ALL_SPLITS, 5);
 }
 
 /* Pure arithmetic: runs without a GPU in CUDA builds. */
