@@ -10,8 +10,9 @@
  * one warp owns one output column (a weight row of K bf16): each lane reads
  * 8 weights with one 16-byte load, four such loads in flight before their
  * first use, multiplies them with the matching 8 inputs of every row (x is
- * a few KB and stays in L1), and the warp sums its lanes with shuffles. The
- * launch has one warp per output, so any N fills the GPU. cuBLAS keeps the
+ * a few KB and stays in L1), and the warp sums its lanes with shuffles.
+ * Below 4,096 outputs four warps share each output's K (k_split), so the
+ * launch fills the GPU at any N. cuBLAS keeps the
  * larger batches, and all of them under NANOVLLM_CUDA_LEGACY=gemv.
  */
 #include "cuda_check.h"
@@ -30,21 +31,28 @@ __device__ __forceinline__ void widen8(const uint4 raw, float f[8]) {
     }
 }
 
-/* M rows of x [M, K] bf16 times W [N, K] bf16 -> y [M, N] float32. */
-template <int M>
+/* M rows of x [M, K] bf16 times W [N, K] bf16 -> y [M, N] float32. KSPLIT
+ * warps share one output, each taking every KSPLIT-th 256-wide chunk of K,
+ * their sums added in shared memory: for small N (Qwen3-0.6B's o_proj and
+ * down_proj have 1,024 outputs) one warp an output would leave each warp
+ * several load round trips deep in K with too few warps to cover them. */
+template <int M, int KSPLIT>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * WARP)
 gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_t *__restrict__ w, int N, int K) {
-    const int n = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (n >= N) return;
-    const uint4 *w_row = reinterpret_cast<const uint4 *>(w + (size_t)n * K);
+    constexpr int OUTS = WARPS_PER_BLOCK / KSPLIT; /* outputs per block */
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
+    const int n = blockIdx.x * OUTS + warp / KSPLIT;
+    const bool valid = n < N;
+    const uint4 *w_row = reinterpret_cast<const uint4 *>(w + (size_t)(valid ? n : 0) * K);
     const uint4 *x4 = reinterpret_cast<const uint4 *>(x);
-    const int k8_count = K / 8;
+    const int k8_count = valid ? K / 8 : 0;
     float acc[M] = {};
-    int k8 = lane;
-    for (; k8 + (GEMV_UNROLL - 1) * WARP < k8_count; k8 += GEMV_UNROLL * WARP) {
+    /* chunk c (32 lanes x 8 elements) of this warp: c = part + KSPLIT * j */
+    int k8 = part * WARP + lane;
+    for (; k8 + (GEMV_UNROLL - 1) * KSPLIT * WARP < k8_count; k8 += GEMV_UNROLL * KSPLIT * WARP) {
         uint4 wr[GEMV_UNROLL];
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) wr[u] = __ldcs(w_row + k8 + u * WARP); /* read once: evict first */
+        for (int u = 0; u < GEMV_UNROLL; u++) wr[u] = __ldcs(w_row + k8 + u * KSPLIT * WARP); /* read once */
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             float wf[8];
@@ -52,13 +60,13 @@ gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_
 #pragma unroll
             for (int m = 0; m < M; m++) {
                 float xf[8];
-                widen8(__ldg(x4 + (size_t)m * k8_count + k8 + u * WARP), xf);
+                widen8(__ldg(x4 + (size_t)m * k8_count + k8 + u * KSPLIT * WARP), xf);
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[m] = fmaf(wf[e], xf[e], acc[m]);
             }
         }
     }
-    for (; k8 < k8_count; k8 += WARP) { /* the last K / 256 remainder */
+    for (; k8 < k8_count; k8 += KSPLIT * WARP) { /* the remainder */
         float wf[8];
         widen8(__ldcs(w_row + k8), wf);
 #pragma unroll
@@ -70,13 +78,30 @@ gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_
         }
     }
 #pragma unroll
-    for (int m = 0; m < M; m++) {
-        float v = acc[m];
+    for (int m = 0; m < M; m++)
 #pragma unroll
-        for (int o = WARP / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) y[(size_t)m * N + n] = v;
+        for (int o = WARP / 2; o > 0; o /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+    if (KSPLIT == 1) {
+        if (valid && lane == 0)
+#pragma unroll
+            for (int m = 0; m < M; m++) y[(size_t)m * N + n] = acc[m];
+        return;
+    }
+    __shared__ float partial[WARPS_PER_BLOCK][M];
+    if (lane == 0)
+#pragma unroll
+        for (int m = 0; m < M; m++) partial[warp][m] = acc[m];
+    __syncthreads();
+    if (valid && part == 0 && lane < M) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int p = 0; p < KSPLIT; p++) sum += partial[warp + p][lane];
+        y[(size_t)lane * N + n] = sum;
     }
 }
+
+/* Warps per output: enough warps in all for a few per SM's worth of loads. */
+static int k_split(int out, int in) { return out < 4096 && in >= 1024 ? 4 : 1; }
 
 extern "C" bool cuda_gemv_fits(int rows, int in, const void *x, const void *w) {
     return rows >= 1 && rows <= CUDA_GEMV_MAX_ROWS && in > 0 && in % 8 == 0 && ((uintptr_t)x & 15) == 0 &&
@@ -89,14 +114,20 @@ extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int row
         return error_set(err, "gemv: %d rows of %d (1..%d rows, a multiple of 8 wide, 16-byte aligned)", rows, in,
                          CUDA_GEMV_MAX_ROWS);
     if (out <= 0) return 0;
-    const unsigned blocks = (unsigned)((out + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
+    const int split = k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
+    const unsigned threads = WARPS_PER_BLOCK * WARP;
     cudaStream_t s = (cudaStream_t)stream;
+#define GEMV_LAUNCH(M)                                                                                       \
+    (split == 4 ? gemv_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, out, in)                              \
+                : gemv_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, out, in))
     switch (rows) {
-    case 1: gemv_kernel<1><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
-    case 2: gemv_kernel<2><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
-    case 3: gemv_kernel<3><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
-    default: gemv_kernel<4><<<blocks, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, w, out, in); break;
+    case 1: GEMV_LAUNCH(1); break;
+    case 2: GEMV_LAUNCH(2); break;
+    case 3: GEMV_LAUNCH(3); break;
+    default: GEMV_LAUNCH(4); break;
     }
+#undef GEMV_LAUNCH
     CUDA_LAUNCHED("the gemv kernel", err);
     return 0;
 }

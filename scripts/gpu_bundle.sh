@@ -24,7 +24,7 @@ for bin in build/nanovllm build/test_nanovllm; do
     ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | grep -vE '^(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^ ]*)\.so' |
     while read -r soname path; do cp -L "$path" "gpu-bundle/lib/$soname"; done
-tar -C gpu-bundle -cf - nanovllm test_nanovllm lib | xz -T0 -6 > gpu-bundle.tar.xz.tmp
+tar -C gpu-bundle -cf - nanovllm test_nanovllm lib | xz -T0 -9e > gpu-bundle.tar.xz.tmp
 rm -rf gpu-bundle
 mkdir gpu-bundle
 mv gpu-bundle.tar.xz.tmp gpu-bundle/bundle.tar.xz

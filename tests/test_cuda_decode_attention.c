@@ -174,6 +174,7 @@ Test(cuda_decode_attention, split_choice) {
     cr_expect_eq(cuda_decode_attention_choose_splits(1, 16, 8, 40960, 132, 4096), 64, "one long sequence");
     cr_expect_eq(cuda_decode_attention_choose_splits(256, 16, 8, 40960, 132, 4096), 1, "a full batch");
     cr_expect_eq(cuda_decode_attention_choose_splits(1, 16, 8, 300, 132, 4096), 5, "short: 64 keys a split");
+    cr_expect_eq(cuda_decode_attention_choose_splits(16, 16, 8, 2048, 132, 4096), 4, "one wave: 512 of 528 places");
     cr_expect_eq(cuda_decode_attention_blocks(3, 64, 4), 3 * 4 * 2, "groups of 16: two blocks per KV head");
     Error err = {0};
     cr_expect(cuda_decode_attention(NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, 16, 8, 128, 16, 2, NULL, NULL, NULL,
