@@ -96,6 +96,16 @@ int cuda_prefill_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_c
                            int num_heads, int num_kv_heads, int head_dim, int block_size,
                            CudaStream stream, Error *err);
 
+/* The same attention as flash attention on mma.sync (cuda_flash_attention.cu):
+ * items of up to cuda_flash_attention_tile_tokens() tokens (64 query rows),
+ * head_dim 64 or 128 (cuda_flash_attention_supports). */
+bool cuda_flash_attention_supports(int num_heads, int num_kv_heads, int head_dim);
+int cuda_flash_attention_tile_tokens(int num_heads, int num_kv_heads);
+int cuda_flash_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                         const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                         const int32_t *block_tables, int num_heads, int num_kv_heads, int head_dim,
+                         int block_size, CudaStream stream, Error *err);
+
 /* The most attention blocks one split decode launch may use (it sizes the
  * split workspace; cuda_attention_choose_splits keeps launches under it). */
 #define CUDA_MAX_SPLIT_BLOCKS 4096

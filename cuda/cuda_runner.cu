@@ -143,6 +143,10 @@ static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Erro
     const ModelConfig *c = &r->cfg;
     const CudaAttnSeq *seqs = (const CudaAttnSeq *)(r->meta_dev + L->seqs);
     const CudaAttnItem *items = (const CudaAttnItem *)(r->meta_dev + L->items);
+    if (splits == 0 && r->flash_prefill)
+        return cuda_flash_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
+                                    r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
+                                    r->base.options.block_size, r->stream, err);
     if (splits == 0)
         return cuda_prefill_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items,
                                       L->num_items, r->meta_dev + L->tables, c->num_heads,
@@ -506,7 +510,13 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     r->legacy_attention = cuda_variant_legacy("attention");
     r->legacy_gemv = cuda_variant_legacy("gemv");
 
-    r->tile_tokens = cuda_attention_tile_tokens(c->num_heads, c->num_kv_heads);
+    /* NANOVLLM_CUDA_PREFILL=flash: the mma.sync prefill attention, opt-in
+     * until a GPU run has checked it (cuda_flash_attention.cu). */
+    const char *prefill = getenv("NANOVLLM_CUDA_PREFILL");
+    r->flash_prefill = prefill && strcmp(prefill, "flash") == 0 &&
+                       cuda_flash_attention_supports(c->num_heads, c->num_kv_heads, c->head_dim);
+    r->tile_tokens = r->flash_prefill ? cuda_flash_attention_tile_tokens(c->num_heads, c->num_kv_heads)
+                                      : cuda_attention_tile_tokens(c->num_heads, c->num_kv_heads);
     r->max_blocks_per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;
     r->max_items = (int)(T / (size_t)r->tile_tokens + S);
     r->meta_capacity = 3 * align4(T) + align4(S) + align4(2 * S) + 4 * S + align4(3 * (size_t)r->max_items) +

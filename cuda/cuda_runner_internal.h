@@ -70,6 +70,7 @@ typedef struct CudaRunner {
     int *split_counters;    /* per (sequence, KV head): splits done, zero between launches */
     bool legacy_attention;  /* NANOVLLM_CUDA_LEGACY=attention: the previous decode kernel */
     bool legacy_gemv;       /* NANOVLLM_CUDA_LEGACY=gemv: cuBLAS for few-row products too */
+    bool flash_prefill;     /* NANOVLLM_CUDA_PREFILL=flash: prompt steps on cuda_flash_attention */
     int32_t pad_block;      /* the KV block padding sequences write to */
     RunnerSeq *padded;      /* [max graph batch]: a decode batch padded to its bucket */
     int num_graphs;

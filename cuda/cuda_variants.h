@@ -8,7 +8,9 @@
  * norm + RoPE + store, SiLU x up), "sampler" (one thread block per row),
  * "gemv" (cuBLAS for the few-row projections too), "prefetch" (decode
  * attention without the next pass's loads in flight). Unset, every part runs
- * its current kernel. Read once per process.
+ * its current kernel. Read once per process. (The one kernel that is new and
+ * not yet the default is opted into instead: NANOVLLM_CUDA_PREFILL=flash,
+ * cuda_runner.cu.)
  */
 #ifndef NANOVLLM_CUDA_VARIANTS_H
 #define NANOVLLM_CUDA_VARIANTS_H

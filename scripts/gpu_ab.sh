@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e profile moe" scripts/gpu_ab.sh  (sections; all by default)
+#   AB_ONLY="kernels e2e prefill profile moe" scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
 # NANOVLLM_CUDA_LEGACY (cuda/cuda_variants.h): "attention", "kernels" (the
@@ -21,6 +21,10 @@
 #           kernels alone and all of them; the current build's logits and
 #           greedy tokens against the all-previous build's (AB_WORKLOAD
 #           names the variants the workload runs for, e.g. "current all-previous");
+#  prefill: NANOVLLM_CUDA_PREFILL=flash (the mma.sync flash attention,
+#           opt-in until checked here) against the WMMA kernel: prefill
+#           tokens/s at 512, 4,096 and 16,384-token prompts (medians of 2),
+#           the workload, and the logits of one prompt through both;
 #  profile: ncu's per-kernel time over a few eager single-sequence decode
 #           steps (proportions: ncu serialises the launches);
 #  moe:     Qwen3-30B-A3B's shapes with dummy weights: single-sequence decode,
@@ -53,7 +57,8 @@ print(format(v, f[0]) if f and isinstance(v, (int, float)) and not isinstance(v,
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e profile moe} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe} " == *" $1 "* ]]; }
+declare -A PREFILL
 row "GPU" "-" "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 
 # ---- kernels: decode attention alone ------------------------------------------------
@@ -150,6 +155,39 @@ PY
     ok=$(awk -v r="$rel" 'BEGIN {print (r == r + 0 && r < 2e-2) ? "ok" : "FAIL"}')
     row "logits current vs all-previous (rel L2)" "$ok" "$rel over every position of the prompt + 63 tokens"
     row "greedy current vs all-previous" "-" "first divergence: $first of $count tokens"
+fi
+
+# ---- prefill: the mma.sync flash attention (opt-in) against the WMMA kernel ---------------------
+if want prefill; then
+    [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
+        --out "$MODEL" > "$OUT/make_model.log" 2>&1
+    for len in 512 4096 16384; do
+        for v in "wmma:" "flash:flash" "wmma:" "flash:flash"; do
+            name=${v%%:*}
+            json=$(NANOVLLM_CUDA_PREFILL=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --model "$MODEL" \
+                --input-len "$len" --output-len 2 --max-num-batched-tokens "$len" --json --quiet \
+                2>> "$OUT/prefill_${name}_$len.log")
+            echo "$json" >> "$OUT/prefill_${name}_$len.jsonl"
+            PREFILL[$name$len]+=" $(field "$json" "['prefill_tokens_per_s']")"
+        done
+        w=$(median <<< "${PREFILL[wmma$len]}")
+        f=$(median <<< "${PREFILL[flash$len]}")
+        row "prefill $len tokens, flash vs wmma" "$([ -n "$f" ] && echo - || echo FAIL)" \
+            "$(printf '%.0f' "${f:-0}") vs $(printf '%.0f' "${w:-0}") tok/s = $(ratio "$f" "$w")"
+    done
+    json=$(NANOVLLM_CUDA_PREFILL=flash timeout 150 "$BIN" bench --device cuda --model "$MODEL" --json \
+        2>> "$OUT/workload_flash.log")
+    row "bench.py workload, flash prefill" "$([ -n "$json" ] && echo - || echo FAIL)" \
+        "$(field "$json" "['output_tokens_per_s']" .0f) out tok/s"
+    PROMPT=$(printf 'Flash attention keeps the scores in registers. %.0s' $(seq 1 60))
+    for v in "wmma:" "flash:flash"; do
+        NANOVLLM_CUDA_PREFILL=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
+            --max-tokens 1 --quiet --dump-logits "$WORK/prefill_${v%%:*}.f32" > /dev/null 2>> "$OUT/prefill_logits.log"
+    done
+    rel=$("$PY" -c 'import sys, numpy as np; a, b = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:]); print(f"{np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")' \
+        "$WORK/prefill_flash.f32" "$WORK/prefill_wmma.f32" 2>> "$OUT/prefill_logits.log")
+    ok=$(awk -v r="$rel" 'BEGIN {print (r == r + 0 && r < 2e-2) ? "ok" : "FAIL"}')
+    row "prefill logits flash vs wmma (rel L2)" "$ok" "${rel:-?} over a ~600-token prompt"
 fi
 
 # ---- profile: where a single-sequence decode step's time goes (ncu, eager) -------------------
