@@ -27,7 +27,8 @@
  * RMSNorm, the same RoPE table computed in double on the host, so that the
  * two backends differ only by bf16 rounding of GEMM inputs and the cache
  * (and, within float32, the order of a sum of squares).
- * Paged attention lives in cuda_attention.cu.
+ * Attention lives in cuda_decode_attention.cu (decode), cuda_prefill_attention.cu
+ * and cuda_flash_attention.cu (prompt tokens); the few-row products in cuda_gemv.cu.
  */
 #include <cuda_bf16.h>
 #include <float.h>

@@ -1,11 +1,11 @@
 /*
  * cuda_kernels.h - the CUDA runner's own kernels, callable from C.
  *
- * Everything here that is not a GEMM (those go through cuBLAS): the
+ * Everything here but the larger GEMMs (those go through cuBLAS): the
  * embedding gather, residual-add + RMSNorm, per-head q/k RMSNorm + RoPE + the
- * store of K and V into the paged cache, paged attention, SiLU-and-mul, the
- * row gather in front of the lm_head (greedy and sampling are in
- * cuda_sampler.h). Each launcher checks its launch and returns 0, or -1 with
+ * store of K and V into the paged cache, paged attention (decode, prefill,
+ * flash prefill), SiLU-and-mul, the few-row products (gemv), the row gather
+ * in front of the lm_head (greedy and sampling are in cuda_sampler.h). Each launcher checks its launch and returns 0, or -1 with
  * the CUDA error in err; none waits for the GPU. Pointers are device memory; bf16 values travel as their raw 16 bits
  * (uint16_t), the top half of a float32, as in half.h. The tests call these
  * directly against the CPU runner's functions (llm.c style).
