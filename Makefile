@@ -47,7 +47,7 @@ LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 BIN_OBJ  = $(BIN_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test layers asan bench fuzz docker-test clean
+.PHONY: all fixtures test layers asan bench fuzz docker-test clean
 
 # The embedding fixture's weights and tokenizer are the tiny model's, stored
 # under Qwen3-Embedding's names and with its end-of-text post-processor:
@@ -69,7 +69,12 @@ GGUF_GENERATED = $(foreach t,$(GGUF_TYPES),$(GGUF_FIXTURE)/$(t).gguf $(GGUF_FIXT
                  $(foreach t,$(GGUF_MOE_TYPES),$(GGUF_FIXTURE)/moe-$(t).gguf $(GGUF_FIXTURE)/moe-$(t).ref)
 GGUF_TMP       = $(BUILD)/gguf-fixture-src
 
-all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a $(EMBED_GENERATED) $(GGUF_GENERATED)
+all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
+
+# The generated fixtures (python3-numpy, ~1 min for the GGUF files) are the
+# tests' and the README's examples', not the program's: `make test` and
+# scripts/setup.sh make them, a plain build does not.
+fixtures: $(EMBED_GENERATED) $(GGUF_GENERATED)
 
 $(EMBED_GENERATED) &: scripts/make_random_qwen3.py tests/fixtures/tiny-qwen3/tokenizer.json
 	scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out $(EMBED_FIXTURE) > /dev/null
@@ -115,7 +120,7 @@ $(BUILD)/test_nanovllm: $(TEST_OBJ) $(BUILD)/libnanovllm.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcriterion $(LDLIBS) -o $@
 
 # Tests find the binary through NANOVLLM_BIN and the fixtures relative to here.
-test: layers $(BUILD)/test_nanovllm $(BUILD)/nanovllm $(EMBED_GENERATED) $(GGUF_GENERATED)
+test: layers $(BUILD)/test_nanovllm $(BUILD)/nanovllm fixtures
 	NANOVLLM_BIN=$(BUILD)/nanovllm $(BUILD)/test_nanovllm $(TEST_ARGS)
 
 layers:

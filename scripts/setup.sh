@@ -31,4 +31,4 @@ $SUDO apt-get install -y --no-install-recommends "${PACKAGES[@]}"
 # of this project; the versions are pinned by tests/e2e/package-lock.json).
 npm ci --prefix tests/e2e --no-audit --no-fund
 
-make -j"$(nproc)"
+make -j"$(nproc)" all fixtures
