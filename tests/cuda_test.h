@@ -92,4 +92,84 @@ static inline float *widen_bf16(const uint16_t *v, size_t n) {
     return w;
 }
 
+/* ---- paged attention cases, shared by the attention kernels' tests ---- */
+
+#define ATTN_MAX_SEQS 8
+
+typedef struct AttnCase {
+    int nh, nkv, D, block_size, num_blocks;
+    int num_seqs;
+    int start[ATTN_MAX_SEQS], len[ATTN_MAX_SEQS]; /* per sequence: cached tokens, new tokens */
+} AttnCase;
+
+/* Each sequence's blocks, a scattered and disjoint pick from the cache,
+ * into flat (capacity entries; tables[s] points at sequence s's), and the
+ * sequences' CudaAttnSeq; returns the entries used. */
+static inline int attention_tables(const AttnCase *c, int32_t *flat, int capacity, int32_t **tables,
+                                   CudaAttnSeq *seqs) {
+    int next = 0, at = 0, token0 = 0;
+    cr_assert_leq(c->num_seqs, ATTN_MAX_SEQS);
+    for (int s = 0; s < c->num_seqs; s++) {
+        int blocks = (c->start[s] + c->len[s] + c->block_size - 1) / c->block_size;
+        cr_assert_leq(at + blocks, capacity, "the case's block tables outgrow the test's array");
+        tables[s] = flat + at;
+        for (int b = 0; b < blocks; b++) tables[s][b] = (int32_t)(((long)(next++) * 37 + 11) % c->num_blocks);
+        seqs[s] = (CudaAttnSeq){token0, c->start[s], c->len[s], at};
+        at += blocks;
+        token0 += c->len[s];
+    }
+    cr_assert_leq(next, c->num_blocks, "the case needs more blocks than the cache has");
+    return at;
+}
+
+/* Items of at most `tile` new tokens of one sequence; returns their count. */
+static inline int attention_items(const AttnCase *c, int tile, CudaAttnItem *items, int capacity) {
+    int n = 0;
+    for (int s = 0; s < c->num_seqs; s++)
+        for (int t0 = 0; t0 < c->len[s]; t0 += tile) {
+            cr_assert_lt(n, capacity, "more items than the test's array holds");
+            items[n++] = (CudaAttnItem){s, t0, c->len[s] - t0 < tile ? c->len[s] - t0 : tile};
+        }
+    return n;
+}
+
+/* float64 reference: softmax(q k^T / sqrt(D)) v over keys 0..position, for
+ * every new token of every sequence (out and q: [tokens, nh, D]). */
+static inline void attention_reference(float *out, const float *q, const float *k, const float *v,
+                                       const AttnCase *c, int32_t *const *tables) {
+    int t = 0, G = c->nh / c->nkv, bs = c->block_size, max_keys = 1;
+    for (int s = 0; s < c->num_seqs; s++)
+        if (c->start[s] + c->len[s] > max_keys) max_keys = c->start[s] + c->len[s];
+    double *score = malloc(sizeof(double) * max_keys), *acc = malloc(sizeof(double) * c->D);
+    cr_assert(score && acc);
+    for (int s = 0; s < c->num_seqs; s++) {
+        for (int i = 0; i < c->len[s]; i++, t++) {
+            int pos = c->start[s] + i;
+            for (int h = 0; h < c->nh; h++) {
+                const float *qh = q + ((size_t)t * c->nh + h) * c->D;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= pos; j++) {
+                    size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
+                    const float *kr = k + (slot * c->nkv + h / G) * c->D;
+                    double d = 0;
+                    for (int e = 0; e < c->D; e++) d += (double)qh[e] * kr[e];
+                    score[j] = d / sqrt((double)c->D);
+                    mx = fmax(mx, score[j]);
+                }
+                for (int e = 0; e < c->D; e++) acc[e] = 0;
+                for (int j = 0; j <= pos; j++) {
+                    sum += (score[j] = exp(score[j] - mx));
+                    size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
+                    const float *vr = v + (slot * c->nkv + h / G) * c->D;
+                    for (int e = 0; e < c->D; e++) acc[e] += score[j] * vr[e];
+                }
+                float *o = out + ((size_t)t * c->nh + h) * c->D;
+                for (int e = 0; e < c->D; e++) o[e] = (float)(acc[e] / sum);
+            }
+        }
+    }
+    free(score);
+    free(acc);
+}
+
 #endif

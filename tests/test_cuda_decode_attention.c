@@ -10,47 +10,16 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "cuda_test.h"
 
+/* A decode step: one new token per sequence, the last of its keys. */
 typedef struct DecodeCase {
     int nh, nkv, D, block_size, num_blocks, num_seqs;
-    int keys[8]; /* context length of each sequence, its new token included */
+    int keys[ATTN_MAX_SEQS]; /* context length of each sequence, its new token included */
 } DecodeCase;
 
-/* out[s, h, :] for the last key of each sequence, in float64. */
-static void reference(float *out, const float *q, const float *k, const float *v, const DecodeCase *c,
-                      int32_t *const *tables) {
-    const int G = c->nh / c->nkv, bs = c->block_size;
-    double *w = malloc(sizeof(double) * 20000);
-    cr_assert(w);
-    for (int s = 0; s < c->num_seqs; s++)
-        for (int h = 0; h < c->nh; h++) {
-            const float *qh = q + ((size_t)s * c->nh + h) * c->D;
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < c->keys[s]; j++) {
-                size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
-                const float *kr = k + (slot * c->nkv + h / G) * c->D;
-                double d = 0;
-                for (int e = 0; e < c->D; e++) d += (double)qh[e] * kr[e];
-                w[j] = d / sqrt((double)c->D);
-                mx = fmax(mx, w[j]);
-            }
-            for (int j = 0; j < c->keys[s]; j++) sum += (w[j] = exp(w[j] - mx));
-            for (int e = 0; e < c->D; e++) {
-                double acc = 0;
-                for (int j = 0; j < c->keys[s]; j++) {
-                    size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
-                    acc += w[j] * v[(slot * c->nkv + h / G) * c->D + e];
-                }
-                out[((size_t)s * c->nh + h) * c->D + e] = (float)(acc / sum);
-            }
-        }
-    free(w);
-}
-
-static void check_close(const uint16_t *out, const float *want, size_t n, const DecodeCase *c, const char *what,
+static void check_close(const uint16_t *out, const float *want, size_t n, const AttnCase *c, const char *what,
                         int splits) {
     float *got = widen_bf16(out, n);
     for (size_t i = 0; i < n; i++) {
@@ -65,29 +34,24 @@ static void check_close(const uint16_t *out, const float *want, size_t n, const 
     free(got);
 }
 
-static void run_case(const DecodeCase *c, uint64_t seed, const int *split_counts, int num_split_counts) {
+static void run_case(const DecodeCase *dc, uint64_t seed, const int *split_counts, int num_split_counts) {
+    AttnCase case_ = {dc->nh, dc->nkv, dc->D, dc->block_size, dc->num_blocks, dc->num_seqs, {0}, {0}};
+    for (int s = 0; s < dc->num_seqs; s++) case_.start[s] = dc->keys[s] - 1, case_.len[s] = 1;
+    const AttnCase *c = &case_;
     const int S = c->num_seqs;
     size_t cache = (size_t)c->num_blocks * c->block_size * c->nkv * c->D, nq = (size_t)S * c->nh * c->D;
     float *q_f, *k_f, *v_f;
     uint16_t *q = random_bf16(nq, 2.0f, seed, &q_f);
     uint16_t *k = random_bf16(cache, 2.0f, seed + 1, &k_f), *v = random_bf16(cache, 1.0f, seed + 2, &v_f);
-    int32_t *tables[8], flat[4096];
-    CudaAttnSeq seqs[8];
-    CudaAttnItem items[8];
-    int next = 0, at = 0;
-    for (int s = 0; s < S; s++) {
-        int blocks = (c->keys[s] + c->block_size - 1) / c->block_size;
-        tables[s] = flat + at;
-        for (int b = 0; b < blocks; b++) tables[s][b] = (int32_t)(((long)(next++) * 37 + 11) % c->num_blocks);
-        seqs[s] = (CudaAttnSeq){s, c->keys[s] - 1, 1, at};
-        items[s] = (CudaAttnItem){s, 0, 1};
-        at += blocks;
-    }
-    cr_assert_leq(next, c->num_blocks, "the case needs more blocks than the cache has");
+    int32_t *tables[ATTN_MAX_SEQS], flat[4096];
+    CudaAttnSeq seqs[ATTN_MAX_SEQS] = {{0}};
+    CudaAttnItem items[ATTN_MAX_SEQS] = {{0}};
+    const int at = attention_tables(c, flat, 4096, tables, seqs);
+    attention_items(c, 1, items, ATTN_MAX_SEQS);
     float *want = malloc(sizeof(float) * nq);
     uint16_t *out = malloc(sizeof(uint16_t) * nq);
     cr_assert(want && out);
-    reference(want, q_f, k_f, v_f, c, tables);
+    attention_reference(want, q_f, k_f, v_f, c, tables);
 
     uint16_t *d_q = dev_copy(q, nq * 2), *d_k = dev_copy(k, cache * 2), *d_v = dev_copy(v, cache * 2);
     CudaAttnSeq *d_seqs = dev_copy(seqs, sizeof seqs);

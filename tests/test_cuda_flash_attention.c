@@ -8,77 +8,27 @@
  * fails. Skipped without a GPU.
  */
 #include <criterion/criterion.h>
-#include <string.h>
 
 #include "cuda_test.h"
 
-typedef struct FlashCase {
-    int nh, nkv, D, block_size, num_blocks, num_seqs;
-    int start[4], len[4]; /* cached tokens before the step, new tokens in it */
-} FlashCase;
-
-static void reference(float *out, const float *q, const float *k, const float *v, const FlashCase *c,
-                      int32_t *const *tables) {
-    const int G = c->nh / c->nkv, bs = c->block_size;
-    int max_keys = 0;
-    for (int s = 0; s < c->num_seqs; s++)
-        if (c->start[s] + c->len[s] > max_keys) max_keys = c->start[s] + c->len[s];
-    double *w = malloc(sizeof(double) * max_keys), *acc = malloc(sizeof(double) * c->D);
-    cr_assert(w && acc);
-    for (int s = 0, t = 0; s < c->num_seqs; s++)
-        for (int i = 0; i < c->len[s]; i++, t++)
-            for (int h = 0; h < c->nh; h++) {
-                const int pos = c->start[s] + i;
-                const float *qh = q + ((size_t)t * c->nh + h) * c->D;
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= pos; j++) {
-                    const float *kr = k + (((size_t)tables[s][j / bs] * bs + j % bs) * c->nkv + h / G) * c->D;
-                    double d = 0;
-                    for (int e = 0; e < c->D; e++) d += (double)qh[e] * kr[e];
-                    w[j] = d / sqrt((double)c->D);
-                    mx = fmax(mx, w[j]);
-                }
-                memset(acc, 0, sizeof(double) * c->D);
-                for (int j = 0; j <= pos; j++) {
-                    double p = exp(w[j] - mx);
-                    sum += p;
-                    const float *vr = v + (((size_t)tables[s][j / bs] * bs + j % bs) * c->nkv + h / G) * c->D;
-                    for (int e = 0; e < c->D; e++) acc[e] += p * vr[e];
-                }
-                for (int e = 0; e < c->D; e++) out[((size_t)t * c->nh + h) * c->D + e] = (float)(acc[e] / sum);
-            }
-    free(w);
-    free(acc);
-}
-
-static void flash_case(const FlashCase *c, uint64_t seed) {
+static void flash_case(const AttnCase *c, uint64_t seed) {
     int T = 0;
     for (int s = 0; s < c->num_seqs; s++) T += c->len[s];
     const size_t cache = (size_t)c->num_blocks * c->block_size * c->nkv * c->D, nq = (size_t)T * c->nh * c->D;
     float *q_f, *k_f, *v_f;
     uint16_t *q = random_bf16(nq, 2.0f, seed, &q_f);
     uint16_t *k = random_bf16(cache, 2.0f, seed + 1, &k_f), *v = random_bf16(cache, 1.0f, seed + 2, &v_f);
-    int32_t *tables[4], *flat = malloc(sizeof(int32_t) * c->num_blocks);
-    CudaAttnSeq seqs[4];
-    const int tile = cuda_flash_attention_tile_tokens(c->nh, c->nkv);
-    CudaAttnItem *items = malloc(sizeof(CudaAttnItem) * (T / tile + 8));
+    int32_t *tables[ATTN_MAX_SEQS], *flat = malloc(sizeof(int32_t) * c->num_blocks);
+    CudaAttnSeq seqs[ATTN_MAX_SEQS] = {{0}};
+    const int tile = cuda_flash_attention_tile_tokens(c->nh, c->nkv), item_cap = T / tile + 2 * c->num_seqs;
+    CudaAttnItem *items = malloc(sizeof(CudaAttnItem) * item_cap);
     cr_assert(flat && items);
-    int next = 0, at = 0, token0 = 0, n_items = 0;
-    for (int s = 0; s < c->num_seqs; s++) {
-        int blocks = (c->start[s] + c->len[s] + c->block_size - 1) / c->block_size;
-        tables[s] = flat + at;
-        for (int b = 0; b < blocks; b++) tables[s][b] = (int32_t)(((long)(next++) * 37 + 11) % c->num_blocks);
-        seqs[s] = (CudaAttnSeq){token0, c->start[s], c->len[s], at};
-        for (int t0 = 0; t0 < c->len[s]; t0 += tile)
-            items[n_items++] = (CudaAttnItem){s, t0, c->len[s] - t0 < tile ? c->len[s] - t0 : tile};
-        at += blocks;
-        token0 += c->len[s];
-    }
-    cr_assert_leq(next, c->num_blocks, "the case needs more blocks than the cache has");
+    const int at = attention_tables(c, flat, c->num_blocks, tables, seqs);
+    const int n_items = attention_items(c, tile, items, item_cap);
     float *want = malloc(sizeof(float) * nq);
     uint16_t *out = malloc(sizeof(uint16_t) * nq);
     cr_assert(want && out);
-    reference(want, q_f, k_f, v_f, c, tables);
+    attention_reference(want, q_f, k_f, v_f, c, tables);
     uint16_t *d_q = dev_copy(q, nq * 2), *d_k = dev_copy(k, cache * 2), *d_v = dev_copy(v, cache * 2);
     CudaAttnSeq *d_seqs = dev_copy(seqs, sizeof seqs);
     CudaAttnItem *d_items = dev_copy(items, sizeof(CudaAttnItem) * n_items);
@@ -108,33 +58,33 @@ Test(cuda_flash_attention, odd_prompt_lengths, .timeout = 120) {
     require_gpu();
     static const int lengths[] = {1, 15, 16, 17, 63, 64, 65, 255, 256, 257};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
-        FlashCase c = {16, 8, 128, 16, 64, 1, {0}, {lengths[i]}};
+        AttnCase c = {16, 8, 128, 16, 64, 1, {0}, {lengths[i]}};
         flash_case(&c, 10 + i);
     }
-    FlashCase long_prompt = {2, 1, 64, 256, 20, 1, {0}, {4097}};
+    AttnCase long_prompt = {2, 1, 64, 256, 20, 1, {0}, {4097}};
     flash_case(&long_prompt, 30);
 }
 
 /* A prompt from zero, a chunk on a cached prefix and decode tokens in one step. */
 Test(cuda_flash_attention, chunks_and_decodes_in_one_step, .timeout = 120) {
     require_gpu();
-    FlashCase mixed = {16, 8, 128, 16, 200, 4, {0, 300, 700, 40}, {97, 130, 1, 1}};
+    AttnCase mixed = {16, 8, 128, 16, 200, 4, {0, 300, 700, 40}, {97, 130, 1, 1}};
     flash_case(&mixed, 40);
-    FlashCase big_blocks = {16, 8, 128, 256, 12, 3, {0, 257, 511}, {300, 33, 1}};
+    AttnCase big_blocks = {16, 8, 128, 256, 12, 3, {0, 257, 511}, {300, 33, 1}};
     flash_case(&big_blocks, 50);
 }
 
 Test(cuda_flash_attention, every_group_and_head_dim, .timeout = 120) {
     require_gpu();
-    FlashCase g1 = {4, 4, 64, 16, 80, 2, {0, 100}, {77, 40}};
+    AttnCase g1 = {4, 4, 64, 16, 80, 2, {0, 100}, {77, 40}};
     flash_case(&g1, 60);
-    FlashCase g5 = {40, 8, 128, 16, 80, 2, {0, 65}, {50, 20}}; /* 12 tokens of 5 heads a block */
+    AttnCase g5 = {40, 8, 128, 16, 80, 2, {0, 65}, {50, 20}}; /* 12 tokens of 5 heads a block */
     flash_case(&g5, 70);
-    FlashCase g8 = {32, 4, 128, 16, 80, 2, {0, 200}, {70, 9}};
+    AttnCase g8 = {32, 4, 128, 16, 80, 2, {0, 200}, {70, 9}};
     flash_case(&g8, 80);
-    FlashCase g16 = {64, 4, 128, 32, 40, 2, {0, 31}, {21, 5}}; /* 4 tokens a block */
+    AttnCase g16 = {64, 4, 128, 32, 40, 2, {0, 31}, {21, 5}}; /* 4 tokens a block */
     flash_case(&g16, 90);
-    FlashCase d64 = {6, 2, 64, 64, 40, 2, {0, 200}, {129, 3}};
+    AttnCase d64 = {6, 2, 64, 64, 40, 2, {0, 200}, {129, 3}};
     flash_case(&d64, 100);
 }
 

@@ -36,98 +36,105 @@ static void expect_bf16_close(const uint16_t *got, const float *want, size_t n, 
     }
 }
 
-Test(cuda_kernels, embedding) {
-    require_gpu();
-    const int V = 1003, H = 96, n = 37;
+/* n rows of a V x H table, the output `offset` floats into its allocation. */
+static void embed_case(int V, int H, int n, int offset) {
     float *table_f;
-    uint16_t *table = random_bf16((size_t)V * H, 1.0f, 1, &table_f);
-    int32_t tokens[37];
-    for (int i = 0; i < n; i++) tokens[i] = (i * 389 + 7) % V;
-    tokens[0] = 0;
-    tokens[1] = V - 1;
+    uint16_t *table = random_bf16((size_t)V * H, 1.0f, 210 + H, &table_f);
+    int32_t *tokens = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++) tokens[i] = (int32_t)(((long)i * 389 + 7) % V);
+    tokens[0] = V - 1; /* both ends of the table */
+    if (n > 1) tokens[1] = 0;
     uint16_t *d_table = dev_copy(table, sizeof(uint16_t) * V * H);
-    int32_t *d_tokens = dev_copy(tokens, sizeof tokens);
-    float *d_x = dev_poisoned(sizeof(float) * n * H);
+    int32_t *d_tokens = dev_copy(tokens, sizeof(int32_t) * n);
+    float *d_x = dev_poisoned(sizeof(float) * ((size_t)n * H + offset));
     Error err = {0};
-    cr_assert(cuda_embed(d_x, d_table, d_tokens, n, H, NULL, &err) == 0, "%s", err.msg);
-    float *x = malloc(sizeof(float) * n * H);
-    dev_fetch(x, d_x, sizeof(float) * n * H);
+    cr_assert(cuda_embed(d_x + offset, d_table, d_tokens, n, H, NULL, &err) == 0, "%s", err.msg);
+    float *x = malloc(sizeof(float) * ((size_t)n * H + offset));
+    dev_fetch(x, d_x, sizeof(float) * ((size_t)n * H + offset));
     for (int t = 0; t < n; t++)
-        cr_assert(memcmp(x + t * H, table_f + (size_t)tokens[t] * H, sizeof(float) * H) == 0, "row %d", t);
+        cr_assert(memcmp(x + offset + (size_t)t * H, table_f + (size_t)tokens[t] * H, sizeof(float) * H) == 0,
+                  "row %d of %d (H %d)", t, n, H);
     cuda_free(d_table);
     cuda_free(d_tokens);
     cuda_free(d_x);
     free(table);
     free(table_f);
+    free(tokens);
     free(x);
 }
 
-static void rmsnorm_case(int n, int H, bool with_delta) {
-    float *x = random_floats((size_t)n * H, 3.0f, 2 + H), *delta = random_floats((size_t)n * H, 1.0f, 3);
-    float *w = random_floats((size_t)H, 0.5f, 4);
+Test(cuda_kernels, embedding) {
+    require_gpu();
+    embed_case(1003, 96, 37, 0);
+}
+
+/* residual add + RMSNorm of n rows of H against the CPU, the buffers
+ * starting `offset` floats (or bf16) into their allocations. */
+static void rmsnorm_case(int n, int H, bool with_delta, int offset) {
+    size_t len = (size_t)n * H;
+    float *x = random_floats(len, 3.0f, 200 + H), *delta = random_floats(len, 1.0f, 201);
+    float *w = random_floats((size_t)H, 0.5f, 202);
     for (int i = 0; i < H; i++) w[i] += 1.0f;
-    float *d_x = dev_copy(x, sizeof(float) * n * H), *d_delta = dev_copy(delta, sizeof(float) * n * H);
-    float *d_w = dev_copy(w, sizeof(float) * H);
-    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * H);
+    float *d_x = dev_poisoned(sizeof(float) * (len + offset)), *d_delta = dev_poisoned(sizeof(float) * (len + offset));
+    float *d_w = dev_poisoned(sizeof(float) * (H + offset));
+    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * (len + offset));
     Error err = {0};
-    cr_assert(cuda_add_rmsnorm(d_x, with_delta ? d_delta : NULL, d_out, d_w, n, H, 1e-6f, NULL, &err) == 0,
-              "%s", err.msg);
-    float *x_gpu = malloc(sizeof(float) * n * H), *want = malloc(sizeof(float) * n * H);
-    uint16_t *out = malloc(sizeof(uint16_t) * n * H);
-    dev_fetch(x_gpu, d_x, sizeof(float) * n * H);
-    dev_fetch(out, d_out, sizeof(uint16_t) * n * H);
+    cr_assert(cuda_upload(d_x + offset, x, sizeof(float) * len, &err) == 0, "%s", err.msg);
+    cr_assert(cuda_upload(d_delta + offset, delta, sizeof(float) * len, &err) == 0, "%s", err.msg);
+    cr_assert(cuda_upload(d_w + offset, w, sizeof(float) * H, &err) == 0, "%s", err.msg);
+    cr_assert(cuda_add_rmsnorm(d_x + offset, with_delta ? d_delta + offset : NULL, d_out + offset, d_w + offset,
+                               n, H, 1e-6f, NULL, &err) == 0, "%s", err.msg);
+    float *x_gpu = malloc(sizeof(float) * (len + offset)), *want = malloc(sizeof(float) * len);
+    uint16_t *out = malloc(sizeof(uint16_t) * (len + offset));
+    dev_fetch(x_gpu, d_x, sizeof(float) * (len + offset));
+    dev_fetch(out, d_out, sizeof(uint16_t) * (len + offset));
     for (int t = 0; t < n; t++) {
-        if (with_delta) add_rmsnorm(x + t * H, delta + t * H, want + t * H, w, H, 1e-6f);
-        else rmsnorm(want + t * H, x + t * H, w, H, 1e-6f);
+        if (with_delta) add_rmsnorm(x + (size_t)t * H, delta + (size_t)t * H, want + (size_t)t * H, w, H, 1e-6f);
+        else rmsnorm(want + (size_t)t * H, x + (size_t)t * H, w, H, 1e-6f);
     }
-    cr_assert(memcmp(x_gpu, x, sizeof(float) * n * H) == 0, "the residual sum is exact");
-    expect_bf16_close(out, want, (size_t)n * H, "rmsnorm");
-    cuda_free(d_x);
-    cuda_free(d_delta);
-    cuda_free(d_w);
-    cuda_free(d_out);
-    free(x);
-    free(delta);
-    free(w);
-    free(x_gpu);
-    free(want);
-    free(out);
+    cr_assert(memcmp(x_gpu + offset, x, sizeof(float) * len) == 0, "the residual sum is exact (n %d, H %d)", n, H);
+    for (int i = 0; i < offset; i++) cr_assert(out[i] == 0xffff, "nothing written before the output");
+    expect_bf16_close(out + offset, want, len, "rmsnorm");
+    void *dev[] = {d_x, d_delta, d_w, d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
+    void *host[] = {x, delta, w, x_gpu, want, out};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
 
 Test(cuda_kernels, residual_add_rmsnorm) {
     require_gpu();
-    rmsnorm_case(5, 1000, true);  /* not a multiple of the block */
-    rmsnorm_case(3, 1024, false); /* the embedding's norm: no residual add */
-    rmsnorm_case(1, 32, true);
+    rmsnorm_case(5, 1000, true, 0);  /* not a multiple of the block */
+    rmsnorm_case(3, 1024, false, 0); /* the embedding's norm: no residual add */
+    rmsnorm_case(1, 32, true, 0);
 }
 
-/* q/k norm + RoPE on random heads at scattered positions; K and V land in
- * their slots and nowhere else. */
-static void qk_rope_case(int nh, int nkv, int D) {
-    const int n = 9, max_pos = 5000, slots_total = 64, width = (nh + 2 * nkv) * D;
-    float *qkv = random_floats((size_t)n * width, 2.0f, 10 + D);
-    float *qn = random_floats((size_t)D, 0.3f, 11), *kn = random_floats((size_t)D, 0.3f, 12);
+/* q/k norm + RoPE of n tokens' random heads at the given positions (below
+ * max_pos) into the given slots of an S-slot cache, against the CPU; K and
+ * V land in their slots and nowhere else. */
+static void qk_rope_check(int n, int nh, int nkv, int D, const int32_t *positions, const int32_t *slots, int S,
+                          int max_pos) {
+    const int width = (nh + 2 * nkv) * D;
+    float *qkv = random_floats((size_t)n * width, 2.0f, 220 + D);
+    float *qn = random_floats((size_t)D, 0.3f, 221), *kn = random_floats((size_t)D, 0.3f, 222);
     for (int i = 0; i < D; i++) {
         qn[i] += 1.0f;
         kn[i] += 1.0f;
     }
-    int32_t positions[9] = {0, 1, 17, 255, 256, 1000, 4095, 4999, 3};
-    int32_t slots[9] = {5, 63, 0, 17, 33, 2, 40, 12, 50};
     double *inv_freq = malloc(sizeof(double) * D / 2);
     rope_inv_freq(inv_freq, D, 1e6);
     float *rope = malloc(sizeof(float) * (size_t)max_pos * D);
     for (int p = 0; p < max_pos; p++) rope_cos_sin(rope + (size_t)p * D, p, inv_freq, D / 2);
 
-    size_t cache_elems = (size_t)slots_total * nkv * D;
+    size_t cache_elems = (size_t)S * nkv * D;
     float *d_qkv = dev_copy(qkv, sizeof(float) * n * width);
     float *d_qn = dev_copy(qn, sizeof(float) * D), *d_kn = dev_copy(kn, sizeof(float) * D);
     float *d_rope = dev_copy(rope, sizeof(float) * (size_t)max_pos * D);
-    int32_t *d_pos = dev_copy(positions, sizeof positions), *d_slots = dev_copy(slots, sizeof slots);
+    int32_t *d_pos = dev_copy(positions, sizeof(int32_t) * n), *d_slots = dev_copy(slots, sizeof(int32_t) * n);
     uint16_t *d_q = dev_poisoned(sizeof(uint16_t) * n * nh * D);
     uint16_t *d_k = dev_poisoned(sizeof(uint16_t) * cache_elems), *d_v = dev_poisoned(sizeof(uint16_t) * cache_elems);
     Error err = {0};
-    cr_assert(cuda_qk_norm_rope_store(d_q, d_k, d_v, d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, n, nh,
-                                      nkv, D, 1e-6f, NULL, &err) == 0, "%s", err.msg);
+    cr_assert(cuda_qk_norm_rope_store(d_q, d_k, d_v, d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, n, nh, nkv, D,
+                                      1e-6f, NULL, &err) == 0, "%s", err.msg);
     uint16_t *q = malloc(sizeof(uint16_t) * n * nh * D);
     uint16_t *k = malloc(sizeof(uint16_t) * cache_elems), *v = malloc(sizeof(uint16_t) * cache_elems);
     dev_fetch(q, d_q, sizeof(uint16_t) * n * nh * D);
@@ -135,7 +142,7 @@ static void qk_rope_case(int nh, int nkv, int D) {
     dev_fetch(v, d_v, sizeof(uint16_t) * cache_elems);
 
     float *head = malloc(sizeof(float) * D);
-    bool written[64] = {false};
+    bool *written = calloc((size_t)S, sizeof(bool));
     for (int t = 0; t < n; t++) {
         const float *row = qkv + (size_t)t * width;
         const float *cs = rope + (size_t)positions[t] * D;
@@ -152,15 +159,39 @@ static void qk_rope_case(int nh, int nkv, int D) {
             expect_bf16_close(got, head, (size_t)D, h < nh ? "q" : h < nh + nkv ? "k" : "v");
         }
     }
-    for (int s = 0; s < slots_total; s++)
+    for (int s = 0; s < S; s++)
         if (!written[s])
             for (size_t i = 0; i < (size_t)nkv * D; i++)
                 cr_assert(k[(size_t)s * nkv * D + i] == 0xffff && v[(size_t)s * nkv * D + i] == 0xffff,
                           "slot %d was not to be written", s);
     void *dev[] = {d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, d_q, d_k, d_v};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
-    void *host[] = {qkv, qn, kn, inv_freq, rope, q, k, v, head};
+    void *host[] = {qkv, qn, kn, inv_freq, rope, q, k, v, head, written};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+}
+
+/* At any token count: positions spread over the table, every token in its
+ * own slot, the slots not in token order. */
+static void qk_rope_rows_case(int n, int nh, int nkv, int D) {
+    const int max_pos = 4096;
+    int S = n + 8;
+    if (S % 5 == 0) S++; /* t -> (5t + 3) mod S is then one to one */
+    int32_t *positions = malloc(sizeof(int32_t) * n), *slots = malloc(sizeof(int32_t) * n);
+    cr_assert(positions && slots);
+    for (int t = 0; t < n; t++) {
+        positions[t] = (int32_t)(((long)t * 997 + 5) % max_pos);
+        slots[t] = (int32_t)(((long)t * 5 + 3) % S);
+    }
+    qk_rope_check(n, nh, nkv, D, positions, slots, S, max_pos);
+    free(positions);
+    free(slots);
+}
+
+/* Nine tokens at scattered positions, their table's edges among them. */
+static void qk_rope_case(int nh, int nkv, int D) {
+    static const int32_t positions[9] = {0, 1, 17, 255, 256, 1000, 4095, 4999, 3};
+    static const int32_t slots[9] = {5, 63, 0, 17, 33, 2, 40, 12, 50};
+    qk_rope_check(9, nh, nkv, D, positions, slots, 64, 5000);
 }
 
 Test(cuda_kernels, qk_norm_rope_kv_store) {
@@ -171,27 +202,42 @@ Test(cuda_kernels, qk_norm_rope_kv_store) {
     qk_rope_case(2, 2, 256);
 }
 
-Test(cuda_kernels, silu_mul) {
-    require_gpu();
-    const int n = 7, I = 3001;
-    float *gu = random_floats((size_t)n * 2 * I, 6.0f, 20);
-    float *d_gu = dev_copy(gu, sizeof(float) * n * 2 * I);
-    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * n * I);
+/* silu_mul over max_n rows, or cuda_silu_mul_rows over the first n_rows
+ * of them (n_rows < 0: all, through cuda_silu_mul); rows past the count
+ * stay untouched. */
+static void silu_case(int max_n, int n_rows, int I, int offset) {
+    int n = n_rows < 0 ? max_n : n_rows;
+    size_t len = (size_t)max_n * I;
+    float *gu = random_floats(2 * len, 6.0f, 230 + I);
+    float *d_gu = dev_poisoned(sizeof(float) * (2 * len + offset));
+    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * (len + offset));
+    int32_t *d_n = dev_copy(&n, sizeof n);
     Error err = {0};
-    cr_assert(cuda_silu_mul(d_out, d_gu, n, I, NULL, &err) == 0, "%s", err.msg);
-    uint16_t *out = malloc(sizeof(uint16_t) * n * I);
-    dev_fetch(out, d_out, sizeof(uint16_t) * n * I);
-    float *want = malloc(sizeof(float) * n * I);
+    cr_assert(cuda_upload(d_gu + offset, gu, sizeof(float) * 2 * len, &err) == 0, "%s", err.msg);
+    if (n_rows < 0) cr_assert(cuda_silu_mul(d_out + offset, d_gu + offset, max_n, I, NULL, &err) == 0, "%s", err.msg);
+    else cr_assert(cuda_silu_mul_rows(d_out + offset, d_gu + offset, max_n, d_n, I, NULL, &err) == 0, "%s", err.msg);
+    uint16_t *out = malloc(sizeof(uint16_t) * (len + offset));
+    dev_fetch(out, d_out, sizeof(uint16_t) * (len + offset));
+    float *want = malloc(sizeof(float) * len);
     for (int t = 0; t < n; t++) {
         memcpy(want + (size_t)t * I, gu + (size_t)t * 2 * I, sizeof(float) * I);
         silu_mul(want + (size_t)t * I, gu + (size_t)t * 2 * I + I, (size_t)I);
     }
-    expect_bf16_close(out, want, (size_t)n * I, "silu_mul");
+    for (int i = 0; i < offset; i++) cr_assert(out[i] == 0xffff, "nothing written before the output");
+    expect_bf16_close(out + offset, want, (size_t)n * I, "silu_mul");
+    for (size_t i = (size_t)n * I; i < len; i++)
+        cr_assert(out[offset + i] == 0xffff, "element %zu is past the %d rows to compute", i, n);
     cuda_free(d_gu);
     cuda_free(d_out);
+    cuda_free(d_n);
     free(gu);
     free(out);
     free(want);
+}
+
+Test(cuda_kernels, silu_mul) {
+    require_gpu();
+    silu_case(7, -1, 3001, 0);
 }
 
 Test(cuda_kernels, gather_rows) {
@@ -219,47 +265,6 @@ Test(cuda_kernels, gather_rows) {
 
 /* ---- paged attention ------------------------------------------------------------------ */
 
-typedef struct AttnCase {
-    int nh, nkv, D, block_size, num_blocks;
-    int num_seqs;
-    int start[4], len[4]; /* per sequence: cached tokens, new tokens */
-} AttnCase;
-
-/* float64 reference: softmax(q k^T / sqrt(D)) v over keys 0..position. */
-static void attention_reference(float *out, const float *q, const float *k, const float *v,
-                                const AttnCase *c, int32_t *const *tables) {
-    int t = 0, G = c->nh / c->nkv, bs = c->block_size;
-    double *score = malloc(sizeof(double) * 8192);
-    for (int s = 0; s < c->num_seqs; s++) {
-        for (int i = 0; i < c->len[s]; i++, t++) {
-            int pos = c->start[s] + i;
-            for (int h = 0; h < c->nh; h++) {
-                const float *qh = q + ((size_t)t * c->nh + h) * c->D;
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= pos; j++) {
-                    size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
-                    const float *kr = k + (slot * c->nkv + h / G) * c->D;
-                    double d = 0;
-                    for (int e = 0; e < c->D; e++) d += (double)qh[e] * kr[e];
-                    score[j] = d / sqrt((double)c->D);
-                    mx = fmax(mx, score[j]);
-                }
-                for (int j = 0; j <= pos; j++) sum += (score[j] = exp(score[j] - mx));
-                float *o = out + ((size_t)t * c->nh + h) * c->D;
-                for (int e = 0; e < c->D; e++) {
-                    double acc = 0;
-                    for (int j = 0; j <= pos; j++) {
-                        size_t slot = (size_t)tables[s][j / bs] * bs + j % bs;
-                        acc += score[j] * v[(slot * c->nkv + h / G) * c->D + e];
-                    }
-                    o[e] = (float)(acc / sum);
-                }
-            }
-        }
-    }
-    free(score);
-}
-
 /* splits 0: the tensor-core kernel (cuda_prefill_attention) */
 static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
     int T = 0;
@@ -269,24 +274,11 @@ static void attention_case_split(const AttnCase *c, uint64_t seed, int splits) {
     uint16_t *q = random_bf16((size_t)T * c->nh * c->D, 2.0f, seed, &q_f);
     uint16_t *k = random_bf16(cache, 2.0f, seed + 1, &k_f), *v = random_bf16(cache, 1.0f, seed + 2, &v_f);
 
-    /* each sequence's blocks: a scattered, disjoint pick from the cache */
-    int32_t *tables[4], flat[1024];
-    CudaAttnSeq seqs[4];
-    int next = 0, token0 = 0, at = 0;
-    for (int s = 0; s < c->num_seqs; s++) {
-        int blocks = (c->start[s] + c->len[s] + c->block_size - 1) / c->block_size;
-        tables[s] = flat + at;
-        for (int b = 0; b < blocks; b++) tables[s][b] = (int32_t)(((long)(next++) * 37 + 11) % c->num_blocks);
-        seqs[s] = (CudaAttnSeq){token0, c->start[s], c->len[s], at};
-        at += blocks;
-        token0 += c->len[s];
-    }
-    cr_assert_leq(next, c->num_blocks, "the case needs more blocks than the cache has");
-    int tile = cuda_attention_tile_tokens(c->nh, c->nkv), n_items = 0;
+    int32_t *tables[ATTN_MAX_SEQS], flat[1024];
+    CudaAttnSeq seqs[ATTN_MAX_SEQS] = {{0}};
+    int at = attention_tables(c, flat, 1024, tables, seqs);
     CudaAttnItem items[512];
-    for (int s = 0; s < c->num_seqs; s++)
-        for (int t0 = 0; t0 < c->len[s]; t0 += tile)
-            items[n_items++] = (CudaAttnItem){s, t0, c->len[s] - t0 < tile ? c->len[s] - t0 : tile};
+    int n_items = attention_items(c, cuda_attention_tile_tokens(c->nh, c->nkv), items, 512);
 
     uint16_t *d_q = dev_copy(q, sizeof(uint16_t) * T * c->nh * c->D);
     uint16_t *d_k = dev_copy(k, sizeof(uint16_t) * cache), *d_v = dev_copy(v, sizeof(uint16_t) * cache);
@@ -372,79 +364,21 @@ Test(cuda_kernels, paged_attention_split_decode) {
  * registers exactly, leave lanes idle or are not a multiple of the vector
  * width, and buffers one element off their 16-byte alignment. */
 
-/* rmsnorm_case with the buffers starting `offset` floats (or bf16) into
- * their allocations. */
-static void rmsnorm_case_at(int n, int H, bool with_delta, int offset) {
-    size_t len = (size_t)n * H;
-    float *x = random_floats(len, 3.0f, 200 + H), *delta = random_floats(len, 1.0f, 201);
-    float *w = random_floats((size_t)H, 0.5f, 202);
-    for (int i = 0; i < H; i++) w[i] += 1.0f;
-    float *d_x = dev_poisoned(sizeof(float) * (len + offset)), *d_delta = dev_poisoned(sizeof(float) * (len + offset));
-    float *d_w = dev_poisoned(sizeof(float) * (H + offset));
-    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * (len + offset));
-    Error err = {0};
-    cr_assert(cuda_upload(d_x + offset, x, sizeof(float) * len, &err) == 0, "%s", err.msg);
-    cr_assert(cuda_upload(d_delta + offset, delta, sizeof(float) * len, &err) == 0, "%s", err.msg);
-    cr_assert(cuda_upload(d_w + offset, w, sizeof(float) * H, &err) == 0, "%s", err.msg);
-    cr_assert(cuda_add_rmsnorm(d_x + offset, with_delta ? d_delta + offset : NULL, d_out + offset, d_w + offset,
-                               n, H, 1e-6f, NULL, &err) == 0, "%s", err.msg);
-    float *x_gpu = malloc(sizeof(float) * (len + offset)), *want = malloc(sizeof(float) * len);
-    uint16_t *out = malloc(sizeof(uint16_t) * (len + offset));
-    dev_fetch(x_gpu, d_x, sizeof(float) * (len + offset));
-    dev_fetch(out, d_out, sizeof(uint16_t) * (len + offset));
-    for (int t = 0; t < n; t++) {
-        if (with_delta) add_rmsnorm(x + (size_t)t * H, delta + (size_t)t * H, want + (size_t)t * H, w, H, 1e-6f);
-        else rmsnorm(want + (size_t)t * H, x + (size_t)t * H, w, H, 1e-6f);
-    }
-    cr_assert(memcmp(x_gpu + offset, x, sizeof(float) * len) == 0, "the residual sum is exact (n %d, H %d)", n, H);
-    for (int i = 0; i < offset; i++) cr_assert(out[i] == 0xffff, "nothing written before the output");
-    expect_bf16_close(out + offset, want, len, "rmsnorm");
-    void *dev[] = {d_x, d_delta, d_w, d_out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
-    void *host[] = {x, delta, w, x_gpu, want, out};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
-}
-
 Test(cuda_kernels, rmsnorm_row_shapes) {
     require_gpu();
     const int rows[] = {1, 3, 257};
     for (int r = 0; r < 3; r++) {
-        rmsnorm_case_at(rows[r], 1024, true, 0); /* Qwen3-0.6B: 8 float4s a lane */
-        rmsnorm_case_at(rows[r], 1024, false, 0);
-        rmsnorm_case_at(rows[r], 12, true, 0);   /* 3 float4s: most lanes idle */
-        rmsnorm_case_at(rows[r], 2564, true, 0); /* 641 float4s: 20 a lane and one over */
+        rmsnorm_case(rows[r], 1024, true, 0); /* Qwen3-0.6B: 8 float4s a lane */
+        rmsnorm_case(rows[r], 1024, false, 0);
+        rmsnorm_case(rows[r], 12, true, 0);   /* 3 float4s: most lanes idle */
+        rmsnorm_case(rows[r], 2564, true, 0); /* 641 float4s: 20 a lane and one over */
     }
-    rmsnorm_case_at(1025, 128, true, 0);  /* rows past the larger blocks' threshold */
-    rmsnorm_case_at(3, 4096, true, 0);    /* the widest row kept in registers */
-    rmsnorm_case_at(3, 4100, true, 0);    /* one float4 a lane too many: the block kernel */
-    rmsnorm_case_at(3, 1002, true, 0);    /* not a multiple of 4 */
-    rmsnorm_case_at(3, 1024, true, 1);    /* misaligned buffers */
-    rmsnorm_case_at(257, 8192, false, 0); /* wider than registers hold: the block kernel */
-}
-
-static void embed_case(int V, int H, int n, int offset) {
-    float *table_f;
-    uint16_t *table = random_bf16((size_t)V * H, 1.0f, 210 + H, &table_f);
-    int32_t *tokens = malloc(sizeof(int32_t) * n);
-    for (int i = 0; i < n; i++) tokens[i] = (int32_t)(((long)i * 389 + 7) % V);
-    tokens[0] = V - 1;
-    uint16_t *d_table = dev_copy(table, sizeof(uint16_t) * V * H);
-    int32_t *d_tokens = dev_copy(tokens, sizeof(int32_t) * n);
-    float *d_x = dev_poisoned(sizeof(float) * ((size_t)n * H + offset));
-    Error err = {0};
-    cr_assert(cuda_embed(d_x + offset, d_table, d_tokens, n, H, NULL, &err) == 0, "%s", err.msg);
-    float *x = malloc(sizeof(float) * ((size_t)n * H + offset));
-    dev_fetch(x, d_x, sizeof(float) * ((size_t)n * H + offset));
-    for (int t = 0; t < n; t++)
-        cr_assert(memcmp(x + offset + (size_t)t * H, table_f + (size_t)tokens[t] * H, sizeof(float) * H) == 0,
-                  "row %d of %d (H %d)", t, n, H);
-    cuda_free(d_table);
-    cuda_free(d_tokens);
-    cuda_free(d_x);
-    free(table);
-    free(table_f);
-    free(tokens);
-    free(x);
+    rmsnorm_case(1025, 128, true, 0);  /* rows past the larger blocks' threshold */
+    rmsnorm_case(3, 4096, true, 0);    /* the widest row kept in registers */
+    rmsnorm_case(3, 4100, true, 0);    /* one float4 a lane too many: the block kernel */
+    rmsnorm_case(3, 1002, true, 0);    /* not a multiple of 4 */
+    rmsnorm_case(3, 1024, true, 1);    /* misaligned buffers */
+    rmsnorm_case(257, 8192, false, 0); /* wider than registers hold: the block kernel */
 }
 
 Test(cuda_kernels, embedding_row_shapes) {
@@ -458,73 +392,6 @@ Test(cuda_kernels, embedding_row_shapes) {
     embed_case(20, 1024, 3, 1);  /* misaligned output */
 }
 
-/* qk_rope_case's check at any token count: positions spread over the
- * table, every token in its own slot, the slots not in token order. */
-static void qk_rope_rows_case(int n, int nh, int nkv, int D) {
-    const int max_pos = 4096, width = (nh + 2 * nkv) * D;
-    int S = n + 8;
-    if (S % 5 == 0) S++; /* t -> (5t + 3) mod S is then one to one */
-    float *qkv = random_floats((size_t)n * width, 2.0f, 220 + D);
-    float *qn = random_floats((size_t)D, 0.3f, 221), *kn = random_floats((size_t)D, 0.3f, 222);
-    for (int i = 0; i < D; i++) {
-        qn[i] += 1.0f;
-        kn[i] += 1.0f;
-    }
-    int32_t *positions = malloc(sizeof(int32_t) * n), *slots = malloc(sizeof(int32_t) * n);
-    for (int t = 0; t < n; t++) {
-        positions[t] = (int32_t)(((long)t * 997 + 5) % max_pos);
-        slots[t] = (int32_t)(((long)t * 5 + 3) % S);
-    }
-    double *inv_freq = malloc(sizeof(double) * D / 2);
-    rope_inv_freq(inv_freq, D, 1e6);
-    float *rope = malloc(sizeof(float) * (size_t)max_pos * D);
-    for (int p = 0; p < max_pos; p++) rope_cos_sin(rope + (size_t)p * D, p, inv_freq, D / 2);
-
-    size_t cache_elems = (size_t)S * nkv * D;
-    float *d_qkv = dev_copy(qkv, sizeof(float) * n * width);
-    float *d_qn = dev_copy(qn, sizeof(float) * D), *d_kn = dev_copy(kn, sizeof(float) * D);
-    float *d_rope = dev_copy(rope, sizeof(float) * (size_t)max_pos * D);
-    int32_t *d_pos = dev_copy(positions, sizeof(int32_t) * n), *d_slots = dev_copy(slots, sizeof(int32_t) * n);
-    uint16_t *d_q = dev_poisoned(sizeof(uint16_t) * n * nh * D);
-    uint16_t *d_k = dev_poisoned(sizeof(uint16_t) * cache_elems), *d_v = dev_poisoned(sizeof(uint16_t) * cache_elems);
-    Error err = {0};
-    cr_assert(cuda_qk_norm_rope_store(d_q, d_k, d_v, d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, n, nh, nkv, D,
-                                      1e-6f, NULL, &err) == 0, "%s", err.msg);
-    uint16_t *q = malloc(sizeof(uint16_t) * n * nh * D);
-    uint16_t *k = malloc(sizeof(uint16_t) * cache_elems), *v = malloc(sizeof(uint16_t) * cache_elems);
-    dev_fetch(q, d_q, sizeof(uint16_t) * n * nh * D);
-    dev_fetch(k, d_k, sizeof(uint16_t) * cache_elems);
-    dev_fetch(v, d_v, sizeof(uint16_t) * cache_elems);
-
-    float *head = malloc(sizeof(float) * D);
-    bool *written = calloc((size_t)S, sizeof(bool));
-    for (int t = 0; t < n; t++) {
-        const float *row = qkv + (size_t)t * width;
-        const float *cs = rope + (size_t)positions[t] * D;
-        written[slots[t]] = true;
-        for (int h = 0; h < nh + 2 * nkv; h++) {
-            memcpy(head, row + (size_t)h * D, sizeof(float) * D);
-            if (h < nh + nkv) {
-                rmsnorm(head, head, h < nh ? qn : kn, D, 1e-6f);
-                rope_apply(head, D, cs);
-            }
-            const uint16_t *got = h < nh ? q + ((size_t)t * nh + h) * D
-                                  : h < nh + nkv ? k + ((size_t)slots[t] * nkv + h - nh) * D
-                                                 : v + ((size_t)slots[t] * nkv + h - nh - nkv) * D;
-            expect_bf16_close(got, head, (size_t)D, h < nh ? "q" : h < nh + nkv ? "k" : "v");
-        }
-    }
-    for (int s = 0; s < S; s++)
-        if (!written[s])
-            for (size_t i = 0; i < (size_t)nkv * D; i++)
-                cr_assert(k[(size_t)s * nkv * D + i] == 0xffff && v[(size_t)s * nkv * D + i] == 0xffff,
-                          "slot %d was not to be written", s);
-    void *dev[] = {d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, d_q, d_k, d_v};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
-    void *host[] = {qkv, qn, kn, positions, slots, inv_freq, rope, q, k, v, head, written};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
-}
-
 Test(cuda_kernels, qk_norm_rope_row_shapes) {
     require_gpu();
     const int rows[] = {1, 3, 257};
@@ -535,39 +402,6 @@ Test(cuda_kernels, qk_norm_rope_row_shapes) {
     }
     qk_rope_rows_case(1, 1, 1, 64); /* 3 heads: most of the block idle */
     qk_rope_rows_case(3, 32, 4, 128);
-}
-
-/* silu_mul over max_n rows, or cuda_silu_mul_rows over the first n_rows
- * of them (n_rows < 0: all, through cuda_silu_mul); rows past the count
- * stay untouched. */
-static void silu_case(int max_n, int n_rows, int I, int offset) {
-    int n = n_rows < 0 ? max_n : n_rows;
-    size_t len = (size_t)max_n * I;
-    float *gu = random_floats(2 * len, 6.0f, 230 + I);
-    float *d_gu = dev_poisoned(sizeof(float) * (2 * len + offset));
-    uint16_t *d_out = dev_poisoned(sizeof(uint16_t) * (len + offset));
-    int32_t *d_n = dev_copy(&n, sizeof n);
-    Error err = {0};
-    cr_assert(cuda_upload(d_gu + offset, gu, sizeof(float) * 2 * len, &err) == 0, "%s", err.msg);
-    if (n_rows < 0) cr_assert(cuda_silu_mul(d_out + offset, d_gu + offset, max_n, I, NULL, &err) == 0, "%s", err.msg);
-    else cr_assert(cuda_silu_mul_rows(d_out + offset, d_gu + offset, max_n, d_n, I, NULL, &err) == 0, "%s", err.msg);
-    uint16_t *out = malloc(sizeof(uint16_t) * (len + offset));
-    dev_fetch(out, d_out, sizeof(uint16_t) * (len + offset));
-    float *want = malloc(sizeof(float) * len);
-    for (int t = 0; t < n; t++) {
-        memcpy(want + (size_t)t * I, gu + (size_t)t * 2 * I, sizeof(float) * I);
-        silu_mul(want + (size_t)t * I, gu + (size_t)t * 2 * I + I, (size_t)I);
-    }
-    for (int i = 0; i < offset; i++) cr_assert(out[i] == 0xffff, "nothing written before the output");
-    expect_bf16_close(out + offset, want, (size_t)n * I, "silu_mul");
-    for (size_t i = (size_t)n * I; i < len; i++)
-        cr_assert(out[offset + i] == 0xffff, "element %zu is past the %d rows to compute", i, n);
-    cuda_free(d_gu);
-    cuda_free(d_out);
-    cuda_free(d_n);
-    free(gu);
-    free(out);
-    free(want);
 }
 
 Test(cuda_kernels, silu_mul_row_shapes) {
