@@ -34,27 +34,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-ab-out}
 WORK=${WORK:-/tmp/nanovllm-gpu-check}
-BUNDLE=${BUNDLE:-gpu-bundle}
-BIN=$BUNDLE/nanovllm
-PY=${PY:-python3}
 ROUNDS=${AB_ROUNDS:-3}
-export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 mkdir -p "$OUT" "$WORK"
-if [ ! -x "$BIN" ] && [ -f "$BUNDLE/bundle.tar.xz" ]; then # as scripts/gpu_bundle.sh packs it
-    { xz -dc "$BUNDLE/bundle.tar.xz" | tar -C "$BUNDLE" -xf -; } 2> /dev/null ||
-        "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' \
-            "$BUNDLE/bundle.tar.xz" "$BUNDLE" || echo "cannot unpack $BUNDLE/bundle.tar.xz"
-fi
-ROWS=()
-row() { # name, result, detail
-    ROWS+=("$1|$2|$3")
-    printf '%-44s %-6s %s\n' "$1" "$2" "$3"
-}
-# field JSON EXPR [FORMAT]
-field() {
-    "$PY" -c "import json,sys; d=json.loads(sys.argv[1]); v=d$2; f=sys.argv[2:]
-print(format(v, f[0]) if f and isinstance(v, (int, float)) and not isinstance(v, bool) else v)" "$1" ${3:+"$3"} 2>/dev/null
-}
+ROW_WIDTH=44
+. scripts/gpu_lib.sh
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
 want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe} " == *" $1 "* ]]; }
@@ -74,11 +57,11 @@ if want kernels; then
             row "$name" FAIL "see attention_${1/\//-}_$2_$3.log"
             continue
         fi
-        diff=$(field "$json" "['max_diff_vs_legacy']" .2g)
+        diff=$(json_field "$json" "['max_diff_vs_legacy']" .2g)
         verdict=$(awk -v d="$diff" 'BEGIN {print (d == d + 0 && d <= 0.02) ? "ok" : "FAIL"}')
-        row "$name" "$verdict" "$(field "$json" "['kv_gb_per_s']" .0f) GB/s = $(field "$json" "['fraction_of_copy']" .0%) of copy, $(field "$json" "['us_per_launch']" .1f) us, $(field "$json" "['splits']") splits (unsplit $(field "$json" "['kv_gb_per_s_unsplit']" .0f)); previous $(field "$json" "['kv_gb_per_s_legacy']" .0f) GB/s, $(field "$json" "['us_legacy']" .1f) us = $(ratio "$(field "$json" "['us_legacy']")" "$(field "$json" "['us_per_launch']")") faster; max |diff| $diff"
+        row "$name" "$verdict" "$(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy, $(json_field "$json" "['us_per_launch']" .1f) us, $(json_field "$json" "['splits']") splits (unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f)); previous $(json_field "$json" "['kv_gb_per_s_legacy']" .0f) GB/s, $(json_field "$json" "['us_legacy']" .1f) us = $(ratio "$(json_field "$json" "['us_legacy']")" "$(json_field "$json" "['us_per_launch']")") faster; max |diff| $diff"
     done
-    row "device copy bandwidth (GB/s)" "-" "$(field "$json" "['copy_gb_per_s']" .0f)"
+    row "device copy bandwidth (GB/s)" "-" "$(json_field "$json" "['copy_gb_per_s']" .0f)"
 fi
 
 # ---- e2e: the random Qwen3-0.6B -----------------------------------------------------------
@@ -98,7 +81,7 @@ if want e2e; then
             json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --model "$MODEL" \
                 --input-len 512 --output-len 256 --json --quiet 2>> "$OUT/latency_$name.log")
             echo "$json" >> "$OUT/latency_$name.jsonl"
-            DECODE[$name]+=" $(field "$json" "['decode_tokens_per_s']")"
+            DECODE[$name]+=" $(json_field "$json" "['decode_tokens_per_s']")"
         done
     done
     cur=$(median <<< "${DECODE[current]}")
@@ -115,7 +98,7 @@ if want e2e; then
         json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 150 "$BIN" bench --device cuda --model "$MODEL" --json \
             2>> "$OUT/workload_$name.log")
         echo "$json" >> "$OUT/workload_$name.jsonl"
-        WORKLOAD[$name]+=" $(field "$json" "['output_tokens_per_s']")"
+        WORKLOAD[$name]+=" $(json_field "$json" "['output_tokens_per_s']")"
     done
     cur=$(median <<< "${WORKLOAD[current]}")
     for v in "${VARIANTS[@]}"; do
@@ -168,7 +151,7 @@ if want prefill; then
                 --input-len "$len" --output-len 2 --max-num-batched-tokens "$len" --json --quiet \
                 2>> "$OUT/prefill_${name}_$len.log")
             echo "$json" >> "$OUT/prefill_${name}_$len.jsonl"
-            PREFILL[$name$len]+=" $(field "$json" "['prefill_tokens_per_s']")"
+            PREFILL[$name$len]+=" $(json_field "$json" "['prefill_tokens_per_s']")"
         done
         w=$(median <<< "${PREFILL[wmma$len]}")
         f=$(median <<< "${PREFILL[flash$len]}")
@@ -178,7 +161,7 @@ if want prefill; then
     json=$(NANOVLLM_CUDA_PREFILL=flash timeout 150 "$BIN" bench --device cuda --model "$MODEL" --json \
         2>> "$OUT/workload_flash.log")
     row "bench.py workload, flash prefill" "$([ -n "$json" ] && echo - || echo FAIL)" \
-        "$(field "$json" "['output_tokens_per_s']" .0f) out tok/s"
+        "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s"
     PROMPT=$(printf 'Flash attention keeps the scores in registers. %.0s' $(seq 1 60))
     for v in "wmma:" "flash:flash"; do
         NANOVLLM_CUDA_PREFILL=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
@@ -240,13 +223,8 @@ JSON
             --model "$MOE" --input-len 512 --output-len 128 --json 2>> "$OUT/moe_$name.log")
         echo "$json" >> "$OUT/moe_$name.jsonl"
         row "30B-A3B single-stream decode, $name" "$([ -n "$json" ] && echo - || echo FAIL)" \
-            "$(field "$json" "['decode_tokens_per_s']" .0f) tok/s"
+            "$(json_field "$json" "['decode_tokens_per_s']" .0f) tok/s"
     done
 fi
 
-echo
-echo "==== nanovllm GPU A/B ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
-for r in "${ROWS[@]}"; do
-    IFS='|' read -r name result detail <<< "$r"
-    printf '%-44s %-6s %s\n' "$name" "$result" "$detail"
-done | tee "$OUT/table.txt"
+print_table "nanovllm GPU A/B"

@@ -32,27 +32,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-check-out}
 WORK=${WORK:-/tmp/nanovllm-gpu-check}
-BUNDLE=${BUNDLE:-gpu-bundle}
-BIN=$BUNDLE/nanovllm
-TESTS=$BUNDLE/test_nanovllm
-PY=${PY:-python3}
-export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+TESTS=${BUNDLE:-gpu-bundle}/test_nanovllm
 mkdir -p "$OUT" "$WORK"
-if [ ! -x "$BIN" ] && [ -f "$BUNDLE/bundle.tar.xz" ]; then # as scripts/gpu_bundle.sh packs it
-    { xz -dc "$BUNDLE/bundle.tar.xz" | tar -C "$BUNDLE" -xf -; } 2> /dev/null ||
-        "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' \
-            "$BUNDLE/bundle.tar.xz" "$BUNDLE" || echo "cannot unpack $BUNDLE/bundle.tar.xz"
-fi
-ROWS=()
-row() { # check, result, detail
-    ROWS+=("$1|$2|$3")
-    printf '%-34s %-8s %s\n' "$1" "$2" "$3"
-}
-# json_field JSON EXPR [FORMAT]: d EXPR of the JSON, numbers formatted as FORMAT (e.g. .0f)
-json_field() {
-    "$PY" -c "import json,sys; d=json.loads(sys.argv[1]); v=d$2; f=sys.argv[2:]
-print(format(v, f[0]) if f and isinstance(v, (int, float)) and not isinstance(v, bool) else v)" "$1" ${3:+"$3"} 2>/dev/null
-}
+ROW_WIDTH=34
+. scripts/gpu_lib.sh
 
 # ---- the machine -------------------------------------------------------------
 gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)
@@ -250,9 +233,4 @@ JSON
         "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s = ${pct:-?} of the floor ($(json_field "$floor" "['floor_output_tokens_per_s']" .0f)); $(json_field "$json" "['preemptions']") preemptions"
 fi
 
-echo
-echo "==== nanovllm GPU check ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
-for r in "${ROWS[@]}"; do
-    IFS='|' read -r check result detail <<< "$r"
-    printf '%-34s %-5s %s\n' "$check" "$result" "$detail"
-done | tee "$OUT/table.txt"
+print_table "nanovllm GPU check"
