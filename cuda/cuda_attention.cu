@@ -31,6 +31,7 @@
  */
 #include <math.h>
 
+#include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 
@@ -39,15 +40,6 @@
 #define TILE_ROWS 16 /* query rows (tokens x group heads) per block */
 #define MAX_SPLITS 16
 #define MIN_KEYS_PER_SPLIT 256
-
-__device__ __forceinline__ float bf16_to_f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
-__device__ __forceinline__ uint16_t f_to_bf16(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = WARP / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -97,7 +89,7 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
     for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
         int r = idx / D, d = idx % D;
         int token = seq.token0 + item.tile0 + r / group, head = kv_head * group + r % group;
-        q_s[idx] = bf16_to_f(q[((size_t)token * num_heads + head) * D + d]) * scale;
+        q_s[idx] = bf16_bits_to_float(q[((size_t)token * num_heads + head) * D + d]) * scale;
     }
     __syncthreads();
 
@@ -123,13 +115,8 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
             const uint16_t *k_row = k_cache + (slot * num_kv_heads + kv_head) * D;
             for (int d0 = 0; d0 < D; d0 += 8) {
                 uint4 raw = *reinterpret_cast<const uint4 *>(k_row + d0);
-                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
                 float k8[8];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    k8[2 * e] = __uint_as_float(w[e] << 16);
-                    k8[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-                }
+                widen8(raw, k8);
 #pragma unroll
                 for (int r = 0; r < TILE_ROWS; r++) {
                     if (r < rows) {
@@ -161,7 +148,7 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
             const uint16_t *v_row = v_cache + (slot_j * num_kv_heads + kv_head) * D;
             float v[DL];
 #pragma unroll
-            for (int i = 0; i < DL; i++) v[i] = bf16_to_f(v_row[lane + i * WARP]);
+            for (int i = 0; i < DL; i++) v[i] = bf16_bits_to_float(v_row[lane + i * WARP]);
 #pragma unroll
             for (int r = 0; r < TILE_ROWS; r++) {
                 if (r < rows) {
@@ -221,7 +208,7 @@ paged_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache
     for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
         int r = idx / D, d = idx % D;
         int token = seq.token0 + item.tile0 + r / group, head = kv_head * group + r % group;
-        out[((size_t)token * num_heads + head) * D + d] = f_to_bf16(o_s[idx] / l_s[r]);
+        out[((size_t)token * num_heads + head) * D + d] = float_to_bf16_bits(o_s[idx] / l_s[r]);
     }
 }
 
@@ -248,7 +235,7 @@ __global__ void merge_splits_kernel(uint16_t *out, const float *part_o, const fl
             den += w * ml[1];
         }
         int token = seq.token0 + item.tile0 + r / group, head = kv_head * group + r % group;
-        out[((size_t)token * num_heads + head) * D + d] = f_to_bf16(num / den);
+        out[((size_t)token * num_heads + head) * D + d] = float_to_bf16_bits(num / den);
     }
 }
 

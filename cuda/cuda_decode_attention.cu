@@ -26,6 +26,7 @@
  */
 #include <math.h>
 
+#include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_decode_plan.h"
 #include "cuda_kernels.h"
@@ -36,22 +37,6 @@
 
 /* exp2(x - max) for a running max that may still be -inf (nothing seen). */
 __device__ __forceinline__ float scale_from(float x, float max) { return x == -INFINITY ? 0.0f : exp2f(x - max); }
-
-__device__ __forceinline__ uint16_t to_bf16(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-__device__ __forceinline__ void widen8(const uint4 raw, float f[8]) {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        f[2 * e] = __uint_as_float(w[e] << 16);
-        f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-    }
-}
 
 /* D: head_dim; HB: query heads per block (heads_here of them real); T: keys
  * per lane per pass; PREFETCH: the next pass's rows in flight during this
@@ -226,7 +211,7 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
             sum += warp_l[w][h] * a;
         }
         if (used == 1) {
-            out[((size_t)token * num_heads + head0 + h) * D + d] = to_bf16(o / sum);
+            out[((size_t)token * num_heads + head0 + h) * D + d] = float_to_bf16_bits(o / sum);
         } else {
             mine[h * D + d] = o;
             if (d == 0) {
@@ -289,9 +274,7 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
             }
         }
         const int d0 = i4 * 4 % D;
-        const uint2 packed = make_uint2((uint32_t)to_bf16(sum4.x) | (uint32_t)to_bf16(sum4.y) << 16,
-                                        (uint32_t)to_bf16(sum4.z) | (uint32_t)to_bf16(sum4.w) << 16);
-        *reinterpret_cast<uint2 *>(out + ((size_t)token * num_heads + head0 + h) * D + d0) = packed;
+        *reinterpret_cast<uint2 *>(out + ((size_t)token * num_heads + head0 + h) * D + d0) = pack_bf16x4(sum4);
     }
     if (threadIdx.x == 0) counters[pair] = 0;
 }

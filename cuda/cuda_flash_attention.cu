@@ -26,18 +26,13 @@
  */
 #include <math.h>
 
+#include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_flash_plan.h"
 #include "cuda_kernels.h"
 
 #define WARP 32
 #define THREADS (FLASH_WARPS * WARP)
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem_row) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem_row);
@@ -196,10 +191,10 @@ flash_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ 
             for (int i = 0; i < 4; i++) {
                 p[i] = scale_from(s[nt][i], m[i / 2]);
                 /* the sum of what P V will use: bf16-rounded, as the WMMA kernel */
-                sum[i / 2] += __uint_as_float((uint32_t)(pack_bf16(p[i], 0.0f) & 0xffffu) << 16);
+                sum[i / 2] += bf16_bits_to_float(float_to_bf16_bits(p[i]));
             }
-            pf[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p[0], p[1]);
-            pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p[2], p[3]);
+            pf[nt / 2][(nt % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
+            pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -234,7 +229,7 @@ flash_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ 
 #pragma unroll
         for (int dt = 0; dt < DT; dt++)
             *reinterpret_cast<uint32_t *>(dst + 8 * dt + flash_c_col(lane, 2 * h)) =
-                pack_bf16(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+                pack_bf16x2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
     }
 }
 

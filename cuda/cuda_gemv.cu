@@ -15,21 +15,13 @@
  * launch fills the GPU at any N. cuBLAS keeps the
  * larger batches, and all of them under NANOVLLM_CUDA_LEGACY=gemv.
  */
+#include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 
 #define WARP 32
 #define WARPS_PER_BLOCK 8
 #define GEMV_UNROLL 4
-
-__device__ __forceinline__ void widen8(const uint4 raw, float f[8]) {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        f[2 * e] = __uint_as_float(w[e] << 16);
-        f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-    }
-}
 
 /* M rows of x [M, K] bf16 times W [N, K] bf16 -> y [M, N] float32. KSPLIT
  * warps share one output, each taking every KSPLIT-th 256-wide chunk of K,

@@ -35,6 +35,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_variants.h"
@@ -49,26 +50,6 @@
 #define VEC_THREADS 128
 /* Grid cap of the grid-stride loops: a few waves on any current GPU. */
 #define VEC_MAX_BLOCKS 8192
-
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
-    return __uint_as_float((uint32_t)h << 16);
-}
-
-/* Round to nearest even, as f32_to_bf16 in half.h (NaN stays NaN). */
-__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-
-/* Two bf16 in one word, a at the lower address; the same rounding as
- * float_to_bf16_bits, in one cvt.rn.bf16x2.f32. */
-__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
-    __nv_bfloat162 p = __floats2bfloat162_rn(a, b);
-    return (uint32_t)__bfloat16_as_ushort(p.x) | ((uint32_t)__bfloat16_as_ushort(p.y) << 16);
-}
-
-__device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
-    return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = WARP / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
