@@ -79,43 +79,64 @@ static void launch_free(Launch *L) {
     free(L->kind);
 }
 
-/* Samples every row on both samplers and expects the same tokens. */
-static void expect_same_tokens(Launch *L) {
-    const int V = L->vocab, R = L->rows;
-    const size_t row_bytes = sizeof(float) * (size_t)V;
-    SamplerScratch s;
-    Error err = {0};
-    cr_assert(sampler_scratch_init(&s, V, &err) == 0, "%s", err.msg);
-
-    /* CPU tokens, and the rows packed for the GPU */
-    int32_t *want = malloc(sizeof(int32_t) * (size_t)R), *got = malloc(sizeof(int32_t) * (size_t)R);
+/* Samples R rows of `vocab` logits on the CPU sampler (want) and, in one
+ * launch, on the GPU's (got). A row's mask (inputs[r].allowed) must lie in
+ * masks, [R, words], which goes to the GPU whole; NULL: no row is masked. */
+static void sample_on_both(int vocab, int R, const float *logits, const SampleInput *inputs, const uint32_t *masks,
+                           int32_t *want, int32_t *got) {
+    const int words = (vocab + 31) / 32;
+    const size_t row_bytes = sizeof(float) * (size_t)vocab;
     float *row = malloc(row_bytes);
     CudaSampleRow *rows = malloc(sizeof(CudaSampleRow) * (size_t)R);
     int capacity = R * (PROMPT_LEN + OUTPUT_LEN) + 1, used = 0;
     CudaPenalty *entries = malloc(sizeof(CudaPenalty) * (size_t)capacity);
     int bias_capacity = R * MAX_LOGIT_BIAS, biases_used = 0;
-    LogitBias *biases = malloc(sizeof(LogitBias) * (size_t)bias_capacity);
-    cr_assert(want && got && row && rows && entries && biases);
+    LogitBias *biases = malloc(sizeof(LogitBias) * (size_t)(bias_capacity > 0 ? bias_capacity : 1));
+    cr_assert(row && rows && entries && biases);
+    SamplerScratch s;
+    Error err = {0};
+    cr_assert(sampler_scratch_init(&s, vocab, &err) == 0, "%s", err.msg);
     for (int r = 0; r < R; r++) {
-        memcpy(row, L->logits + (size_t)r * V, row_bytes);
-        want[r] = sampler_sample(row, &L->inputs[r], &s, NULL);
-        int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, biases, bias_capacity,
-                                        biases_used, &L->inputs[r], &s);
+        memcpy(row, logits + (size_t)r * vocab, row_bytes);
+        want[r] = sampler_sample(row, &inputs[r], &s, NULL);
+        int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, biases, bias_capacity, biases_used,
+                                        &inputs[r], &s);
         cr_assert(n >= 0);
+        cr_assert_eq(rows[r].mask_offset, -1, "prepare leaves the mask to the caller");
+        if (inputs[r].allowed) {
+            cr_assert(masks && inputs[r].allowed >= masks && inputs[r].allowed < masks + (size_t)R * words);
+            rows[r].mask_offset = (int32_t)(inputs[r].allowed - masks);
+        }
         used += n;
         biases_used += rows[r].bias_count;
     }
-
-    float *d_logits = dev_copy(L->logits, row_bytes * (size_t)R);
+    float *d_logits = dev_copy(logits, row_bytes * (size_t)R);
     CudaSampleRow *d_rows = dev_copy(rows, sizeof(CudaSampleRow) * (size_t)R);
     CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
     LogitBias *d_biases = biases_used > 0 ? dev_copy(biases, sizeof(LogitBias) * (size_t)biases_used) : NULL;
-    void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, V) + 1);
+    uint32_t *d_masks = masks ? dev_copy(masks, sizeof(uint32_t) * (size_t)words * (size_t)R) : NULL;
+    void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, vocab) + 1);
     int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
-    cr_assert(cuda_sample(d_tokens, d_logits, R, V, d_rows, d_entries, d_biases, NULL, d_work, NULL,
-                          &err) == 0,
+    cr_assert(cuda_sample(d_tokens, d_logits, R, vocab, d_rows, d_entries, d_biases, d_masks, d_work, NULL, &err) ==
+                  0,
               "%s", err.msg);
     dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
+    void *dev[] = {d_logits, d_rows, d_entries, d_biases, d_masks, d_work, d_tokens};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) cuda_free(dev[i]);
+    free(row);
+    free(rows);
+    free(entries);
+    free(biases);
+    sampler_scratch_free(&s);
+}
+
+/* Samples every row on both samplers and expects the same tokens. */
+static void expect_same_tokens(Launch *L) {
+    const int V = L->vocab, R = L->rows;
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)R), *got = malloc(sizeof(int32_t) * (size_t)R);
+    cr_assert(want && got);
+    sample_on_both(V, R, L->logits, L->inputs, NULL, want, got);
 
     int mismatches = 0;
     for (int r = 0; r < R; r++) {
@@ -132,20 +153,8 @@ static void expect_same_tokens(Launch *L) {
         }
     }
     cr_expect_eq(mismatches, 0, "%d of %d rows differ (vocab %d)", mismatches, R, V);
-
-    cuda_free(d_logits);
-    cuda_free(d_rows);
-    cuda_free(d_entries);
-    if (d_biases) cuda_free(d_biases);
-    cuda_free(d_work);
-    cuda_free(d_tokens);
     free(want);
     free(got);
-    free(row);
-    free(rows);
-    free(entries);
-    free(biases);
-    sampler_scratch_free(&s);
 }
 
 static const int all_kinds[NUM_ROW_KINDS] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -266,23 +275,14 @@ static void expect_masked_tokens(int vocab) {
     const int R = NUM_MASK_KINDS * ns * num_lk * positions;
     const size_t row_bytes = sizeof(float) * (size_t)vocab;
 
-    float *logits = malloc(row_bytes * (size_t)R), *row = malloc(row_bytes);
+    float *logits = malloc(row_bytes * (size_t)R);
     uint32_t *masks = malloc(sizeof(uint32_t) * (size_t)words * (size_t)R);
     SamplingParams *params = malloc(sizeof(SamplingParams) * (size_t)R);
     SampleInput *inputs = malloc(sizeof(SampleInput) * (size_t)R);
     int32_t *history = malloc(sizeof(int32_t) * (size_t)R * (PROMPT_LEN + OUTPUT_LEN));
     int32_t *only = malloc(sizeof(int32_t) * (size_t)R), *want = malloc(sizeof(int32_t) * (size_t)R),
             *got = malloc(sizeof(int32_t) * (size_t)R);
-    CudaSampleRow *rows = malloc(sizeof(CudaSampleRow) * (size_t)R);
-    int capacity = R * (PROMPT_LEN + OUTPUT_LEN) + 1, used = 0;
-    CudaPenalty *entries = malloc(sizeof(CudaPenalty) * (size_t)capacity);
-    int bias_capacity = R * MAX_LOGIT_BIAS, biases_used = 0;
-    LogitBias *biases = malloc(sizeof(LogitBias) * (size_t)bias_capacity);
-    cr_assert(logits && row && masks && params && inputs && history && only && want && got && rows &&
-              entries && biases);
-    SamplerScratch s;
-    Error err = {0};
-    cr_assert(sampler_scratch_init(&s, vocab, &err) == 0, "%s", err.msg);
+    cr_assert(logits && masks && params && inputs && history && only && want && got);
 
     uint64_t st = 0xA11017EDull + (uint64_t)vocab;
     int r = 0;
@@ -315,28 +315,8 @@ static void expect_masked_tokens(int vocab) {
                                               .output = h + PROMPT_LEN,
                                               .output_len = OUTPUT_LEN,
                                               .allowed = mk == MASK_NONE ? NULL : m};
-                    memcpy(row, logits + (size_t)r * vocab, row_bytes);
-                    want[r] = sampler_sample(row, &inputs[r], &s, NULL);
-                    int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, biases,
-                                                    bias_capacity, biases_used, &inputs[r], &s);
-                    cr_assert(n >= 0);
-                    cr_assert_eq(rows[r].mask_offset, -1, "prepare leaves the mask to the caller");
-                    if (inputs[r].allowed) rows[r].mask_offset = r * words;
-                    used += n;
-                    biases_used += rows[r].bias_count;
                 }
-
-    float *d_logits = dev_copy(logits, row_bytes * (size_t)R);
-    CudaSampleRow *d_rows = dev_copy(rows, sizeof(CudaSampleRow) * (size_t)R);
-    CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
-    uint32_t *d_masks = dev_copy(masks, sizeof(uint32_t) * (size_t)words * (size_t)R);
-    LogitBias *d_biases = dev_copy(biases, sizeof(LogitBias) * (size_t)(biases_used > 0 ? biases_used : 1));
-    void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, vocab) + 1);
-    int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
-    cr_assert(cuda_sample(d_tokens, d_logits, R, vocab, d_rows, d_entries, d_biases, d_masks, d_work,
-                          NULL, &err) == 0,
-              "%s", err.msg);
-    dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
+    sample_on_both(vocab, R, logits, inputs, masks, want, got);
 
     int mismatches = 0;
     for (r = 0; r < R; r++) {
@@ -354,27 +334,8 @@ static void expect_masked_tokens(int vocab) {
                       !m || (want[r] >= 0 && want[r] < vocab && (m[want[r] / 32] >> (want[r] % 32) & 1u)));
     }
     cr_expect_eq(mismatches, 0, "%d of %d masked rows wrong (vocab %d)", mismatches, R, vocab);
-
-    cuda_free(d_logits);
-    cuda_free(d_rows);
-    cuda_free(d_entries);
-    cuda_free(d_masks);
-    cuda_free(d_biases);
-    cuda_free(d_work);
-    cuda_free(d_tokens);
-    free(logits);
-    free(row);
-    free(masks);
-    free(params);
-    free(inputs);
-    free(history);
-    free(only);
-    free(want);
-    free(got);
-    free(rows);
-    free(entries);
-    free(biases);
-    sampler_scratch_free(&s);
+    void *host[] = {logits, masks, params, inputs, history, only, want, got};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
 
 Test(cuda_sampler, masked_rows_match_cpu, .timeout = 300) {
@@ -469,20 +430,10 @@ Test(cuda_sampler, row_prepare_packs_logit_bias) {
 static void expect_rows(int vocab, int R, const float *logits, const SamplingParams *params,
                         const uint32_t *masks, const bool *has_mask, const int32_t *known) {
     const int words = (vocab + 31) / 32;
-    const size_t row_bytes = sizeof(float) * (size_t)vocab;
     SampleInput *inputs = malloc(sizeof(SampleInput) * (size_t)R);
     int32_t *history = malloc(sizeof(int32_t) * (size_t)R * (PROMPT_LEN + OUTPUT_LEN));
     int32_t *want = malloc(sizeof(int32_t) * (size_t)R), *got = malloc(sizeof(int32_t) * (size_t)R);
-    float *row = malloc(row_bytes);
-    CudaSampleRow *rows = malloc(sizeof(CudaSampleRow) * (size_t)R);
-    int capacity = R * (PROMPT_LEN + OUTPUT_LEN) + 1, used = 0;
-    CudaPenalty *entries = malloc(sizeof(CudaPenalty) * (size_t)capacity);
-    int bias_capacity = R * MAX_LOGIT_BIAS, biases_used = 0;
-    LogitBias *biases = malloc(sizeof(LogitBias) * (size_t)bias_capacity);
-    cr_assert(inputs && history && want && got && row && rows && entries && biases);
-    SamplerScratch s;
-    Error err = {0};
-    cr_assert(sampler_scratch_init(&s, vocab, &err) == 0, "%s", err.msg);
+    cr_assert(inputs && history && want && got);
     for (int r = 0; r < R; r++) {
         int32_t *h = history + (size_t)r * (PROMPT_LEN + OUTPUT_LEN);
         case_history(h, PROMPT_LEN, h + PROMPT_LEN, OUTPUT_LEN, vocab, (uint64_t)r * 3 + 1);
@@ -496,26 +447,8 @@ static void expect_rows(int vocab, int R, const float *logits, const SamplingPar
                                   .output = h + PROMPT_LEN,
                                   .output_len = OUTPUT_LEN,
                                   .allowed = masked ? masks + (size_t)r * words : NULL};
-        memcpy(row, logits + (size_t)r * vocab, row_bytes);
-        want[r] = sampler_sample(row, &inputs[r], &s, NULL);
-        int n = cuda_sample_row_prepare(&rows[r], entries, capacity, used, biases, bias_capacity,
-                                        biases_used, &inputs[r], &s);
-        cr_assert(n >= 0);
-        if (masked) rows[r].mask_offset = r * words;
-        used += n;
-        biases_used += rows[r].bias_count;
     }
-    float *d_logits = dev_copy(logits, row_bytes * (size_t)R);
-    CudaSampleRow *d_rows = dev_copy(rows, sizeof(CudaSampleRow) * (size_t)R);
-    CudaPenalty *d_entries = dev_copy(entries, sizeof(CudaPenalty) * (size_t)(used > 0 ? used : 1));
-    LogitBias *d_biases = dev_copy(biases, sizeof(LogitBias) * (size_t)(biases_used > 0 ? biases_used : 1));
-    uint32_t *d_masks = masks ? dev_copy(masks, sizeof(uint32_t) * (size_t)words * (size_t)R) : NULL;
-    void *d_work = dev_copy(NULL, cuda_sampler_workspace_bytes(R, vocab));
-    int32_t *d_tokens = dev_poisoned(sizeof(int32_t) * (size_t)R);
-    cr_assert(cuda_sample(d_tokens, d_logits, R, vocab, d_rows, d_entries, d_biases, d_masks, d_work,
-                          NULL, &err) == 0,
-              "%s", err.msg);
-    dev_fetch(got, d_tokens, sizeof(int32_t) * (size_t)R);
+    sample_on_both(vocab, R, logits, inputs, masks, want, got);
     int wrong = 0;
     for (int r = 0; r < R; r++) {
         bool ok = got[r] == want[r] && (!known || known[r] < 0 || want[r] == known[r]);
@@ -527,22 +460,10 @@ static void expect_rows(int vocab, int R, const float *logits, const SamplingPar
                       masks && has_mask[r], got[r], want[r], known ? known[r] : -1);
     }
     cr_expect_eq(wrong, 0, "%d of %d rows wrong (vocab %d)", wrong, R, vocab);
-    cuda_free(d_logits);
-    cuda_free(d_rows);
-    cuda_free(d_entries);
-    cuda_free(d_biases);
-    if (d_masks) cuda_free(d_masks);
-    cuda_free(d_work);
-    cuda_free(d_tokens);
     free(inputs);
     free(history);
     free(want);
     free(got);
-    free(row);
-    free(rows);
-    free(entries);
-    free(biases);
-    sampler_scratch_free(&s);
 }
 
 /* Sets l[i] = top for each listed index inside the row; returns the lowest. */
