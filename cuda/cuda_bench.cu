@@ -142,9 +142,9 @@ static int max_difference(const uint16_t *a, const uint16_t *b, size_t n, double
     return rc;
 }
 
-/* Bytes read + written per second by cudaMemcpy between two 1 GiB buffers. */
-static int copy_bandwidth(Buffers *b, double *bytes_per_s, Error *err) {
-    const size_t n = (size_t)1 << 30;
+/* Bytes read + written per second by cudaMemcpy between two n-byte
+ * buffers (b's events created). */
+static int copy_bandwidth(Buffers *b, size_t n, double *bytes_per_s, Error *err) {
     if (!(b->copy_src = cuda_alloc(n, err)) || !(b->copy_dst = cuda_alloc(n, err))) return -1;
     double best = 1e30;
     for (int run = -1; run < RUNS; run++) {
@@ -190,14 +190,14 @@ extern "C" int cuda_bench_attention(int batch, int context, int num_heads, int n
                             out->legacy_splits, &out->seconds_legacy, err);
     if (rc == 0) rc = max_difference(b.out, b.out_legacy, (size_t)batch * num_heads * head_dim,
                                      &out->max_diff_legacy, err);
-    if (rc == 0) rc = copy_bandwidth(&b, &out->copy_bytes_per_s, err);
+    if (rc == 0) rc = copy_bandwidth(&b, (size_t)1 << 30, &out->copy_bytes_per_s, err);
     free_buffers(&b);
     return rc;
 }
 
 /* ---- the copy bandwidth alone (cuda_bench_copy_bandwidth) ------------------------------------ */
 
-/* The same copy as copy_bandwidth() on buffers sized to what is free: a
+/* copy_bandwidth() on buffers sized to what is free: a
  * runner may already hold most of the device for its KV cache. Each buffer
  * is 1 GiB, or a third of the free memory if less, and never under 64 MiB
  * (the copy's 128 MiB stay beyond an H100's 50 MB L2). */
@@ -215,25 +215,9 @@ extern "C" int cuda_bench_copy_bandwidth(double *bytes_per_s, Error *err) {
                          free_bytes >> 20);
     Buffers b;
     memset(&b, 0, sizeof b);
-    int rc = -1;
-    double best = 1e30;
-    if ((b.copy_src = cuda_alloc(n, err)) && (b.copy_dst = cuda_alloc(n, err)) &&
-        cudaEventCreate(&b.start) == cudaSuccess && cudaEventCreate(&b.stop) == cudaSuccess) {
-        rc = 0;
-        for (int run = -1; rc == 0 && run < RUNS; run++) {
-            float ms = 0;
-            cudaError_t st = cudaEventRecord(b.start, 0);
-            if (st == cudaSuccess) st = cudaMemcpyAsync(b.copy_dst, b.copy_src, n, cudaMemcpyDeviceToDevice, 0);
-            if (st == cudaSuccess) st = cudaEventRecord(b.stop, 0);
-            if (st == cudaSuccess) st = cudaEventSynchronize(b.stop);
-            if (st == cudaSuccess) st = cudaEventElapsedTime(&ms, b.start, b.stop);
-            if (st != cudaSuccess) rc = cuda_fail(err, "timing a device copy", st);
-            else if (run >= 0 && ms / 1e3 < best) best = ms / 1e3;
-        }
-    } else if (b.copy_src && b.copy_dst) { /* cuda_alloc said why otherwise */
-        error_set(err, "cannot create CUDA events for timing a copy");
-    }
+    int rc = cudaEventCreate(&b.start) == cudaSuccess && cudaEventCreate(&b.stop) == cudaSuccess
+                 ? copy_bandwidth(&b, n, bytes_per_s, err)
+                 : error_set(err, "cannot create CUDA events for timing a copy");
     free_buffers(&b);
-    if (rc == 0) *bytes_per_s = 2.0 * (double)n / best;
     return rc;
 }
