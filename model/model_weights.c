@@ -205,8 +205,8 @@ static int dummy_vector(ModelWeights *w, const char *name, int n, const float **
 /* Variance 1 / fan_in (uniform of amplitude sqrt(3 / cols)); the embedding's 1. */
 static void dummy_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out) {
     bool embed = strcmp(name, "model.embed_tokens.weight") == 0;
-    *out = (Weight){NULL, WEIGHT_BF16, rows, cols, dummy_key(name, w->dummy_seed),
-                    embed ? 1.7320508f : (float)sqrt(3.0 / cols)};
+    *out = (Weight){.type = WEIGHT_BF16, .rows = rows, .cols = cols, .key = dummy_key(name, w->dummy_seed),
+                    .amplitude = embed ? 1.7320508f : (float)sqrt(3.0 / cols)};
 }
 
 static int source_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {

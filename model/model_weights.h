@@ -34,6 +34,10 @@ typedef struct Weight {
     int cols;
     uint64_t key;    /* dummy: dummy_value(key, i, amplitude) is element i (bf16-rounded) */
     float amplitude;
+    /* WEIGHT_F8_E4M3 only: the float32 block scales, fp8_scale_count(rows,
+     * cols) of them, row-major by 128-row then 128-column tile
+     * (model/weight_format.h); NULL for every other type. */
+    const float *scales;
 } Weight;
 
 /* One expert of a sparse layer: an MLP of moe_intermediate_size. */

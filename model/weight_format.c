@@ -36,6 +36,7 @@ size_t weight_block_bytes(WeightType t) {
     case WEIGHT_Q4_K: return sizeof(BlockQ4K);
     case WEIGHT_Q5_K: return sizeof(BlockQ5K);
     case WEIGHT_Q6_K: return sizeof(BlockQ6K);
+    case WEIGHT_F8_E4M3: return 1;
     }
     return 0;
 }
@@ -46,7 +47,9 @@ size_t weight_row_bytes(WeightType t, int cols) {
     return (size_t)(cols / per) * weight_block_bytes(t);
 }
 
-bool weight_type_quantized(WeightType t) { return t != WEIGHT_BF16 && t != WEIGHT_F32; }
+bool weight_type_quantized(WeightType t) {
+    return t != WEIGHT_BF16 && t != WEIGHT_F32 && t != WEIGHT_F8_E4M3;
+}
 
 const char *weight_type_name(WeightType t) {
     switch (t) {
@@ -56,6 +59,7 @@ const char *weight_type_name(WeightType t) {
     case WEIGHT_Q4_K: return "q4_k";
     case WEIGHT_Q5_K: return "q5_k";
     case WEIGHT_Q6_K: return "q6_k";
+    case WEIGHT_F8_E4M3: return "fp8_e4m3";
     }
     return "unknown";
 }
@@ -161,7 +165,48 @@ void weight_dequantize_row(WeightType t, const void *src, float *dst, int n) {
             break;
         }
         case WEIGHT_Q6_K: dequant_q6_k((const BlockQ6K *)p, dst); break;
+        case WEIGHT_F8_E4M3: *dst = fp8_e4m3_to_float(*p); break; /* before its block scale */
         }
+    }
+}
+
+/* ---- float8_e4m3fn ----------------------------------------------------------- */
+
+float fp8_e4m3_to_float(uint8_t b) {
+    if (fp8_e4m3_is_nan(b)) return NAN;
+    int exp = (b >> 3) & 15, mant = b & 7;
+    float mag = exp == 0 ? ldexpf((float)mant, -9) : ldexpf((float)(8 + mant), exp - 10);
+    return (b & 0x80) ? -mag : mag;
+}
+
+uint8_t fp8_e4m3_from_float(float f) {
+    if (isnan(f)) return 0x7f;
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    uint8_t mag;
+    if (a >= 448.0f) {
+        mag = 0x7e;
+    } else if (a < ldexpf(1.0f, -6)) { /* subnormal: multiples of 2^-9 (8 of them is 0x08, the first normal) */
+        mag = (uint8_t)nearbyintf(ldexpf(a, 9));
+    } else {
+        int e;
+        frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1): 1.xxx * 2^(e - 1) */
+        int mant = (int)nearbyintf(ldexpf(a, 4 - e)) - 8; /* (a / 2^(e-1) - 1) * 8, rounded to even */
+        if (mant == 8) {
+            mant = 0;
+            e++;
+        }
+        mag = (uint8_t)(((e - 1 + 7) << 3) | mant);
+    }
+    return sign | mag;
+}
+
+void fp8_dequantize_rows(const uint8_t *q, const float *scales, int cols, int n0, int n1, float *dst) {
+    int tiles = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    for (int n = n0; n < n1; n++, dst += cols) {
+        const float *row_scales = scales + (size_t)(n / FP8_BLOCK) * tiles;
+        const uint8_t *row = q + (size_t)n * cols;
+        for (int k = 0; k < cols; k++) dst[k] = fp8_e4m3_to_float(row[k]) * row_scales[k / FP8_BLOCK];
     }
 }
 
@@ -265,6 +310,7 @@ void weight_quantize_row(WeightType t, const float *src, void *dst, int n) {
             break;
         }
         case WEIGHT_Q6_K: quant_q6_k(src, (BlockQ6K *)p); break;
+        case WEIGHT_F8_E4M3: *p = fp8_e4m3_from_float(*src); break;
         }
     }
 }

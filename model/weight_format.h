@@ -19,6 +19,16 @@
  *        values' q kept beside: the activations' side of the integer dot
  *        products, never a weight.
  *
+ * F8_E4M3 comes from Hugging Face FP8 checkpoints (Qwen's "fp8" quant_method,
+ * DeepSeek's layout): each value one float8_e4m3fn byte (sign, 4 exponent bits
+ * biased by 7, 3 mantissa bits; subnormals at exponent 0; 0x7f/0xff NaN, no
+ * infinities; largest 448), rows of `cols` bytes, and a separate float32
+ * matrix of scales, one per FP8_BLOCK x FP8_BLOCK tile (the checkpoint's
+ * `weight_scale_inv`): W[n, k] = e4m3(q[n, k]) * scale[n / 128][k / 128],
+ * the scale matrix ceil(rows / 128) x ceil(cols / 128), edge tiles partial.
+ * It is not "quantized" in the sense below (no inline blocks, no integer
+ * products): its kernels multiply float32 activations (cpu_matmul_fp8.h).
+ *
  * The reference functions (weight_format.c) are the definition the SIMD
  * kernels are tested against: plain C, one value at a time.
  */
@@ -36,6 +46,7 @@ typedef enum WeightType {
     WEIGHT_Q4_K,
     WEIGHT_Q5_K,
     WEIGHT_Q6_K,
+    WEIGHT_F8_E4M3, /* Qwen's FP8 checkpoints: one byte a value, block scales beside (below) */
 } WeightType;
 
 #define QK8_0 32
@@ -81,23 +92,49 @@ _Static_assert(sizeof(BlockQ6K) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(BlockQ8K) == 292, "Q8_K block is 292 bytes");
 #endif
 
-/* Values per block (1 for bf16/f32) and bytes per block. */
+/* FP8 checkpoints' scale tile: FP8_BLOCK x FP8_BLOCK values share a scale. */
+#define FP8_BLOCK 128
+
+/* Values per block (1 for bf16/f32/f8_e4m3) and bytes per block. */
 int weight_block_elems(WeightType t);
 size_t weight_block_bytes(WeightType t);
 
 /* Bytes of one row of `cols` values; 0 when cols is not a whole number of blocks. */
 size_t weight_row_bytes(WeightType t, int cols);
 
+/* GGUF's inline-block types (Q8_0, Q4_K, ...): integer kernels, quantized inputs. */
 bool weight_type_quantized(WeightType t);
 const char *weight_type_name(WeightType t); /* "bf16", "q4_k", ... */
 
-/* Reference decode of n values (n a multiple of the block) from src to dst. */
+/* Reference decode of n values (n a multiple of the block) from src to dst
+ * (F8_E4M3: the bytes' values, before their block scale). */
 void weight_dequantize_row(WeightType t, const void *src, float *dst, int n);
 
 /* Reference encoders (tests and fixtures build quantized matrices with
  * them): n a multiple of the block; the choice of scales is simple
  * (max-abs based), decoding what they write is exact by definition. */
 void weight_quantize_row(WeightType t, const float *src, void *dst, int n);
+
+/* float8_e4m3fn: the value of one byte (NaN for 0x7f and 0xff), exactly. */
+float fp8_e4m3_to_float(uint8_t b);
+
+/* float -> float8_e4m3fn, rounding to nearest even, saturating to +-448
+ * (as PyTorch's .to(float8_e4m3fn) after clamping, which checkpoints
+ * do); NaN -> 0x7f. */
+uint8_t fp8_e4m3_from_float(float f);
+
+/* Whether a byte is one of e4m3's NaNs (a checkpoint holding one is refused). */
+static inline bool fp8_e4m3_is_nan(uint8_t b) { return (b & 0x7f) == 0x7f; }
+
+/* Scale tiles of a rows x cols FP8 matrix: ceil(rows / 128) * ceil(cols / 128). */
+static inline size_t fp8_scale_count(int rows, int cols) {
+    return (size_t)((rows + FP8_BLOCK - 1) / FP8_BLOCK) * (size_t)((cols + FP8_BLOCK - 1) / FP8_BLOCK);
+}
+
+/* Reference decode of rows [n0, n1) of an FP8 matrix of `cols` columns
+ * (q: the whole matrix's bytes, scales: its whole scale matrix) to float32
+ * at dst, cols per row: e4m3(q) * scale, one float32 product per value. */
+void fp8_dequantize_rows(const uint8_t *q, const float *scales, int cols, int n0, int n1, float *dst);
 
 /* The activations' side: n (a multiple of 256) floats to Q8_K blocks
  * (d = max|x| / 127, q = round(x / d)), and to Q8_0 blocks for Q8_0

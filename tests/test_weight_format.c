@@ -204,3 +204,66 @@ Test(weight_format, activation_quantization_error) {
     cr_assert_eq(q[0].d, 0.0f);
     cr_assert_eq(q[1].qs[7], 0);
 }
+
+/* float8_e4m3fn built bit by bit into a float32: normals move their exponent
+ * (bias 7 -> 127) and mantissa (3 -> 23 bits) over; subnormals are m * 2^-9. */
+static float e4m3_by_bits(uint8_t b) {
+    uint32_t exp = (b >> 3) & 15, mant = b & 7, sign = (uint32_t)(b & 0x80) << 24;
+    if (exp == 0) return (b & 0x80 ? -1.0f : 1.0f) * (float)mant / 512.0f;
+    uint32_t bits = sign | ((exp - 7 + 127) << 23) | (mant << 20);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+Test(weight_format, fp8_e4m3_every_value) {
+    for (int b = 0; b < 256; b++) {
+        float v = fp8_e4m3_to_float((uint8_t)b);
+        if (fp8_e4m3_is_nan((uint8_t)b)) {
+            cr_assert(isnan(v), "byte %02x", b);
+            cr_assert(b == 0x7f || b == 0xff);
+            continue;
+        }
+        cr_assert_eq(v, e4m3_by_bits((uint8_t)b), "byte %02x: %g", b, v);
+        cr_assert_eq(fp8_e4m3_from_float(v), (uint8_t)b, "byte %02x round trip", b);
+    }
+    cr_assert_eq(fp8_e4m3_to_float(0x7e), 448.0f);
+    cr_assert_eq(fp8_e4m3_to_float(0x01), 0x1p-9f); /* the smallest subnormal */
+    cr_assert_eq(fp8_e4m3_to_float(0x08), 0x1p-6f); /* the smallest normal */
+}
+
+Test(weight_format, fp8_e4m3_rounds_to_nearest_even_and_saturates) {
+    /* between every two neighbours (positive, finite): just below the
+     * midpoint rounds down, just above rounds up, the midpoint to the even
+     * mantissa (the even byte, since the mantissa is the low bits) */
+    for (int b = 0; b < 0x7e; b++) {
+        float lo = fp8_e4m3_to_float((uint8_t)b), hi = fp8_e4m3_to_float((uint8_t)(b + 1));
+        float mid = (lo + hi) / 2;
+        cr_assert_eq(fp8_e4m3_from_float(nextafterf(mid, lo)), b, "below the midpoint after %02x", b);
+        cr_assert_eq(fp8_e4m3_from_float(nextafterf(mid, hi)), b + 1, "above the midpoint after %02x", b);
+        cr_assert_eq(fp8_e4m3_from_float(mid), (b & 1) ? b + 1 : b, "midpoint after %02x", b);
+        cr_assert_eq(fp8_e4m3_from_float(-mid), 0x80 | ((b & 1) ? b + 1 : b));
+    }
+    cr_assert_eq(fp8_e4m3_from_float(449.0f), 0x7e);
+    cr_assert_eq(fp8_e4m3_from_float(1e30f), 0x7e);
+    cr_assert_eq(fp8_e4m3_from_float(-INFINITY), 0xfe);
+    cr_assert_eq(fp8_e4m3_from_float(NAN), 0x7f);
+    cr_assert_eq(fp8_e4m3_from_float(0x1p-11f), 0x00);
+    cr_assert_eq(fp8_e4m3_from_float(-0.0f), 0x80);
+}
+
+Test(weight_format, fp8_rows_take_their_tiles_scale) {
+    /* 130 x 200: tiles 2 x 2, the last row and column tiles partial */
+    enum { ROWS = 130, COLS = 200 };
+    static uint8_t q[ROWS * COLS];
+    static float out[ROWS * COLS];
+    float scales[4] = {0.5f, 2.0f, -1.0f, 0x1p-20f};
+    cr_assert_eq(fp8_scale_count(ROWS, COLS), 4);
+    for (int i = 0; i < ROWS * COLS; i++) q[i] = (uint8_t)(((i * 37) % 256) & 0xf7); /* bit 3 clear: no NaN */
+    fp8_dequantize_rows(q, scales, COLS, 120, 130, out);
+    for (int n = 120; n < 130; n++)
+        for (int k = 0; k < COLS; k++) {
+            float s = scales[(n / 128) * 2 + k / 128];
+            cr_assert_eq(out[(n - 120) * COLS + k], fp8_e4m3_to_float(q[n * COLS + k]) * s, "[%d, %d]", n, k);
+        }
+}
