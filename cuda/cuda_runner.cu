@@ -721,6 +721,10 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
                        "Hugging Face bf16 weights); use --device cpu");
         return NULL;
     }
+    if (model->config.fp8_weights) {
+        error_set(err, "FP8 checkpoints run on the CPU backend only for now; use --device cpu");
+        return NULL;
+    }
     CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);
     if (!r) {
         error_set(err, "out of memory");

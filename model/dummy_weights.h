@@ -47,6 +47,18 @@ DUMMY_FN uint16_t dummy_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* Byte i of an FP8 dummy matrix (float8_e4m3fn, model/weight_format.h): a
+ * random sign and one of the 64 codes 0x30..0x6f (exponents 6..13, values
+ * 0.5..120, log-uniform), never NaN. Their root mean square is
+ * DUMMY_FP8_RMS, so a scale of amplitude / (sqrt(3) * DUMMY_FP8_RMS) gives
+ * the matrix the spread of the bf16 dummies' uniform [-amplitude,
+ * amplitude). Integer steps only: one byte per value costs one hash. */
+#define DUMMY_FP8_RMS 38.2968f /* sqrt(mean over the 64 codes of value^2) = sqrt(1466.6) */
+DUMMY_FN uint8_t dummy_fp8(uint64_t key, uint64_t i) {
+    uint64_t r = dummy_mix(key + (i + 1) * 0x9E3779B97F4A7C15ull);
+    return (uint8_t)(((r >> 56) & 0x80) | (0x30 + ((r >> 40) & 0x3f)));
+}
+
 /* The key of a tensor: FNV-1a of its name, mixed with the seed. */
 static inline uint64_t dummy_key(const char *name, uint64_t seed) {
     uint64_t h = 0xCBF29CE484222325ull;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gguf_model.h"
+#include "weight_format.h"
 
 /* Reads an integer field into *out. A missing field is an error when
  * required, else *out keeps its default. Bounds keep every size product in
@@ -180,6 +181,40 @@ static int read_moe(ModelConfig *cfg, json_t *root, Error *err) {
     return 0;
 }
 
+/* Qwen's FP8 checkpoints (and DeepSeek's layout, which they share): dynamic
+ * activation scales are what weight-only kernels do anyway (activations stay
+ * float); anything else would be silently wrong, so it is refused by name. */
+static int read_quantization(ModelConfig *cfg, json_t *root, Error *err) {
+    json_t *q = json_object_get(root, "quantization_config");
+    if (!q || json_is_null(q)) return 0;
+    if (!json_is_object(q)) return error_set(err, "config.json: quantization_config must be an object");
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    if (!method || strcmp(method, "fp8") != 0)
+        return error_set(err,
+                         "config.json: quantization_config.quant_method '%s' is not supported "
+                         "(supported: 'fp8', Qwen's FP8 checkpoints; GGUF files for q8_0/q4_k/...)",
+                         method ? method : "(missing)");
+    const char *fmt = json_string_value(json_object_get(q, "fmt"));
+    if (fmt && strcmp(fmt, "e4m3") != 0)
+        return error_set(err, "config.json: quantization_config.fmt '%s' is not supported (only 'e4m3')", fmt);
+    const char *act = json_string_value(json_object_get(q, "activation_scheme"));
+    if (act && strcmp(act, "dynamic") != 0)
+        return error_set(err,
+                         "config.json: quantization_config.activation_scheme '%s' is not supported "
+                         "(only 'dynamic': no activation scales in the checkpoint)",
+                         act);
+    json_t *block = json_object_get(q, "weight_block_size");
+    if (!json_is_array(block) || json_array_size(block) != 2 ||
+        json_integer_value(json_array_get(block, 0)) != FP8_BLOCK ||
+        json_integer_value(json_array_get(block, 1)) != FP8_BLOCK)
+        return error_set(err,
+                         "config.json: quantization_config.weight_block_size must be [%d, %d] "
+                         "(per-tensor and per-channel FP8 scales are not supported)",
+                         FP8_BLOCK, FP8_BLOCK);
+    cfg->fp8_weights = true;
+    return 0;
+}
+
 static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
     memset(cfg, 0, sizeof *cfg);
     if (!json_is_object(root)) return error_set(err, "config.json: not a JSON object");
@@ -233,6 +268,7 @@ static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
                          "num_key_value_heads (%d)",
                          cfg->num_heads, cfg->num_kv_heads);
     if (moe && read_moe(cfg, root, err)) return -1;
+    if (read_quantization(cfg, root, err)) return -1;
     return read_eos(cfg, root, "config.json", err);
 }
 

@@ -8,8 +8,9 @@
  * extra end-of-sequence ids) with jansson, fills HF's defaults where HF has one,
  * and rejects anything the forward pass does not implement (other
  * architectures, rope scaling, sliding windows, attention biases, shared
- * experts) with an error naming the field, so an unsupported model fails at
- * start-up instead of producing wrong tokens.
+ * experts, quantization methods other than Qwen's block FP8) with an error
+ * naming the field, so an unsupported model fails at start-up instead of
+ * producing wrong tokens.
  */
 #ifndef NANOVLLM_MODEL_CONFIG_H
 #define NANOVLLM_MODEL_CONFIG_H
@@ -48,6 +49,12 @@ typedef struct ModelConfig {
     int moe_intermediate_size; /* each expert's MLP width */
     bool norm_topk_prob;       /* renormalise the k routing weights to sum to 1 */
     unsigned char sparse_layer[MODEL_MAX_LAYERS]; /* 1: the layer's MLP is the experts */
+    /* quantization_config {"quant_method": "fp8", "fmt": "e4m3",
+     * "weight_block_size": [128, 128], "activation_scheme": "dynamic"}:
+     * the layers' linear weights may be float8_e4m3fn with 128x128 block
+     * scales (model/weight_format.h); every other quantization_config is
+     * refused by name. */
+    bool fp8_weights;
 } ModelConfig;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json; or,

@@ -45,9 +45,10 @@ static void shape_string(char *buf, size_t size, const int64_t *shape, int ndim)
     if (used < size) snprintf(buf + used, size - used, "]");
 }
 
-/* Finds NAME and checks it is a float tensor of exactly the expected shape. */
+/* Finds NAME and checks it is a float tensor of exactly the expected shape
+ * (float8_e4m3fn too where fp8 says it may be). */
 static const TensorInfo *find_checked(ModelWeights *w, const char *name, int ndim,
-                                      const int64_t *shape, Error *err) {
+                                      const int64_t *shape, bool fp8, Error *err) {
     const TensorInfo *t = safetensors_find(&w->checkpoint, name);
     /* A sentence-transformers checkpoint (Qwen3-Embedding) saves the base
      * model alone: the same tensors without the "model." prefix. */
@@ -56,8 +57,11 @@ static const TensorInfo *find_checked(ModelWeights *w, const char *name, int ndi
         error_set(err, "checkpoint is missing tensor '%s'", name);
         return NULL;
     }
-    if (t->dtype == DTYPE_OTHER) {
-        error_set(err, "tensor '%s' has dtype %s; expected BF16, F16 or F32", name, t->dtype_name);
+    if (t->dtype == DTYPE_OTHER || (t->dtype == DTYPE_F8_E4M3 && !fp8)) {
+        error_set(err, "tensor '%s' has dtype %s; expected BF16, F16 or F32%s", name, t->dtype_name,
+                  t->dtype != DTYPE_F8_E4M3              ? ""
+                  : !w->config.fp8_weights              ? " (F8_E4M3 needs config.json's fp8 quantization_config)"
+                                                        : " (FP8 checkpoints keep it in bf16)");
         return NULL;
     }
     bool same = t->ndim == ndim;
@@ -75,7 +79,7 @@ static const TensorInfo *find_checked(ModelWeights *w, const char *name, int ndi
 static int checkpoint_vector(ModelWeights *w, const char *name, int n, const float **out,
                              Error *err) {
     int64_t shape[1] = {n};
-    const TensorInfo *t = find_checked(w, name, 1, shape, err);
+    const TensorInfo *t = find_checked(w, name, 1, shape, false, err);
     if (!t) return -1;
     float *v = own(w, sizeof(float) * (size_t)n, err);
     if (!v) return -1;
@@ -109,16 +113,78 @@ static float *widen_to_f32(ModelWeights *w, const void *src, size_t n, bool f16,
     return f;
 }
 
+/* Whether a matrix may be FP8 in an FP8 checkpoint: the layers' linear
+ * weights (experts and router included); the embeddings and lm_head stay
+ * bf16 in Qwen's, and their kernels (row lookup, the logits) read bf16. */
+static bool fp8_allowed(const ModelWeights *w, const char *name) {
+    return w->config.fp8_weights && strncmp(name, "model.layers.", 13) == 0;
+}
+
+/* Any of e4m3's two NaN bytes among n: 8 bytes at a time, (b & 0x7f) == 0x7f. */
+static bool has_fp8_nan(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        uint64_t low7 = v & 0x7f7f7f7f7f7f7f7full;                       /* each byte's low 7 bits */
+        if ((low7 + 0x0101010101010101ull) & 0x8080808080808080ull) break; /* some byte == 0x7f */
+    }
+    for (; i < n; i++)
+        if (fp8_e4m3_is_nan(p[i])) return true;
+    return false;
+}
+
+/* NAME_scale_inv (NAME ends in "weight"): ceil(rows / 128) x ceil(cols / 128)
+ * float scales in F32, BF16 or F16, converted to an owned float32 array; a
+ * scale that is not finite is refused (it would poison every value of its tile). */
+static int checkpoint_fp8_scales(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
+                                 Error *err) {
+    char scale_name[192];
+    snprintf(scale_name, sizeof scale_name, "%s_scale_inv", name);
+    if (!safetensors_find(&w->checkpoint, scale_name))
+        return error_set(err, "tensor '%s' is F8_E4M3 but the checkpoint has no '%s' (its block scales)", name,
+                         scale_name);
+    int64_t shape[2] = {(rows + FP8_BLOCK - 1) / FP8_BLOCK, (cols + FP8_BLOCK - 1) / FP8_BLOCK};
+    const TensorInfo *t = find_checked(w, scale_name, 2, shape, false, err);
+    if (!t) return -1;
+    size_t n = (size_t)(shape[0] * shape[1]);
+    float *scales = own(w, n * sizeof(float), err);
+    if (!scales) return -1;
+    const uint8_t *src = t->data;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        switch (t->dtype) {
+        case DTYPE_BF16: memcpy(&h, src + 2 * i, 2); scales[i] = bf16_to_f32(h); break;
+        case DTYPE_F16: memcpy(&h, src + 2 * i, 2); scales[i] = f16_to_f32(h); break;
+        default: memcpy(&scales[i], src + 4 * i, 4); break;
+        }
+        if (!isfinite(scales[i]))
+            return error_set(err, "tensor '%s': scale %zu of %zu is %g", scale_name, i, n, (double)scales[i]);
+    }
+    out->scales = scales;
+    return 0;
+}
+
 /* bf16 and f32 matrices are used in place when aligned to their element size;
- * f16 (and anything misaligned) is converted into an owned buffer. */
+ * f16 (and anything misaligned) is converted into an owned buffer. FP8 ones
+ * are used in place (bytes need no alignment) with their scales beside,
+ * after a scan for NaN bytes (a checkpoint never holds one; one would
+ * silently poison every sum it enters). */
 static int checkpoint_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
                              Error *err) {
     int64_t shape[2] = {rows, cols};
-    const TensorInfo *t = find_checked(w, name, 2, shape, err);
+    const TensorInfo *t = find_checked(w, name, 2, shape, fp8_allowed(w, name), err);
     if (!t) return -1;
     size_t n = (size_t)rows * (size_t)cols;
     out->rows = rows;
     out->cols = cols;
+    if (t->dtype == DTYPE_F8_E4M3) {
+        out->type = WEIGHT_F8_E4M3;
+        out->data = t->data;
+        if (has_fp8_nan(t->data, n))
+            return error_set(err, "tensor '%s' holds a NaN (float8_e4m3fn byte 0x7f or 0xff)", name);
+        return checkpoint_fp8_scales(w, name, rows, cols, out, err);
+    }
     bool aligned = ((uintptr_t)t->data % tensor_dtype_size(t->dtype)) == 0;
     if (t->dtype == DTYPE_BF16) {
         out->type = WEIGHT_BF16;
@@ -202,11 +268,22 @@ static int dummy_vector(ModelWeights *w, const char *name, int n, const float **
     return 0;
 }
 
-/* Variance 1 / fan_in (uniform of amplitude sqrt(3 / cols)); the embedding's 1. */
-static void dummy_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out) {
+/* Variance 1 / fan_in (uniform of amplitude sqrt(3 / cols)); the embedding's 1.
+ * An FP8 config's layer matrices (but the router, bf16 in Qwen's
+ * checkpoints) are FP8 dummies (dummy_fp8) with one scale for every tile
+ * that gives them the same variance. */
+static int dummy_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out, Error *err) {
     bool embed = strcmp(name, "model.embed_tokens.weight") == 0;
     *out = (Weight){.type = WEIGHT_BF16, .rows = rows, .cols = cols, .key = dummy_key(name, w->dummy_seed),
                     .amplitude = embed ? 1.7320508f : (float)sqrt(3.0 / cols)};
+    if (!fp8_allowed(w, name) || strstr(name, "mlp.gate.weight")) return 0;
+    size_t n = fp8_scale_count(rows, cols);
+    float *scales = own(w, n * sizeof(float), err);
+    if (!scales) return -1;
+    for (size_t i = 0; i < n; i++) scales[i] = out->amplitude / (1.7320508f * DUMMY_FP8_RMS);
+    out->type = WEIGHT_F8_E4M3;
+    out->scales = scales;
+    return 0;
 }
 
 static int source_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
@@ -218,8 +295,7 @@ static int source_matrix(ModelWeights *w, const char *name, int rows, int cols, 
                          Error *err) {
     if (w->gguf.map) return gguf_matrix(w, name, rows, cols, out, err);
     if (!w->dummy) return checkpoint_matrix(w, name, rows, cols, out, err);
-    dummy_matrix(w, name, rows, cols, out);
-    return 0;
+    return dummy_matrix(w, name, rows, cols, out, err);
 }
 
 /* ---- the tensors of a layer ---- */
@@ -375,6 +451,11 @@ static bool inside(const void *map, size_t size, const void *p, size_t n) {
 
 int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst, Error *err) {
     size_t n = weight_bytes(w);
+    if (!w->data && w->type == WEIGHT_F8_E4M3) {
+        uint8_t *out = dst;
+        for (size_t i = 0; i < n; i++) out[i] = dummy_fp8(w->key, i);
+        return 0;
+    }
     if (!w->data) { /* dummy */
         uint16_t *out = dst;
         for (size_t i = 0; i < n / 2; i++) out[i] = dummy_bf16(dummy_value(w->key, i, w->amplitude));
@@ -468,7 +549,7 @@ ModelSize model_weights_size(const ModelWeights *w) {
 
 void model_weights_encodings(const ModelWeights *w, char *out, size_t size) {
     const ModelConfig *c = &w->config;
-    int count[WEIGHT_Q6_K + 1] = {0};
+    int count[WEIGHT_TYPE_COUNT] = {0};
     count[w->embed_tokens.type]++;
     if (!model_weights_tied(w)) count[w->lm_head.type]++;
     Weight *mats[model_layer_max_matrices(c)];
@@ -478,7 +559,7 @@ void model_weights_encodings(const ModelWeights *w, char *out, size_t size) {
     }
     size_t used = 0;
     out[0] = '\0';
-    for (int t = 0; t <= WEIGHT_Q6_K && used < size; t++)
+    for (int t = 0; t < WEIGHT_TYPE_COUNT && used < size; t++)
         if (count[t])
             used += (size_t)snprintf(out + used, size - used, "%s%d %s", used ? ", " : "", count[t],
                                      weight_type_name((WeightType)t));

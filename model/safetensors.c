@@ -31,7 +31,7 @@ static const struct {
     {"F64", 8, DTYPE_OTHER},   {"I64", 8, DTYPE_OTHER},    {"U64", 8, DTYPE_OTHER},
     {"I32", 4, DTYPE_OTHER},   {"U32", 4, DTYPE_OTHER},    {"I16", 2, DTYPE_OTHER},
     {"U16", 2, DTYPE_OTHER},   {"I8", 1, DTYPE_OTHER},     {"U8", 1, DTYPE_OTHER},
-    {"BOOL", 1, DTYPE_OTHER},  {"F8_E4M3", 1, DTYPE_OTHER}, {"F8_E5M2", 1, DTYPE_OTHER},
+    {"BOOL", 1, DTYPE_OTHER},  {"F8_E4M3", 1, DTYPE_F8_E4M3}, {"F8_E5M2", 1, DTYPE_OTHER},
 };
 
 size_t tensor_dtype_size(TensorDtype dtype) {

@@ -24,6 +24,7 @@ typedef enum TensorDtype {
     DTYPE_BF16,
     DTYPE_F16,
     DTYPE_F32,
+    DTYPE_F8_E4M3, /* FP8 checkpoints' weights (model/weight_format.h) */
     DTYPE_OTHER, /* a valid safetensors dtype that no weight of ours may have */
 } TensorDtype;
 

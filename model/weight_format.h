@@ -48,6 +48,7 @@ typedef enum WeightType {
     WEIGHT_Q6_K,
     WEIGHT_F8_E4M3, /* Qwen's FP8 checkpoints: one byte a value, block scales beside (below) */
 } WeightType;
+#define WEIGHT_TYPE_COUNT (WEIGHT_F8_E4M3 + 1)
 
 #define QK8_0 32
 #define QK_K 256
