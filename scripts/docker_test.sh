@@ -31,7 +31,9 @@ made_base=0
 started=0
 
 step() { printf '\n== %s\n' "$*"; }
+FAILED_BECAUSE=""
 fail() {
+    FAILED_BECAUSE="$*"
     printf '\ndocker-test FAILED: %s\n' "$*" >&2
     exit 1
 }
@@ -56,6 +58,8 @@ cleanup() {
             printf '\n---- container log (%s) ----\n' "$NAME" >&2
             pm logs "$NAME" >&2 2>&1
             printf -- '---- end of container log ----\n' >&2
+            # the log above pushes the reason out of a short tail: say it again last
+            printf '\ndocker-test FAILED: %s\n' "${FAILED_BECAUSE:-exit code $rc}" >&2
         fi
         pm rm -f "$NAME" > /dev/null 2>&1
     fi
@@ -200,6 +204,12 @@ base_bytes=$(pm image inspect -f '{{.Size}}' "$BASE_IMAGE")
 printf 'image %s: %d MB (base %s %d MB + nanovllm %d MB)\n' "$IMAGE" $((image_bytes / 1000000)) \
     "$BASE_IMAGE" $((base_bytes / 1000000)) $(((image_bytes - base_bytes) / 1000000))
 step "kubernetes (scripts/k8s_test.sh)"
-scripts/k8s_test.sh || fail "config/k8s (above)"
+K8S_LOG=$(mktemp /tmp/nanovllm-k8s-log.XXXXXX)
+if ! scripts/k8s_test.sh 2>&1 | tee "$K8S_LOG"; then
+    why=$(grep -a '^k8s-test FAILED: ' "$K8S_LOG" | tail -n 1)
+    rm -f "$K8S_LOG"
+    fail "config/k8s: ${why#k8s-test FAILED: }"
+fi
+rm -f "$K8S_LOG"
 
 printf '\ndocker-test passed\n'

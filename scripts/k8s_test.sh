@@ -39,7 +39,9 @@ SECRET=""
 pods_up=0
 
 step() { printf '\n== %s\n' "$*"; }
+FAILED_BECAUSE=""
 fail() {
+    FAILED_BECAUSE="$*"
     printf '\nk8s-test FAILED: %s\n' "$*" >&2
     exit 1
 }
@@ -72,6 +74,11 @@ cleanup() {
     [ -n "$SECRET" ] && pm secret rm "$SECRET" > /dev/null 2>&1
     pm network rm -f "$NETWORK" > /dev/null 2>&1
     [ "${KEEP_IMAGES:-0}" = 1 ] || pm rmi -f "$NGINX_IMAGE" > /dev/null 2>&1
+    # The logs above push the reason out of a short tail: say it again last.
+    if [ "$rc" != 0 ]; then
+        [ -s "$WORK/clients.out" ] && { printf '\n---- clients ----\n' >&2; tail -n 12 "$WORK/clients.out" >&2; }
+        printf '\nk8s-test FAILED: %s\n' "${FAILED_BECAUSE:-exit code $rc}" >&2
+    fi
     rm -rf "$WORK"
     exit "$rc"
 }
@@ -192,6 +199,7 @@ def client(i):
         with lock:
             counts[outcome] += 1
             if why: failures.append(why)
+            with open(stop_file + ".ok", "w") as f: f.write(str(counts["ok"]))
         if outcome.startswith("retried"): time.sleep(0.2)
 
 threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
@@ -218,6 +226,13 @@ for i in "${!PODS[@]}"; do
     wait_healthy "http://${REPLICA_IPS[$i]}:8000" "$p after its restart"
     printf '%s: %s, exit 0, ready again after %d ms\n' "$p" "$drain" $((($(date +%s%N) - t0) / 1000000))
     sleep 2
+done
+# enough load after the restarts too: 10 streams completed in all, waiting
+# at most 60 s for them on a slow machine
+for _ in $(seq 1 300); do
+    ok=$(cat "$WORK/stop.ok" 2> /dev/null || true)
+    [ "${ok:-0}" -ge 10 ] 2> /dev/null && break
+    sleep 0.2
 done
 touch "$WORK/stop"
 wait "$clients" && clients_rc=0 || clients_rc=$?
