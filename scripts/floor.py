@@ -2,19 +2,23 @@
 """The physical floor of nano-vllm's bench.py workload on one GPU.
 
     python3 scripts/floor.py [MODEL_DIR] [--bandwidth GB/s] [--tflops T] [--json]
+                             [--kv-cache-dtype bf16|fp8] [--fp8-weights]
 
 Rebuilds the workload exactly as bench.py draws it (random.seed(0), 256
 sequences, input and output lengths uniform in 100..1024) and counts what
 decoding it must move and compute, for the model in MODEL_DIR (config.json)
 or Qwen3-0.6B's shape:
   - KV bytes read: each output token attends over its whole context, every
-    layer's K and V (bf16);
+    layer's K and V (bf16, or 1 byte with --kv-cache-dtype fp8);
   - weight bytes read: every decode step reads every weight matrix once
     (the embedding only as the lm_head when tied), and the scheduler runs
     all 256 sequences together, so there are max(output length) steps;
     in a MoE model (qwen3_moe) a step reads only the experts its B running
     sequences were routed to: E * (1 - (1 - k/E)^B) per sparse layer for
-    uniform routing (random weights route about uniformly);
+    uniform routing (random weights route about uniformly); an FP8
+    checkpoint (config.json's quantization_config, or --fp8-weights) reads
+    its layers' matrices at 1 byte a weight plus a float32 scale per 128 x
+    128 tile, the router, embedding and lm_head in bf16;
   - FLOPs: 2 x the parameters a token goes through (attention, its k
     experts, the router), the lm_head for the tokens that need logits, and
     attention (QK and PV).
@@ -62,22 +66,32 @@ def shape(cfg):
             "sparse": sparse, "E": E, "k": k, "expert": expert}
 
 
-def weights_per_step(s, batch):
-    """Weight parameters one decode step of `batch` sequences reads (lm_head included)."""
+FP8_BYTES = 1 + 4 / (128 * 128)  # a byte a weight, a float32 scale a tile
+
+
+def weight_bytes_per_step(s, batch, fp8=False):
+    """Weight bytes one decode step of `batch` sequences reads (lm_head included)."""
     experts = s["E"] * (1 - (1 - s["k"] / s["E"]) ** batch) if s["sparse"] else 0
-    return s["fixed"] + s["sparse"] * experts * s["expert"] + s["V"] * s["H"]
+    router = s["sparse"] * s["E"] * s["H"]
+    layers = s["fixed"] - router + s["sparse"] * experts * s["expert"]
+    return (FP8_BYTES if fp8 else 2) * layers + 2 * (router + s["V"] * s["H"])
 
 
-def floor(cfg, inputs, outputs):
+def is_fp8(cfg):
+    q = cfg.get("quantization_config") or {}
+    return q.get("quant_method") == "fp8"
+
+
+def floor(cfg, inputs, outputs, kv_bytes_per_elem=2, fp8=False):
     s = shape(cfg)
     L, nh, nkv, D = s["L"], s["nh"], s["nkv"], s["D"]
     active = s["fixed"] + s["sparse"] * s["k"] * s["expert"]  # through the layers, per token
     lm_head = s["V"] * s["H"]
-    kv_per_token = 2 * L * nkv * D * 2  # K and V, bf16
+    kv_per_token = 2 * L * nkv * D * kv_bytes_per_elem  # K and V
     contexts = sum(i * o + o * (o + 1) // 2 for i, o in zip(inputs, outputs))  # sum over tokens of context
     steps = max(outputs)
     kv_bytes = contexts * kv_per_token
-    weight_bytes = 2 * sum(weights_per_step(s, sum(o > step for o in outputs)) for step in range(steps))
+    weight_bytes = sum(weight_bytes_per_step(s, sum(o > step for o in outputs), fp8) for step in range(steps))
     tokens = sum(inputs) + sum(outputs)
     logit_rows = len(inputs) + sum(outputs)
     prefill_ctx = sum(i * (i + 1) // 2 for i in inputs)
@@ -85,13 +99,14 @@ def floor(cfg, inputs, outputs):
         4 * L * nh * D * (contexts + prefill_ctx)
     return {"prompt_tokens": sum(inputs), "output_tokens": sum(outputs), "decode_steps": steps,
             "kv_bytes": kv_bytes, "weight_bytes": weight_bytes, "flops": flops,
-            "bytes_per_single_token": 2 * weights_per_step(s, 1)}
+            "bytes_per_single_token": weight_bytes_per_step(s, 1, fp8)}
 
 
 def main():
     args = sys.argv[1:]
     cfg = QWEN3_06B
     bandwidth, tflops, as_json, per_token = 3.0e12, 989.0, False, False
+    kv_elem, fp8 = 2, False
     i = 0
     while i < len(args):
         a = args[i]
@@ -105,11 +120,16 @@ def main():
             as_json = True
         elif a == "--per-token":
             per_token = True
+        elif a == "--kv-cache-dtype":
+            kv_elem = {"bf16": 2, "bfloat16": 2, "auto": 2, "fp8": 1, "fp8_e4m3": 1}[args[i + 1]]
+            i += 1
+        elif a == "--fp8-weights":
+            fp8 = True
         else:
             cfg = json.load(open(f"{a}/config.json"))
         i += 1
     ins, outs = workload()
-    f = floor(cfg, ins, outs)
+    f = floor(cfg, ins, outs, kv_elem, fp8 or is_fp8(cfg))
     f["bandwidth_GBps"] = bandwidth / 1e9
     f["memory_floor_s"] = (f["kv_bytes"] + f["weight_bytes"]) / bandwidth
     f["compute_floor_s"] = f["flops"] / (tflops * 1e12)
