@@ -71,10 +71,11 @@ static void log_model(const ModelWeights *w, const char *model_dir) {
                  sparse, c->num_layers, c->num_experts, c->num_experts_per_tok);
     }
     char encodings[160];
-    if (w->gguf.map) { /* a GGUF file mixes encodings: say which */
+    if (w->gguf.map || c->fp8_weights) { /* GGUF and FP8 files mix encodings: say which */
         char counts[128];
         model_weights_encodings(w, counts, sizeof counts);
-        snprintf(encodings, sizeof encodings, "GGUF matrices: %s", counts);
+        snprintf(encodings, sizeof encodings, "%s%s matrices: %s", w->dummy ? "dummy " : "",
+                 w->gguf.map ? "GGUF" : "FP8 checkpoint", counts);
     } else {
         snprintf(encodings, sizeof encodings, "%s",
                  w->dummy ? "dummy bf16, seed 0" : c->torch_dtype[0] ? c->torch_dtype : "dtype not stated");
