@@ -69,12 +69,25 @@ GGUF_GENERATED = $(foreach t,$(GGUF_TYPES),$(GGUF_FIXTURE)/$(t).gguf $(GGUF_FIXT
                  $(foreach t,$(GGUF_MOE_TYPES),$(GGUF_FIXTURE)/moe-$(t).gguf $(GGUF_FIXTURE)/moe-$(t).ref)
 GGUF_TMP       = $(BUILD)/gguf-fixture-src
 
+# The FP8 fixtures: Qwen's FP8 checkpoint layout (scripts/make_fp8_qwen3.py: F8_E4M3
+# projections, BF16 weight_scale_inv per 128x128 tile) of the tiny-gguf and
+# tiny-gguf-moe presets (seed 0: whole tiles) and of the committed tiny-qwen3 (odd/:
+# hidden 32, intermediate 96, every tile partial), each DIR/ with DIR.ref beside it
+# (the float64 reference of exactly the dequantized weights, make_gguf.py's .ref
+# layout), and e4m3.f32, the 256 float8_e4m3fn values as float32. Generated, byte
+# for byte the same each time; the sources and F32 folders are deleted.
+FP8_FIXTURE   = tests/fixtures/tiny-qwen3-fp8
+FP8_MODELS    = dense moe odd
+FP8_GENERATED = $(foreach m,$(FP8_MODELS),$(FP8_FIXTURE)/$(m)/model.safetensors $(FP8_FIXTURE)/$(m).ref) \
+                $(FP8_FIXTURE)/e4m3.f32
+FP8_TMP       = $(BUILD)/fp8-fixture-src
+
 all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
 
-# The generated fixtures (python3-numpy, ~1 min for the GGUF files) are the
+# The generated fixtures (python3-numpy, ~1 min for the GGUF files, ~15 s for FP8) are the
 # tests' and the README's examples', not the program's: `make test` and
 # scripts/setup.sh make them, a plain build does not.
-fixtures: $(EMBED_GENERATED) $(GGUF_GENERATED)
+fixtures: $(EMBED_GENERATED) $(GGUF_GENERATED) $(FP8_GENERATED)
 
 $(EMBED_GENERATED) &: scripts/make_random_qwen3.py tests/fixtures/tiny-qwen3/tokenizer.json
 	scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out $(EMBED_FIXTURE) > /dev/null
@@ -95,6 +108,21 @@ $(GGUF_GENERATED) &: scripts/make_gguf.py scripts/qwen3_ref.py scripts/make_rand
 	        --ref-logits $(GGUF_FIXTURE)/moe-$$t.ref > /dev/null || exit 1; \
 	done
 	rm -rf $(GGUF_TMP)
+
+$(FP8_GENERATED) &: scripts/make_fp8_qwen3.py scripts/make_gguf.py scripts/qwen3_ref.py \
+                    scripts/make_random_qwen3.py tests/fixtures/tiny-qwen3/model.safetensors \
+                    tests/fixtures/tiny-qwen3/config.json tests/fixtures/tiny-qwen3/tokenizer.json \
+                    tests/fixtures/tiny-qwen3/tokenizer_config.json
+	@rm -rf $(FP8_TMP) $(addprefix $(FP8_FIXTURE)/,$(FP8_MODELS)) && mkdir -p $(FP8_FIXTURE)
+	scripts/make_random_qwen3.py --preset tiny-gguf --seed 0 --out $(FP8_TMP)/dense > /dev/null
+	scripts/make_random_qwen3.py --preset tiny-gguf-moe --seed 0 --out $(FP8_TMP)/moe > /dev/null
+	for m in $(FP8_MODELS); do \
+	    src=$(FP8_TMP)/$$m; [ $$m = odd ] && src=tests/fixtures/tiny-qwen3; \
+	    scripts/make_fp8_qwen3.py --model $$src --out $(FP8_FIXTURE)/$$m --ref-out $(FP8_TMP)/ref \
+	        --ref-logits $(FP8_FIXTURE)/$$m.ref > /dev/null || exit 1; \
+	done
+	scripts/make_fp8_qwen3.py --e4m3-table $(FP8_FIXTURE)/e4m3.f32 > /dev/null
+	rm -rf $(FP8_TMP)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

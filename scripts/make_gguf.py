@@ -92,7 +92,7 @@ CHUNK_ROWS = 16384  # rows encoded at a time (bounds memory, not part of the out
 
 
 def die(msg):
-    sys.exit(f"make_gguf.py: {msg}")
+    sys.exit(f"{os.path.basename(sys.argv[0])}: {msg}")  # this script's or an importer's name
 
 
 # ---------------------------------------------------------------- f16 / bf16 helpers
@@ -332,6 +332,15 @@ class SafeTensors:
         else:
             x = raw.view("<f4").astype(F32)
         return x.reshape(r1 - r0, cols)
+
+    def dtype(self, name):
+        return self.where[name][1]["dtype"]
+
+    def raw(self, name):
+        """The tensor's stored bytes (uint8, a view of the file), whatever its dtype."""
+        data, t = self.where[name]
+        a, b = t["data_offsets"]
+        return data[a:b]
 
     def bf16_bits(self, name):
         """The tensor's bf16 bits when stored as bf16, else None (bf16 output copies them)."""
@@ -629,16 +638,16 @@ def write_gguf(path, kv, plan, st, ref):
 
 
 class RefWriter:
-    """model.safetensors in F32 under the HF names, data streamed in plan order."""
+    """model.safetensors in F32 under the HF names (shapes from st), data streamed in the
+    order of names."""
 
-    def __init__(self, path, plan, st):
-        header, off = {"__metadata__": {"format": "pt", "generator": "make_gguf.py --ref-out"}}, 0
-        for _, _, _, hfs in plan:
-            for hf in hfs:
-                shp = list(st.shape(hf))
-                n = 4 * int(np.prod(shp))
-                header[hf] = {"dtype": "F32", "shape": shp, "data_offsets": [off, off + n]}
-                off += n
+    def __init__(self, path, names, st, generator="make_gguf.py --ref-out"):
+        header, off = {"__metadata__": {"format": "pt", "generator": generator}}, 0
+        for hf in names:
+            shp = list(st.shape(hf))
+            n = 4 * int(np.prod(shp))
+            header[hf] = {"dtype": "F32", "shape": shp, "data_offsets": [off, off + n]}
+            off += n
         hb = json.dumps(header, separators=(",", ":")).encode()
         hb += b" " * (-len(hb) % 8)
         self.f = open(path, "wb")
@@ -667,17 +676,34 @@ def write_ref_logits(ref_dir, path, ids, n_greedy):
     return toks
 
 
+def add_ref_args(ap):
+    """--ref-out, --ref-logits, --ref-ids, --ref-greedy (shared with make_fp8_qwen3.py)."""
+    ap.add_argument("--ref-out", help="folder for the decoded weights as an F32 HF model")
+    ap.add_argument("--ref-logits", help="file for the float64 reference (needs --ref-out)")
+    ap.add_argument("--ref-ids", default="9707,11,1879,0,40,1079,264,1467,13,151643,151644,872",
+                    help="--ref-logits: the prompt's token ids")
+    ap.add_argument("--ref-greedy", type=int, default=16, help="--ref-logits: greedy tokens")
+
+
+def finish_ref(a, model_dir):
+    """After a RefWriter has written a.ref_out/model.safetensors: the config and tokenizer
+    files beside it, then a.ref_logits when asked for."""
+    for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(model_dir, fn)):
+            shutil.copyfile(os.path.join(model_dir, fn), os.path.join(a.ref_out, fn))
+    if a.ref_logits:
+        ids = [int(t) for t in a.ref_ids.replace(",", " ").split()]
+        toks = write_ref_logits(a.ref_out, a.ref_logits, ids, a.ref_greedy)
+        print(f"wrote {a.ref_logits}: greedy {toks}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="Hugging Face Qwen3 / Qwen3-MoE folder")
     ap.add_argument("--out", required=True, help="GGUF file to write")
     ap.add_argument("--type", required=True, choices=TYPES, help="tensor type (see above)")
     ap.add_argument("--name", help="general.name (default: the model folder's name)")
-    ap.add_argument("--ref-out", help="folder for the decoded weights as an F32 HF model")
-    ap.add_argument("--ref-logits", help="file for the float64 reference (needs --ref-out)")
-    ap.add_argument("--ref-ids", default="9707,11,1879,0,40,1079,264,1467,13,151643,151644,872",
-                    help="--ref-logits: the prompt's token ids")
-    ap.add_argument("--ref-greedy", type=int, default=16, help="--ref-logits: greedy tokens")
+    add_ref_args(ap)
     a = ap.parse_args()
     if a.ref_logits and not a.ref_out:
         ap.error("--ref-logits needs --ref-out")
@@ -697,7 +723,8 @@ def main():
     ref = None
     if a.ref_out:
         os.makedirs(a.ref_out, exist_ok=True)
-        ref = RefWriter(os.path.join(a.ref_out, "model.safetensors"), plan, st)
+        ref = RefWriter(os.path.join(a.ref_out, "model.safetensors"),
+                        [hf for *_, hfs in plan for hf in hfs], st)
     write_gguf(a.out, kv, plan, st, ref)
     counts = {}
     for _, _, t, _ in plan:
@@ -706,13 +733,7 @@ def main():
           + ", ".join(f"{n} {t}" for t, n in sorted(counts.items())) + ")")
     if ref is not None:
         ref.close()
-        for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-            if os.path.exists(os.path.join(a.model, fn)):
-                shutil.copyfile(os.path.join(a.model, fn), os.path.join(a.ref_out, fn))
-        if a.ref_logits:
-            ids = [int(t) for t in a.ref_ids.replace(",", " ").split()]
-            toks = write_ref_logits(a.ref_out, a.ref_logits, ids, a.ref_greedy)
-            print(f"wrote {a.ref_logits}: greedy {toks}")
+        finish_ref(a, a.model)
 
 
 if __name__ == "__main__":
