@@ -179,8 +179,8 @@ static int mlp(CudaRunner *r, const CudaLayerWeights *W, int T, Error *err) {
     const int H = c->hidden_size, I = c->intermediate_size;
     if (W->router)
         return gemm(r, r->moe.logits, r->h, W->router, T, c->num_experts, H, err) ||
-                       cuda_moe(&r->moe, r->delta, r->h, T, W->experts_gate_up, W->experts_down,
-                                r->stream, err)
+                       cuda_moe(&r->moe, r->delta, r->h, T, (CudaMatrix){W->experts_gate_up, NULL},
+                                (CudaMatrix){W->experts_down, NULL}, r->stream, err)
                    ? -1
                    : 0;
     return gemm(r, r->gate_up, r->h, W->gate_up, T, 2 * I, H, err) ||
