@@ -4,8 +4,10 @@
  * Everything here but the larger GEMMs (those go through cuBLAS): the
  * embedding gather, residual-add + RMSNorm, per-head q/k RMSNorm + RoPE + the
  * store of K and V into the paged cache, paged attention (decode, prefill,
- * flash prefill), SiLU-and-mul, the few-row products (gemv), the row gather
- * in front of the lm_head (greedy and sampling are in cuda_sampler.h). Each launcher checks its launch and returns 0, or -1 with
+ * flash prefill), SiLU-and-mul, the few-row products (gemv, bf16 and FP8),
+ * FP8 dequantization, the row gather in front of the lm_head (greedy and
+ * sampling are in cuda_sampler.h; which product a projection runs,
+ * cuda_matmul.h). Each launcher checks its launch and returns 0, or -1 with
  * the CUDA error in err; none waits for the GPU. Pointers are device memory; bf16 values travel as their raw 16 bits
  * (uint16_t), the top half of a float32, as in half.h. The tests call these
  * directly against the CPU runner's functions (llm.c style).
@@ -150,6 +152,29 @@ int cuda_decode_attention_choose_splits(int num_items, int num_heads, int num_kv
 bool cuda_gemv_fits(int rows, int in, const void *x, const void *w);
 int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int rows, int out, int in, CudaStream stream,
               Error *err);
+
+/* A weight matrix [out, in] on the device: bf16 (scales NULL), or
+ * float8_e4m3fn bytes with float32 scales per row and 128-column tile
+ * (cuda_fp8_plan.h: W[n, k] = e4m3(data[n, k]) * scales[n * ceil(in / 128)
+ * + k / 128]). */
+typedef struct CudaMatrix {
+    const void *data;
+    const float *scales;
+} CudaMatrix;
+
+/* The same few-row product over an FP8 matrix (cuda_fp8.cu): 16 weights a
+ * 16-byte load, each 128-column tile's partial sum times its row's scale;
+ * x bf16 as above. Needs in a multiple of 16 and x, w 16-byte aligned. */
+bool cuda_gemv_fp8_fits(int rows, int in, const void *x, const void *w);
+int cuda_gemv_fp8(float *y, const uint16_t *x, const uint8_t *w, const float *scales, int rows, int out, int in,
+                  CudaStream stream, Error *err);
+
+/* dst [rows, cols] bf16 = bf16(e4m3(w) * scale), the float32 product rounded
+ * once (the same bits as f32_to_bf16 of fp8_dequantize_rows); scales per
+ * row as in CudaMatrix. Any cols; 16 values a thread when cols is a
+ * multiple of 16 and w 16-byte aligned. */
+int cuda_fp8_dequantize(uint16_t *dst, const uint8_t *w, const float *scales, int rows, int cols,
+                        CudaStream stream, Error *err);
 
 /* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, intermediate + i]). */
 int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, CudaStream stream,

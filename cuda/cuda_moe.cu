@@ -16,7 +16,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "cuda_bf16.h"
 #include "cuda_check.h"
+#include "cuda_fp8_convert.h"
 #include "cuda_moe.h"
 
 using namespace nvcuda;
@@ -171,11 +173,58 @@ grouped_gemm_kernel(float *y, const uint16_t *x, const uint16_t *w, size_t exper
     wmma::store_matrix_sync(y + (size_t)tile * TILE * N + n0, acc, N, wmma::mem_row_major);
 }
 
-static int grouped_gemm(float *y, const uint16_t *x, const uint16_t *w, size_t expert_elems,
-                        const int32_t *tile_expert, int tiles, int N, int K, cudaStream_t s,
-                        Error *err) {
+/* The same over FP8 experts (per-row scales, cuda_fp8_plan.h): each warp
+ * turns its 16 x 16 tile of w into bf16 in shared memory - lane l takes row
+ * l / 2, 8 bytes at column (l % 2) * 8, and its row's scale - and WMMA
+ * reads it from there. The next tile's bytes are loaded before this one's
+ * product. N and K are multiples of 16 (cuda_moe_create). */
+__global__ void __launch_bounds__(GEMM_WARPS * WARP)
+grouped_gemm_fp8_kernel(float *y, const uint16_t *x, const uint8_t *w, const float *scales,
+                        const int32_t *tile_expert, int N, int K) {
+    __shared__ __align__(32) uint16_t stage[GEMM_WARPS][16 * 16];
+    const int tile = blockIdx.y, warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int e = tile_expert[tile];
+    const int n0 = (blockIdx.x * GEMM_WARPS + warp) * 16;
+    if (e < 0 || n0 >= N) return; /* a whole warp leaves: only warp-level barriers follow */
+    const __nv_bfloat16 *a = (const __nv_bfloat16 *)x + (size_t)tile * TILE * K;
+    const size_t row = (size_t)e * N + n0 + lane / 2;
+    const uint2 *b = reinterpret_cast<const uint2 *>(w + row * K + (lane % 2) * 8); /* 8 bytes a step of 16 */
+    const float *s_row = scales + row * fp8_col_tiles(K);
+    uint16_t *mine = &stage[warp][(lane / 2) * 16 + (lane % 2) * 8];
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    uint2 raw = __ldcs(b);
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        const uint2 next = k0 + 16 < K ? __ldcs(b + (k0 + 16) / 8) : raw;
+        const float s = __ldg(s_row + k0 / FP8_BLOCK) * FP8_UNIT;
+        float f[8];
+        fp8x4_to_float(raw.x, f);
+        fp8x4_to_float(raw.y, f + 4);
+        *reinterpret_cast<uint4 *>(mine) = make_uint4(pack_bf16x2(f[0] * s, f[1] * s), pack_bf16x2(f[2] * s, f[3] * s),
+                                                      pack_bf16x2(f[4] * s, f[5] * s), pack_bf16x2(f[6] * s, f[7] * s));
+        __syncwarp();
+        wmma::load_matrix_sync(fa, a + k0, K);
+        wmma::load_matrix_sync(fb, (const __nv_bfloat16 *)stage[warp], 16); /* [n][k]: column-major K x 16 */
+        wmma::mma_sync(acc, fa, fb, acc);
+        __syncwarp(); /* every lane's reads of the tile done before the next is written */
+        raw = next;
+    }
+    wmma::store_matrix_sync(y + (size_t)tile * TILE * N + n0, acc, N, wmma::mem_row_major);
+}
+
+/* y = x w^T per tile, w the tile's expert's [N, K] of w [experts][N, K]:
+ * bf16 (w.scales NULL) or FP8. */
+static int grouped_gemm(float *y, const uint16_t *x, CudaMatrix w, const int32_t *tile_expert, int tiles,
+                        int N, int K, cudaStream_t s, Error *err) {
     dim3 grid((unsigned)((N + 16 * GEMM_WARPS - 1) / (16 * GEMM_WARPS)), (unsigned)tiles);
-    grouped_gemm_kernel<<<grid, GEMM_WARPS * WARP, 0, s>>>(y, x, w, expert_elems, tile_expert, N, K);
+    if (w.scales)
+        grouped_gemm_fp8_kernel<<<grid, GEMM_WARPS * WARP, 0, s>>>(y, x, (const uint8_t *)w.data, w.scales,
+                                                                   tile_expert, N, K);
+    else
+        grouped_gemm_kernel<<<grid, GEMM_WARPS * WARP, 0, s>>>(y, x, (const uint16_t *)w.data, (size_t)N * K,
+                                                               tile_expert, N, K);
     CUDA_LAUNCHED("the grouped expert GEMM", err);
     return 0;
 }
@@ -197,8 +246,8 @@ extern "C" int cuda_moe_route(int32_t *ids, float *weights, const float *logits,
     return 0;
 }
 
-extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, const uint16_t *gate_up,
-                        const uint16_t *down, CudaStream stream, Error *err) {
+extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, CudaMatrix gate_up,
+                        CudaMatrix down, CudaStream stream, Error *err) {
     if (T <= 0) return 0;
     if (T > m->max_tokens) return error_set(err, "MoE step of %d tokens (room for %d)", T, m->max_tokens);
     cudaStream_t s = as_stream(stream);
@@ -210,12 +259,9 @@ extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, cons
     CUDA_LAUNCHED("the MoE row layout kernel", err);
     gather_kernel<<<rows, ROW_THREADS, 0, s>>>(m->x, h, m->row_token, m->used_rows, H);
     CUDA_LAUNCHED("the MoE gather kernel", err);
-    if (grouped_gemm(m->gate_up, m->x, gate_up, (size_t)2 * W * H, m->tile_expert, tiles, 2 * W, H,
-                     s, err))
-        return -1;
+    if (grouped_gemm(m->gate_up, m->x, gate_up, m->tile_expert, tiles, 2 * W, H, s, err)) return -1;
     if (cuda_silu_mul_rows(m->act, m->gate_up, rows, m->used_rows, W, stream, err)) return -1;
-    if (grouped_gemm(m->y, m->act, down, (size_t)H * W, m->tile_expert, tiles, H, W, s, err))
-        return -1;
+    if (grouped_gemm(m->y, m->act, down, m->tile_expert, tiles, H, W, s, err)) return -1;
     combine_kernel<<<T, ROW_THREADS, 0, s>>>(delta, m->y, m->pair_row, m->weights, k, H);
     CUDA_LAUNCHED("the MoE combine kernel", err);
     return 0;

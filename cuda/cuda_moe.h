@@ -20,6 +20,11 @@
  * Only routed experts' weights are read: an expert no token chose has no
  * tile. Needs hidden and moe_intermediate_size multiples of 16 and at most
  * 2048 experts (checked by cuda_moe_create).
+ *
+ * FP8 experts (cuda_weights.h: per-row scales) stay FP8: each warp of the
+ * grouped GEMM converts its 16 x 16 weight tile to bf16 (e4m3 times the
+ * row's tile scale, rounded once, as cuda_fp8_dequantize) in shared memory
+ * and multiplies that, so each routed expert costs one byte a weight read.
  */
 #ifndef NANOVLLM_CUDA_MOE_H
 #define NANOVLLM_CUDA_MOE_H
@@ -59,9 +64,9 @@ void cuda_moe_free(CudaMoe *m);
 
 /* delta[T, hidden] = the experts' weighted sum for h [T, hidden] bf16,
  * whose router logits are in m->logits. gate_up: [experts][2 * width,
- * hidden], down: [experts][hidden, width], bf16. */
-int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, const uint16_t *gate_up,
-             const uint16_t *down, CudaStream stream, Error *err);
+ * hidden], down: [experts][hidden, width], each bf16 or FP8 (CudaMatrix). */
+int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, CudaMatrix gate_up, CudaMatrix down,
+             CudaStream stream, Error *err);
 
 /* The route step alone, for the tests (ids, weights: [T * k] device memory). */
 int cuda_moe_route(int32_t *ids, float *weights, const float *logits, int T, int experts, int k,

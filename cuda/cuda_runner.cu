@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cublas_loader.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_moe.h"
@@ -47,7 +46,6 @@ extern "C" {
 #include "engine/sampler.h"
 }
 
-#define CUBLAS_WORKSPACE_BYTES (32u << 20)
 /* Graph memory is allocated after the KV cache is sized: keep this much back. */
 #define GRAPH_RESERVE_BYTES(n) ((size_t)(64u << 20) + (size_t)(n) * (4u << 20))
 
@@ -57,19 +55,14 @@ static uint16_t *v_layer(CudaRunner *r, int l) {
 }
 
 /* Y[rows, out] = X[rows, in] . W[out, in]^T, bf16 inputs, float32 output and
- * accumulation. cuBLAS is column-major: this is Y^T = W . X^T with W read
- * transposed. */
-static int gemm(CudaRunner *r, float *y, const uint16_t *x, const uint16_t *w, int rows, int out,
-                int in, Error *err) {
-    if (!r->legacy_gemv && cuda_gemv_fits(rows, in, x, w)) /* decode at small batch: a read of W */
-        return cuda_gemv(y, x, w, rows, out, in, r->stream, err);
-    const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st = r->blas.gemm_ex(r->blas_handle, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one,
-                                        w, CUDA_R_16BF, in, x, CUDA_R_16BF, in, &zero, y, CUDA_R_32F,
-                                        out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) return cublas_fail(&r->blas, err, "multiplying matrices", st);
-    return 0;
+ * accumulation; W bf16 or FP8, the kernel chosen by cuda_matmul.h. */
+static int gemm(CudaRunner *r, float *y, const uint16_t *x, CudaMatrix w, int rows, int out, int in,
+                Error *err) {
+    return cuda_matmul(r->matmul, y, x, w, rows, out, in, err);
 }
+
+/* The bf16 matrices (embeddings, lm_head). */
+static CudaMatrix bf16_matrix(const uint16_t *w) { return (CudaMatrix){w, NULL}; }
 
 /* ---- one step -------------------------------------------------------------------------- */
 
@@ -177,7 +170,7 @@ static int decode_splits(const CudaRunner *r, int num_items, int max_keys) {
 static int mlp(CudaRunner *r, const CudaLayerWeights *W, int T, Error *err) {
     const ModelConfig *c = &r->cfg;
     const int H = c->hidden_size, I = c->intermediate_size;
-    if (W->router)
+    if (W->router.data)
         return gemm(r, r->moe.logits, r->h, W->router, T, c->num_experts, H, err) ||
                        cuda_moe(&r->moe, r->delta, r->h, T, W->experts_gate_up, W->experts_down,
                                 r->stream, err)
@@ -224,7 +217,8 @@ static int copy_all_logits(CudaRunner *r, const RunnerBatch *b, int num_tokens, 
     const int H = r->cfg.hidden_size, V = r->cfg.vocab_size, S = r->base.options.max_num_seqs;
     for (int t0 = 0; t0 < num_tokens; t0 += S) {
         int n = num_tokens - t0 < S ? num_tokens - t0 : S;
-        if (gemm(r, r->logits, r->h + (size_t)t0 * H, r->weights.lm_head, n, V, H, err)) return -1;
+        if (gemm(r, r->logits, r->h + (size_t)t0 * H, bf16_matrix(r->weights.lm_head), n, V, H, err))
+            return -1;
         CUDA_TRY(cudaMemcpyAsync(b->all_logits + (size_t)t0 * V, r->logits, sizeof(float) * n * V,
                                  cudaMemcpyDeviceToHost, r->stream),
                  "copying logits from the GPU", err);
@@ -299,7 +293,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
             return -1;
         rows = r->normed;
     }
-    return gemm(r, r->logits, rows, r->weights.lm_head, L->num_logit_rows, c->vocab_size,
+    return gemm(r, r->logits, rows, bf16_matrix(r->weights.lm_head), L->num_logit_rows, c->vocab_size,
                 c->hidden_size, err);
 }
 
@@ -398,11 +392,10 @@ static void cuda_destroy(Runner *base) {
     if (r->stream) cudaStreamSynchronize(r->stream); /* nothing may still use what is freed */
     for (int g = 0; g < r->num_graphs; g++) cudaGraphExecDestroy(r->graphs[g]);
     free(r->padded);
-    if (r->blas_handle) r->blas.destroy(r->blas_handle);
-    cublas_unload(&r->blas);
+    cuda_matmul_destroy(r->matmul);
     cuda_weights_free(&r->weights);
     cuda_moe_free(&r->moe);
-    void *device[] = {r->blas_workspace, r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
+    void *device[] = {r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
                       r->split_workspace, r->split_counters, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
                       r->masks_dev, r->biases_dev, r->pooled_dev};
@@ -430,22 +423,11 @@ static int pick_device(CudaRunner *r, Error *err) {
     return 0;
 }
 
-static int setup_blas(CudaRunner *r, Error *err) {
-    if (cublas_load(&r->blas, err)) return -1;
-    cublasStatus_t st = r->blas.create(&r->blas_handle);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        r->blas_handle = NULL;
-        return cublas_fail(&r->blas, err, "creating a handle", st);
-    }
-    /* A fixed workspace: cuBLAS then allocates nothing behind our back, so
-     * the memory measured after the warm-up is all there is. */
-    r->blas_workspace = cuda_alloc(CUBLAS_WORKSPACE_BYTES, err);
-    if (!r->blas_workspace) return -1;
-    if ((st = r->blas.set_stream(r->blas_handle, r->stream)) != CUBLAS_STATUS_SUCCESS ||
-        (st = r->blas.set_workspace(r->blas_handle, r->blas_workspace, CUBLAS_WORKSPACE_BYTES)) !=
-            CUBLAS_STATUS_SUCCESS)
-        return cublas_fail(&r->blas, err, "configuring the handle", st);
-    return 0;
+/* cuBLAS, before the weights (a missing library fails fast); its FP8
+ * scratch once they are known (cuda_matmul_reserve_fp8). */
+static int setup_matmul(CudaRunner *r, Error *err) {
+    r->matmul = cuda_matmul_create(r->stream, err);
+    return r->matmul ? 0 : -1;
 }
 
 /* cos and sin of every (position, frequency), in double as the CPU runner. */
@@ -508,7 +490,6 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     CUDA_TRY(cudaMemset(r->split_counters, 0, cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS)),
              "clearing the attention split counters", err);
     r->legacy_attention = cuda_variant_legacy("attention");
-    r->legacy_gemv = cuda_variant_legacy("gemv");
 
     /* NANOVLLM_CUDA_PREFILL=flash: the mma.sync prefill attention, opt-in
      * until a GPU run has checked it (cuda_flash_attention.cu). */
@@ -627,7 +608,8 @@ static int alloc_kv_cache(CudaRunner *r, Error *err) {
 /* A decode step's forward and lm_head: every row is a logits row. */
 static int decode_forward(CudaRunner *r, const StepLayout *L, int batch, int splits, Error *err) {
     if (forward(r, L, splits, err)) return -1;
-    return gemm(r, r->logits, r->h, r->weights.lm_head, batch, r->cfg.vocab_size, r->cfg.hidden_size, err);
+    return gemm(r, r->logits, r->h, bf16_matrix(r->weights.lm_head), batch, r->cfg.vocab_size,
+                r->cfg.hidden_size, err);
 }
 
 /* Captures the decode step (forward and lm_head) of one bucket of batch
@@ -702,7 +684,7 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
         cuda_kernels_check_shape(c->num_heads, c->num_kv_heads, c->head_dim, err))
         return NULL;
     /* The kernels read and write a bf16 cache only; auto means bf16 here
-     * whatever the weights (they are uploaded as bf16 too). */
+     * whatever the weights (bf16 on the GPU, or FP8 read as such). */
     if (o.kv_cache_dtype == KV_CACHE_F32) {
         error_set(err, "--kv-cache-dtype float32 is not supported on CUDA (its KV cache is "
                        "bfloat16; use auto or bfloat16, or --device cpu)");
@@ -721,10 +703,6 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
                        "Hugging Face bf16 weights); use --device cpu");
         return NULL;
     }
-    if (model->config.fp8_weights) {
-        error_set(err, "FP8 checkpoints run on the CPU backend only for now; use --device cpu");
-        return NULL;
-    }
     CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);
     if (!r) {
         error_set(err, "out of memory");
@@ -739,9 +717,14 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     int rc = pick_device(r, err);
     if (rc == 0 && cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = error_set(err, "cannot create a CUDA stream");
-    if (rc == 0) rc = setup_blas(r, err);
+    if (rc == 0) rc = setup_matmul(r, err);
     if (rc == 0) rc = cuda_weights_upload(&r->weights, model, err);
     double t_weights = now_seconds();
+    if (rc == 0 && (r->weights.fp8_stacks || r->weights.dequantized_stacks))
+        log_info("FP8 weights: %d stacked matrices read as FP8 on the GPU, %.2f GB with their per-row "
+                 "scales; %d uploaded as bf16",
+                 r->weights.fp8_stacks, r->weights.fp8_bytes / 1e9, r->weights.dequantized_stacks);
+    if (rc == 0) rc = cuda_matmul_reserve_fp8(r->matmul, r->weights.fp8_largest, err);
     if (rc == 0) rc = upload_rope(r, err);
     /* Those uploads ran on the legacy stream, which the compute stream does
      * not wait for (non-blocking): they must have landed before it starts. */
@@ -756,11 +739,12 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     double t_kv = now_seconds();
     if (!o.enforce_eager) capture_graphs(r);
     snprintf(r->base.description, sizeof r->base.description,
-             "cuda (%.64s, sm_%d%d, %.1f GiB), bf16 weights (%.2f GB, uploaded in %.2f s) and KV "
+             "cuda (%.64s, sm_%d%d, %.1f GiB), %s weights (%.2f GB, uploaded in %.2f s) and bf16 KV "
              "cache, float32 residual; warm-up and KV sizing %.2f s; %d decode graphs (up to batch %d) "
              "in %.2f s",
              r->prop.name, r->prop.major, r->prop.minor, (double)r->prop.totalGlobalMem / (1u << 30),
-             r->weights.bytes / 1e9, t_weights - t0, t_kv - t_weights, r->num_graphs,
-             r->num_graphs ? r->graph_batch[r->num_graphs - 1] : 0, now_seconds() - t_kv);
+             r->weights.fp8_stacks ? "fp8 + bf16" : "bf16", r->weights.bytes / 1e9, t_weights - t0,
+             t_kv - t_weights, r->num_graphs, r->num_graphs ? r->graph_batch[r->num_graphs - 1] : 0,
+             now_seconds() - t_kv);
     return &r->base;
 }

@@ -1,10 +1,11 @@
 /*
  * cuda_runner.h - the Qwen3 forward pass on an NVIDIA GPU, behind runner.h.
  *
- * bf16 weights and KV cache, float32 residual stream and accumulation,
- * cuBLAS GEMMs and the kernels of cuda_kernels.h. The KV cache takes what
- * --gpu-memory-utilization leaves after the weights and a warm-up step at the
- * largest batch, as nano-vllm sizes it. Tokens are chosen on the GPU
+ * bf16 weights (an FP8 checkpoint's layer matrices stay FP8, cuda_weights.h)
+ * and KV cache, float32 residual stream and accumulation, cuBLAS GEMMs and
+ * the kernels of cuda_kernels.h (cuda_matmul.h picks per matrix and batch).
+ * The KV cache takes what --gpu-memory-utilization leaves after the weights
+ * and a warm-up step at the largest batch, as nano-vllm sizes it. Tokens are chosen on the GPU
  * (cuda_sampler.h: penalties, temperature, min-p, top-k, top-p and the
  * seeded draw, with the CPU sampler's exact arithmetic) and only they come
  * back; a request that asks for logprobs has its row of raw logits copied

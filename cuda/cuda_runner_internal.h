@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "cublas_loader.h"
+#include "cuda_matmul.h"
 #include "cuda_moe.h"
 #include "cuda_sampler.h"
 #include "cuda_weights.h"
@@ -25,10 +25,8 @@ typedef struct CudaRunner {
     Runner base;
     ModelConfig cfg;
     cudaDeviceProp prop;
-    CublasApi blas;
-    cublasHandle_t blas_handle;
     cudaStream_t stream;
-    void *blas_workspace;
+    CudaMatmul *matmul; /* every projection: gemv, cuBLAS, FP8 (cuda_matmul.h) */
     CudaWeights weights;
     float *rope;       /* [max_model_len, head_dim / 2, 2]: cos, sin */
     uint16_t *kv;      /* K of every layer, then V of every layer */
@@ -69,7 +67,6 @@ typedef struct CudaRunner {
     float *split_workspace; /* partial attention results of split decode */
     int *split_counters;    /* per (sequence, KV head): splits done, zero between launches */
     bool legacy_attention;  /* NANOVLLM_CUDA_LEGACY=attention: the previous decode kernel */
-    bool legacy_gemv;       /* NANOVLLM_CUDA_LEGACY=gemv: cuBLAS for few-row products too */
     bool flash_prefill;     /* NANOVLLM_CUDA_PREFILL=flash: prompt steps on cuda_flash_attention */
     int32_t pad_block;      /* the KV block padding sequences write to */
     RunnerSeq *padded;      /* [max graph batch]: a decode batch padded to its bucket */

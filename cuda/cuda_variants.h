@@ -6,7 +6,8 @@
  * previous kernels: "attention" (decode attention: one lane per key and a
  * separate split merge), "kernels" (the row kernels: embedding, RMSNorm, q/k
  * norm + RoPE + store, SiLU x up), "sampler" (one thread block per row),
- * "gemv" (cuBLAS for the few-row projections too), "prefetch" (decode
+ * "gemv" (cuBLAS for the few-row projections too; FP8 matrices then
+ * dequantized to bf16 for it at every batch), "prefetch" (decode
  * attention without the next pass's loads in flight). Unset, every part runs
  * its current kernel. Read once per process. (The one kernel that is new and
  * not yet the default is opted into instead: NANOVLLM_CUDA_PREFILL=flash,

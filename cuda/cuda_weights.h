@@ -10,6 +10,14 @@
  * way, expert after expert, so an expert's matrix is a fixed stride away
  * (cuda_moe.h). A dummy model's matrices are generated in place on the GPU
  * (dummy_weights.h): they never exist on the host.
+ *
+ * FP8 checkpoints (model/weight_format.h): a stack whose parts are all
+ * float8_e4m3fn stays FP8 on the device, one byte a weight, with float32
+ * scales per row and 128-column tile (cuda_fp8_plan.h says why per row);
+ * the kernels read it as such (cuda_matmul.h, the MoE's grouped GEMM). A
+ * stack that mixes FP8 and bf16 parts (no Qwen checkpoint does) is
+ * dequantized to bf16 at upload, logged: one kernel path per matrix. The
+ * embeddings and lm_head are bf16 in every FP8 checkpoint.
  */
 #ifndef NANOVLLM_CUDA_WEIGHTS_H
 #define NANOVLLM_CUDA_WEIGHTS_H
@@ -21,19 +29,21 @@
 extern "C" {
 #endif
 
+#include "cuda_kernels.h"
 #include "model/model_weights.h"
 
+/* Matrices are CudaMatrix (cuda_kernels.h): bf16, or FP8 with per-row scales. */
 typedef struct CudaLayerWeights {
     float *input_norm, *post_attention_norm; /* [hidden] */
     float *q_norm, *k_norm;                  /* [head_dim] */
-    uint16_t *qkv;     /* [(num_heads + 2 * num_kv_heads) * head_dim, hidden] */
-    uint16_t *o_proj;  /* [hidden, num_heads * head_dim] */
-    uint16_t *gate_up; /* [2 * intermediate, hidden]: gate rows, then up rows */
-    uint16_t *down;    /* [hidden, intermediate] */
-    /* sparse layers (NULL otherwise) */
-    uint16_t *router;          /* [experts, hidden] */
-    uint16_t *experts_gate_up; /* [experts][2 * moe_intermediate, hidden]: gate rows, then up */
-    uint16_t *experts_down;    /* [experts][hidden, moe_intermediate] */
+    CudaMatrix qkv;     /* [(num_heads + 2 * num_kv_heads) * head_dim, hidden] */
+    CudaMatrix o_proj;  /* [hidden, num_heads * head_dim] */
+    CudaMatrix gate_up; /* [2 * intermediate, hidden]: gate rows, then up rows */
+    CudaMatrix down;    /* [hidden, intermediate] */
+    /* sparse layers (data NULL otherwise) */
+    CudaMatrix router;          /* [experts, hidden] */
+    CudaMatrix experts_gate_up; /* [experts][2 * moe_intermediate, hidden]: gate rows, then up */
+    CudaMatrix experts_down;    /* [experts][hidden, moe_intermediate] */
 } CudaLayerWeights;
 
 typedef struct CudaWeights {
@@ -44,6 +54,10 @@ typedef struct CudaWeights {
     float *final_norm; /* [hidden] */
     CudaLayerWeights *layers;
     int num_layers;
+    int fp8_stacks;         /* stacked matrices kept FP8 on the device */
+    int dequantized_stacks; /* stacks with FP8 parts uploaded as bf16 (mixed) */
+    size_t fp8_bytes;       /* FP8 weight bytes and their scales */
+    size_t fp8_largest;     /* values of the largest FP8 matrix cuda_matmul multiplies (not experts) */
 } CudaWeights;
 
 int cuda_weights_upload(CudaWeights *w, const ModelWeights *m, Error *err);

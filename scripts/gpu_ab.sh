@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e prefill profile moe" scripts/gpu_ab.sh  (sections; all by default)
+#   AB_ONLY="kernels e2e prefill profile moe fp8" scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
 # NANOVLLM_CUDA_LEGACY (cuda/cuda_variants.h): "attention", "kernels" (the
@@ -28,7 +28,13 @@
 #  profile: ncu's per-kernel time over a few eager single-sequence decode
 #           steps (proportions: ncu serialises the launches);
 #  moe:     Qwen3-30B-A3B's shapes with dummy weights: single-sequence decode,
-#           current against the previous attention.
+#           current against the previous attention;
+#  fp8:     Qwen3-0.6B's shape with dummy weights, FP8 (config.json with Qwen's
+#           quantization_config: layer matrices float8_e4m3fn with 128 x 128
+#           block scales, read as FP8 on the GPU) against bf16: single-sequence
+#           decode and 512-token prefill (medians of AB_ROUNDS alternating
+#           rounds), and FP8 with NANOVLLM_CUDA_LEGACY=gemv (every batch
+#           dequantized to bf16 for cuBLAS, the few-row FP8 gemv off).
 # Logs and JSON go to OUT_DIR; the model to $WORK.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +46,7 @@ ROW_WIDTH=44
 . scripts/gpu_lib.sh
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8} " == *" $1 "* ]]; }
 declare -A PREFILL
 row "GPU" "-" "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 
@@ -224,6 +230,46 @@ JSON
         echo "$json" >> "$OUT/moe_$name.jsonl"
         row "30B-A3B single-stream decode, $name" "$([ -n "$json" ] && echo - || echo FAIL)" \
             "$(json_field "$json" "['decode_tokens_per_s']" .0f) tok/s"
+    done
+fi
+
+# ---- fp8: a dummy FP8 Qwen3-0.6B against the same shapes in bf16 --------------------------------
+if want fp8; then
+    QWEN06='"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
+ "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+ "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
+ "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+ "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+ "vocab_size": 151936'
+    QUANT='"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+ "weight_block_size": [128, 128]}'
+    mkdir -p "$WORK/qwen3-0.6b-dummy-bf16" "$WORK/qwen3-0.6b-dummy-fp8"
+    echo "{$QWEN06}" > "$WORK/qwen3-0.6b-dummy-bf16/config.json"
+    echo "{$QWEN06, $QUANT}" > "$WORK/qwen3-0.6b-dummy-fp8/config.json"
+    FP8_VARIANTS=("bf16:bf16:" "fp8:fp8:" "fp8 dequantized:fp8:gemv")
+    declare -A FP8_DECODE FP8_PREFILL
+    for round in $(seq 1 "$ROUNDS"); do
+        for v in "${FP8_VARIANTS[@]}"; do
+            IFS=: read -r name kind legacy <<< "$v"
+            log="$OUT/fp8_${name// /_}.log"
+            json=$(NANOVLLM_CUDA_LEGACY=$legacy timeout 120 "$BIN" bench --latency --device cuda --load-format dummy \
+                --model "$WORK/qwen3-0.6b-dummy-$kind" --input-len 512 --output-len 256 --json 2>> "$log")
+            echo "$json" >> "$OUT/fp8_${name// /_}.jsonl"
+            FP8_DECODE[$name]+=" $(json_field "$json" "['decode_tokens_per_s']")"
+            FP8_PREFILL[$name]+=" $(json_field "$json" "['prefill_tokens_per_s']")"
+        done
+    done
+    # the upload's own line: how many stacks stayed FP8, and their bytes
+    row "0.6B dummy fp8: weights on the GPU" "$(grep -q 'read as FP8 on the GPU' "$OUT/fp8_fp8.log" && echo ok || echo FAIL)" \
+        "$(grep -ao 'FP8 weights: [^;]*' "$OUT/fp8_fp8.log" | head -1)"
+    base=$(median <<< "${FP8_DECODE[bf16]}")
+    base_prefill=$(median <<< "${FP8_PREFILL[bf16]}")
+    for v in "${FP8_VARIANTS[@]}"; do
+        name=${v%%:*}
+        d=$(median <<< "${FP8_DECODE[$name]}")
+        pf=$(median <<< "${FP8_PREFILL[$name]}")
+        row "0.6B dummy decode, $name" "$([ -n "$d" ] && echo - || echo FAIL)" \
+            "$(printf '%.0f' "${d:-0}") tok/s (median of ${FP8_DECODE[$name]# }) = $(ratio "$d" "$base") of bf16; prefill 512: $(printf '%.0f' "${pf:-0}") tok/s = $(ratio "$pf" "$base_prefill")"
     done
 fi
 

@@ -6,6 +6,7 @@
 #
 #   scripts/gpu_bundle.sh          (here; carry gpu-bundle)
 #   SECTIONS=tests AB="kernels e2e prefill profile" CHECK=compare scripts/gpu_run.sh "$OUT"
+#   SECTIONS=tests TEST_FILTER='cuda_fp8/*' AB=fp8 scripts/gpu_run.sh "$OUT"   (FP8 alone)
 #
 # Variables: SECTIONS ("tests"), TEST_FILTER ('cuda*/*'), TESTS_S (240), TTFT
 # (non-empty: start to first token twice), AB (gpu_ab.sh sections), AB_S
@@ -13,7 +14,8 @@
 # prefetch), CHECK (gpu_check.sh sections), CHECK_S (200); gpu_ab.sh's own
 # (AB_ROUNDS, AB_WORKLOAD) pass through. A whole run of every part fits one
 # 10-minute call: tests ~35 s, AB kernels ~12 s, e2e ~150 s, prefill ~90 s,
-# profile ~40 s, the model's generation ~40 s.
+# profile ~40 s, the model's generation ~40 s; fp8 (estimated, not yet run:
+# 3 rounds x 3 dummy 0.6B latency runs) ~90 s.
 set -uo pipefail
 OUT=$1
 B=gpu-bundle
@@ -25,7 +27,7 @@ python3 scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out test
     > /dev/null 2>&1 &
 cuobjdump -sass $B/nanovllm > /tmp/sass.txt 2>&1
 for k in decode_attention_kernel gemv_kernel flash_attention_kernel add_rmsnorm_warp qk_norm_rope_store_vec \
-    silu_mul_vec; do
+    silu_mul_vec gemv_fp8_kernel fp8_dequantize16 grouped_gemm_fp8; do
     awk -v k=$k '/Function :/{f=($0 ~ k)} f&&/LDG.E.128/{n++} f&&/HMMA/{h++} f&&/(STL|LDL)/{s++}
         END{print "SASS", k, ": LDG.E.128 =", n+0, " HMMA =", h+0, " local ld/st =", s+0}' /tmp/sass.txt
 done | tee "$OUT/sass.txt"

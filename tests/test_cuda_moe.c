@@ -111,7 +111,9 @@ Test(cuda_moe, sparse_mlp_matches_the_cpu, .timeout = 60) {
                 logits[t * E + e] = s;
             }
         cr_assert(cuda_upload(gpu.logits, logits, sizeof(float) * n * E, &err) == 0, "%s", err.msg);
-        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, d_gate_up, d_down, NULL, &err) == 0, "%s", err.msg);
+        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_gate_up, NULL}, (CudaMatrix){d_down, NULL}, NULL,
+                           &err) == 0,
+                  "%s", err.msg);
         dev_fetch(got, d_delta, sizeof(float) * n * H);
         double rel = rel_error(got, want, (size_t)n * H);
         cr_expect(rel <= REL_TOL, "%d tokens: GPU vs CPU relative error %g", n, rel);
@@ -326,7 +328,9 @@ static void sparse_layer_case(Routing how, const char *what) {
         int n = counts[c];
         cr_assert(cuda_upload(d_delta, poison, sizeof(float) * n * LH, &err) == 0, "%s", err.msg);
         cr_assert(cuda_upload(gpu.logits, logits, sizeof(float) * n * LE, &err) == 0, "%s", err.msg);
-        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, d_gate_up, d_down, NULL, &err) == 0, "%s", err.msg);
+        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_gate_up, NULL}, (CudaMatrix){d_down, NULL}, NULL,
+                           &err) == 0,
+                  "%s", err.msg);
         dev_fetch(got, d_delta, sizeof(float) * n * LH);
         int32_t ids[LMAX * LK];
         float w[LMAX * LK];

@@ -1,0 +1,183 @@
+/*
+ * cuda_fp8.cu - the kernels of FP8 weight matrices (see cuda_kernels.h):
+ * the few-row product straight from the FP8 bytes, and the dequantization
+ * to bf16 that larger batches run cuBLAS on (cuda_matmul.cu).
+ *
+ * The gemv is cuda_gemv.cu's with one byte a weight: one warp owns one
+ * output (a weight row of K bytes), each lane reads 16 weights with one
+ * 16-byte load, four loads in flight before their first use (the tail
+ * predicated, so short rows keep their loads in flight too), and below
+ * 4,096 outputs 2 or 4 warps share an output's K. A 16-weight load never
+ * straddles a 128-column tile, so each lane multiplies the partial sum of
+ * its 16 products by that tile's scale (cuda_fp8_plan.h's per-row layout)
+ * and the warp sums its lanes with shuffles. The conversion is the
+ * architecture's (cuda_fp8_convert.h). Scales are read with __ldg (each is
+ * read by the 8 lanes of its tile in one instruction, 3% of the bytes),
+ * weights with __ldcs (read once).
+ */
+#include "cuda_bf16.h"
+#include "cuda_check.h"
+#include "cuda_fp8_convert.h"
+#include "cuda_kernels.h"
+
+#define WARP 32
+#define WARPS_PER_BLOCK 8
+#define FP8_UNROLL 4
+#define DEQUANT_THREADS 256
+
+/* M rows of x [M, K] bf16 times W [N, K] e4m3 with per-row scales ->
+ * y [M, N] float32; KSPLIT warps share one output (every KSPLIT-th
+ * 512-value chunk of K each), their sums added in shared memory. */
+template <int M, int KSPLIT>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * WARP)
+gemv_fp8_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint8_t *__restrict__ w,
+                const float *__restrict__ scales, int N, int K) {
+    constexpr int OUTS = WARPS_PER_BLOCK / KSPLIT; /* outputs per block */
+    constexpr int STEP = KSPLIT * WARP;            /* 16-byte loads between one lane's */
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
+    const int n = blockIdx.x * OUTS + warp / KSPLIT;
+    const bool valid = n < N;
+    const uint4 *w_row = reinterpret_cast<const uint4 *>(w + (size_t)(valid ? n : 0) * K);
+    const float *s_row = scales + (size_t)(valid ? n : 0) * fp8_col_tiles(K);
+    const uint4 *x8 = reinterpret_cast<const uint4 *>(x); /* 8 bf16 a load */
+    const int k16_count = valid ? K / 16 : 0, x8_row = K / 8;
+    float acc[M] = {};
+    for (int k16 = part * WARP + lane; k16 < k16_count; k16 += FP8_UNROLL * STEP) {
+        uint4 wr[FP8_UNROLL];
+        float sc[FP8_UNROLL];
+#pragma unroll
+        for (int u = 0; u < FP8_UNROLL; u++) { /* every load issued before any use */
+            const int at = k16 + u * STEP;
+            wr[u] = at < k16_count ? __ldcs(w_row + at) : make_uint4(0u, 0u, 0u, 0u);
+            sc[u] = at < k16_count ? __ldg(s_row + at / (FP8_BLOCK / 16)) * FP8_UNIT : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < FP8_UNROLL; u++) {
+            const int at = k16 + u * STEP;
+            if (at >= k16_count) break;
+            float wf[16];
+            fp8x16_to_float(wr[u], wf);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                float xf[16];
+                widen8(__ldg(x8 + (size_t)m * x8_row + 2 * at), xf);
+                widen8(__ldg(x8 + (size_t)m * x8_row + 2 * at + 1), xf + 8);
+                float even = 0.0f, odd = 0.0f; /* two chains: half the dependent FMAs */
+#pragma unroll
+                for (int e = 0; e < 16; e += 2) {
+                    even = fmaf(wf[e], xf[e], even);
+                    odd = fmaf(wf[e + 1], xf[e + 1], odd);
+                }
+                acc[m] = fmaf(even + odd, sc[u], acc[m]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+    if (KSPLIT == 1) {
+        if (valid && lane == 0)
+#pragma unroll
+            for (int m = 0; m < M; m++) y[(size_t)m * N + n] = acc[m];
+        return;
+    }
+    __shared__ float partial[WARPS_PER_BLOCK][M];
+    if (lane == 0)
+#pragma unroll
+        for (int m = 0; m < M; m++) partial[warp][m] = acc[m];
+    __syncthreads();
+    if (valid && part == 0 && lane < M) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int p = 0; p < KSPLIT; p++) sum += partial[warp + p][lane];
+        y[(size_t)lane * N + n] = sum;
+    }
+}
+
+extern "C" bool cuda_gemv_fp8_fits(int rows, int in, const void *x, const void *w) {
+    return rows >= 1 && rows <= CUDA_GEMV_MAX_ROWS && in > 0 && in % 16 == 0 && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)w & 15) == 0;
+}
+
+template <int M>
+static void launch_gemv_fp8(int split, unsigned blocks, cudaStream_t s, float *y, const uint16_t *x,
+                            const uint8_t *w, const float *scales, int out, int in) {
+    const unsigned threads = WARPS_PER_BLOCK * WARP;
+    if (split == 4) gemv_fp8_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in);
+    else if (split == 2) gemv_fp8_kernel<M, 2><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in);
+    else gemv_fp8_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in);
+}
+
+extern "C" int cuda_gemv_fp8(float *y, const uint16_t *x, const uint8_t *w, const float *scales, int rows,
+                             int out, int in, CudaStream stream, Error *err) {
+    if (!cuda_gemv_fp8_fits(rows, in, x, w))
+        return error_set(err, "FP8 gemv: %d rows of %d (1..%d rows, a multiple of 16 wide, 16-byte aligned)",
+                         rows, in, CUDA_GEMV_MAX_ROWS);
+    if (out <= 0) return 0;
+    const int split = fp8_gemv_k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (rows) {
+    case 1: launch_gemv_fp8<1>(split, blocks, s, y, x, w, scales, out, in); break;
+    case 2: launch_gemv_fp8<2>(split, blocks, s, y, x, w, scales, out, in); break;
+    case 3: launch_gemv_fp8<3>(split, blocks, s, y, x, w, scales, out, in); break;
+    default: launch_gemv_fp8<4>(split, blocks, s, y, x, w, scales, out, in); break;
+    }
+    CUDA_LAUNCHED("the FP8 gemv kernel", err);
+    return 0;
+}
+
+/* ---- dequantization to bf16 -------------------------------------------------------------- */
+
+/* 16 values a thread: cols a multiple of 16, so a 16-byte group lies in one
+ * row and one 128-column tile. */
+__global__ void __launch_bounds__(DEQUANT_THREADS)
+fp8_dequantize16_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ w, const float *__restrict__ scales,
+                        size_t groups, int cols) {
+    const int per_row = cols / 16, tiles = fp8_col_tiles(cols);
+    for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = g / (size_t)per_row;
+        const int c16 = (int)(g - row * (size_t)per_row);
+        const float s = __ldg(scales + row * tiles + c16 / (FP8_BLOCK / 16)) * FP8_UNIT;
+        float f[16];
+        fp8x16_to_float(__ldcs(w + g), f);
+        uint32_t p[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) p[i] = pack_bf16x2(f[2 * i] * s, f[2 * i + 1] * s);
+        dst[2 * g] = make_uint4(p[0], p[1], p[2], p[3]);
+        dst[2 * g + 1] = make_uint4(p[4], p[5], p[6], p[7]);
+    }
+}
+
+/* One value a thread, any shape. */
+__global__ void fp8_dequantize1_kernel(uint16_t *__restrict__ dst, const uint8_t *__restrict__ w,
+                                       const float *__restrict__ scales, size_t n, int cols) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = i / (size_t)cols;
+        const int col = (int)(i - row * (size_t)cols);
+        float f[4];
+        fp8x4_to_float(w[i], f);
+        dst[i] = float_to_bf16_bits(f[0] * (scales[fp8_row_scale_index((int)row, col, cols)] * FP8_UNIT));
+    }
+}
+
+static unsigned grid_for(size_t items) {
+    size_t blocks = (items + DEQUANT_THREADS - 1) / DEQUANT_THREADS;
+    return (unsigned)(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+extern "C" int cuda_fp8_dequantize(uint16_t *dst, const uint8_t *w, const float *scales, int rows, int cols,
+                                   CudaStream stream, Error *err) {
+    if (rows <= 0 || cols <= 0) return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    const size_t n = (size_t)rows * (size_t)cols;
+    if (cols % 16 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)dst & 15) == 0) {
+        fp8_dequantize16_kernel<<<grid_for(n / 16), DEQUANT_THREADS, 0, s>>>(
+            reinterpret_cast<uint4 *>(dst), reinterpret_cast<const uint4 *>(w), scales, n / 16, cols);
+    } else {
+        fp8_dequantize1_kernel<<<grid_for(n), DEQUANT_THREADS, 0, s>>>(dst, w, scales, n, cols);
+    }
+    CUDA_LAUNCHED("the FP8 dequantization kernel", err);
+    return 0;
+}
