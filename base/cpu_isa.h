@@ -15,7 +15,8 @@
 /* Ordered: each level has everything below it. AVX512_BF16 adds vdpbf16ps
  * (bf16 dot products) and AVX512-VNNI's vpdpbusd (8-bit dot products):
  * Zen 4, Cooper Lake and later Intel, which have both. AMX means all of
- * that plus AMX-BF16 tiles that the kernel agreed to hand out (amx_available). */
+ * that plus AMX-BF16 tiles that the kernel agreed to hand out (amx_available).
+ * AVX2 includes FMA and F16C (half <-> float, which every AVX2 CPU has). */
 typedef enum CpuIsa {
     CPU_ISA_SCALAR,
     CPU_ISA_AVX2,

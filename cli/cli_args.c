@@ -177,15 +177,18 @@ int parse_runner_option(const char *name, const char *value, RunnerOptions *o, E
         return 1;
     }
     if (strcmp(name, "kv-cache-dtype") == 0) {
-        /* vLLM's spellings; "bf16"/"fp32" too, as people type them. */
+        /* vLLM's spellings ("fp8" is e4m3 there too); "bf16"/"fp32" as
+         * people type them. e5m2 is not stored by any backend here. */
         if (strcmp(value, "auto") == 0) o->kv_cache_dtype = KV_CACHE_AUTO;
         else if (strcmp(value, "bfloat16") == 0 || strcmp(value, "bf16") == 0)
             o->kv_cache_dtype = KV_CACHE_BF16;
         else if (strcmp(value, "float32") == 0 || strcmp(value, "fp32") == 0)
             o->kv_cache_dtype = KV_CACHE_F32;
+        else if (strcmp(value, "fp8") == 0 || strcmp(value, "fp8_e4m3") == 0)
+            o->kv_cache_dtype = KV_CACHE_FP8;
         else
-            return error_set(err, "--kv-cache-dtype: '%s' is not one of auto, bfloat16, float32",
-                             value);
+            return error_set(err, "--kv-cache-dtype: '%s' is not one of auto, bfloat16, float32, "
+                                  "fp8, fp8_e4m3", value);
         return 1;
     }
     if (strcmp(name, "dtype") == 0) {

@@ -8,8 +8,9 @@
  * where a head's rows are adjacent), causal mask, running
  * max/sum rescaling (flash-attention's online softmax), O += P V. The score
  * matrix never exceeds one block, whatever the context length, and each K/V
- * block is read once per tile rather than once per query. A bf16 cache is
- * widened block by block into per-thread float32 scratch for sgemm.
+ * block is read once per tile rather than once per query. A bf16 or fp8
+ * cache is widened block by block into per-thread float32 scratch for sgemm
+ * (fp8: SIMD at the active level, the cache's scale applied there).
  *
  * Under bf16 matmul inputs (cpu_attention_set_bf16_inputs, --dtype
  * bfloat16) with a bf16 cache, Q and the softmax's P are rounded to bf16 at
@@ -19,13 +20,18 @@
  * transposed so that its keys run along the kernel's K); without it sgemm
  * gets the same rounded inputs, so every ISA computes the same products.
  *
+ * An fp8 cache keeps float32 products whatever --dtype says: its values
+ * are exact in float32 and in bf16 alike, and the bf16 kernel's path (Q and
+ * P rounded, products from a bf16 cache) is not written for it.
+ *
  * A tile of one token (decode) goes to cpu_attention_decode.c instead: at
  * G = 2 rows sgemm's per-call overhead dominates, and its kernels read the
- * bf16 cache directly.
+ * bf16 or fp8 cache directly.
  */
 #include "cpu_attention.h"
 
 #include "cpu_attention_decode.h"
+#include "cpu_kv_fp8.h"
 #include "cpu_matmul_bf16.h"
 #include "cpu_ops.h"
 #include "base/cpu_isa.h"
@@ -57,7 +63,7 @@ typedef struct ThreadScratch {
     float *scores; /* [rows, block_size] */
     float *acc;    /* [rows, head_dim] */
     float *row_max, *row_sum;
-    float *k_wide, *v_wide; /* [block_size, head_dim]: a bf16 block widened for sgemm */
+    float *k_wide, *v_wide; /* [block_size, head_dim]: a bf16 or fp8 block widened for sgemm */
     /* bf16 inputs with AVX512-BF16 */
     uint16_t *q_bf16;   /* [rows, head_dim] */
     uint16_t *p_bf16;   /* [rows, block_size] */
@@ -68,7 +74,9 @@ typedef struct ThreadScratch {
 struct CpuAttention {
     ThreadPool *pool;
     AttentionShape shape;
-    bool kv_bf16;      /* the cache holds bf16 */
+    KvCacheDtype kv_dtype; /* resolved: float32, bf16 or fp8 */
+    bool kv_bf16;          /* kv_dtype is bf16 */
+    float k_scale, v_scale; /* fp8: read = e4m3 * scale (runner.h) */
     bool bf16_inputs;  /* round Q and P to bf16 (cpu_attention_set_bf16_inputs) */
     int group;         /* query heads per KV head */
     int tile_tokens;   /* query tokens per task */
@@ -85,10 +93,17 @@ struct CpuAttention {
     Bf16DotKernel bf16_dot; /* under bf16 inputs where the CPU has it, else NULL */
 };
 
-/* Rows [0, n) of one KV head in a bf16 cache block (adjacent: head-major
- * blocks), as float32 [n, D]. */
-static void widen_rows(float *dst, const uint16_t *src, int n, int D) {
-    for (size_t i = 0; i < (size_t)n * D; i++) dst[i] = bf16_to_f32(src[i]);
+/* Rows [0, n) of one KV head of a bf16 or fp8 cache block at element
+ * `base` (adjacent: head-major blocks), as float32 [n, D]. */
+static void widen_rows(const CpuAttention *a, float *dst, const void *cache, size_t base, int n,
+                       float scale) {
+    size_t count = (size_t)n * a->shape.head_dim;
+    if (a->kv_dtype == KV_CACHE_FP8) {
+        kv_fp8_widen_rows(a->isa, dst, (const uint8_t *)cache + base, count, scale);
+        return;
+    }
+    const uint16_t *src = (const uint16_t *)cache + base;
+    for (size_t i = 0; i < count; i++) dst[i] = bf16_to_f32(src[i]);
 }
 
 /* dst[d * n + j] = src[j * D + d]: a head's V rows [n, D] of a bf16 block
@@ -130,8 +145,10 @@ static void attend_decode(CpuAttention *a, const AttnTask *t, ThreadScratch *s) 
     const RunnerSeq *seq = &a->batch->seqs[t->seq];
     int D = sh->head_dim, G = a->group;
     size_t q_off = (size_t)(t->token0 + t->tile0) * sh->num_heads * D + (size_t)t->kv_head * G * D;
-    DecodeKv kv = {a->k_cache, a->v_cache, a->kv_bf16, seq->block_table, sh->block_size,
-                   sh->num_kv_heads, t->kv_head, D};
+    DecodeKv kv = {.k = a->k_cache, .v = a->v_cache, .dtype = a->kv_dtype,
+                   .block_table = seq->block_table, .block_size = sh->block_size,
+                   .num_kv_heads = sh->num_kv_heads, .kv_head = t->kv_head, .head_dim = D,
+                   .k_scale = a->k_scale, .v_scale = a->v_scale};
     DecodePart part = {s->row_max, s->row_sum, s->acc};
     decode_attend_range(a->isa, &kv, a->q + q_off, G, 0, seq->start_pos + t->tile0 + 1, s->scores,
                         part);
@@ -149,8 +166,8 @@ static void block_scores(CpuAttention *a, ThreadScratch *s, int rows, size_t bas
         return;
     }
     const float *k = (const float *)a->k_cache + base;
-    if (a->kv_bf16) {
-        widen_rows(s->k_wide, (const uint16_t *)a->k_cache + base, n, D);
+    if (a->kv_dtype != KV_CACHE_F32) {
+        widen_rows(a, s->k_wide, a->k_cache, base, n, a->k_scale);
         k = s->k_wide;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, D, scale, s->q, D, k, D, 0.0f,
@@ -168,10 +185,10 @@ static void block_values(CpuAttention *a, ThreadScratch *s, int rows, size_t bas
         return;
     }
     const float *v = (const float *)a->v_cache + base;
-    if (a->kv_bf16) {
-        widen_rows(s->v_wide, (const uint16_t *)a->v_cache + base, n, D);
+    if (a->kv_dtype != KV_CACHE_F32) {
+        widen_rows(a, s->v_wide, a->v_cache, base, n, a->v_scale);
         v = s->v_wide;
-        if (a->bf16_inputs) bf16_round_in_f32(s->scores, s->scores, (size_t)rows * n);
+        if (a->bf16_inputs && a->kv_bf16) bf16_round_in_f32(s->scores, s->scores, (size_t)rows * n);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, n, 1.0f, s->scores, n, v, D,
                 1.0f, s->acc, D);
@@ -270,11 +287,15 @@ void cpu_attention(CpuAttention *a, float *out, const float *q, const void *k_ca
 
 CpuAttention *cpu_attention_create(ThreadPool *pool, AttentionShape shape, int max_num_seqs,
                                    int max_num_tokens, Error *err) {
-    return cpu_attention_create_kv(pool, shape, false, max_num_seqs, max_num_tokens, err);
+    return cpu_attention_create_kv(pool, shape, KV_CACHE_F32, max_num_seqs, max_num_tokens, err);
 }
 
-CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bool kv_bf16,
+CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, KvCacheDtype kv_dtype,
                                       int max_num_seqs, int max_num_tokens, Error *err) {
+    if (kv_dtype != KV_CACHE_F32 && kv_dtype != KV_CACHE_BF16 && kv_dtype != KV_CACHE_FP8) {
+        error_set(err, "attention: KV cache dtype %s is not resolved", kv_cache_dtype_name(kv_dtype));
+        return NULL;
+    }
     CpuAttention *a = calloc(1, sizeof *a);
     if (!a) {
         error_set(err, "out of memory");
@@ -282,7 +303,9 @@ CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bo
     }
     a->pool = pool;
     a->shape = shape;
-    a->kv_bf16 = kv_bf16;
+    a->kv_dtype = kv_dtype;
+    a->kv_bf16 = kv_dtype == KV_CACHE_BF16;
+    a->k_scale = a->v_scale = KV_FP8_DEFAULT_SCALE;
     a->group = shape.num_heads / shape.num_kv_heads;
     a->tile_tokens = TILE_ROWS / a->group > 0 ? TILE_ROWS / a->group : 1;
     a->max_rows = a->tile_tokens * a->group;
@@ -301,14 +324,17 @@ CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bo
         s->row_max = malloc(sizeof(float) * rows);
         s->row_sum = malloc(sizeof(float) * rows);
         ok = s->q && s->scores && s->acc && s->row_max && s->row_sum;
-        if (ok && kv_bf16) {
+        if (ok && kv_dtype != KV_CACHE_F32) {
             s->k_wide = malloc(sizeof(float) * (size_t)shape.block_size * D);
             s->v_wide = malloc(sizeof(float) * (size_t)shape.block_size * D);
+            ok = s->k_wide && s->v_wide;
+        }
+        if (ok && a->kv_bf16) {
             s->q_bf16 = malloc(sizeof(uint16_t) * rows * D);
             s->p_bf16 = malloc(sizeof(uint16_t) * rows * (size_t)shape.block_size);
             s->v_t = malloc(sizeof(uint16_t) * D * (size_t)shape.block_size);
             s->pv = malloc(sizeof(float) * rows * D);
-            ok = s->k_wide && s->v_wide && s->q_bf16 && s->p_bf16 && s->v_t && s->pv;
+            ok = s->q_bf16 && s->p_bf16 && s->v_t && s->pv;
         }
     }
     if (!ok) {
@@ -320,6 +346,11 @@ CpuAttention *cpu_attention_create_kv(ThreadPool *pool, AttentionShape shape, bo
 }
 
 void cpu_attention_set_bf16_inputs(CpuAttention *a, bool on) { a->bf16_inputs = on; }
+
+void cpu_attention_set_fp8_scales(CpuAttention *a, float k_scale, float v_scale) {
+    a->k_scale = k_scale;
+    a->v_scale = v_scale;
+}
 
 void cpu_attention_destroy(CpuAttention *a) {
     if (!a) return;

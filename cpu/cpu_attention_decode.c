@@ -1,7 +1,9 @@
 /*
  * cpu_attention_decode.c - one query token's attention over the paged cache
  * (see cpu_attention_decode.h): the scalar reference and the AVX2 / AVX-512
- * kernels for its two inner loops, scores = scale * Q k_j and acc += p_j v_j.
+ * kernels for its two inner loops, scores = scale * Q k_j and acc += p_j v_j,
+ * each for a float32, bf16 and fp8 cache (one template per ISA, the
+ * element a constant; fp8 widens through cpu_kv_fp8.h).
  *
  * Each K/V row (head_dim values of one token) is read once and used for all
  * G heads of the group. A block's rows of one head are adjacent (the CPU
@@ -15,6 +17,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cpu_kv_fp8.h"
 #include "cpu_ops.h"
 #include "cpu_simd.h"
 #include "base/half.h"
@@ -42,6 +45,30 @@ SIMD_INLINE void prefetch_span(const void *p, size_t bytes) {
  * take 4 rows at a time). */
 #define QK_ROWS 4
 
+/* The cache's element: a constant in every kernel once inlined. fp8 reads
+ * as e4m3 * 2^-8 (cpu_kv_fp8.h); decode_attend_range folds the 2^8 and the
+ * cache's scales into the score scale and the accumulators. */
+enum { ELEM_F32, ELEM_BF16, ELEM_FP8 };
+
+SIMD_INLINE size_t elem_bytes(int kind) { return kind == ELEM_FP8 ? 1 : kind == ELEM_BF16 ? 2 : 4; }
+
+SIMD_INLINE float elem_at(const void *base, int kind, size_t i) {
+    if (kind == ELEM_FP8) return kv_fp8_widen_scaled(((const uint8_t *)base)[i]);
+    return widen_at(base, kind == ELEM_BF16, i);
+}
+
+#if defined(__x86_64__)
+/* Elements i..i+15 (i..i+7) as float32. */
+__attribute__((target("avx512f"))) SIMD_INLINE __m512 load16(const void *base, int kind, size_t i) {
+    if (kind == ELEM_FP8) return kv_fp8_widen16((const uint8_t *)base + i);
+    return widen16(base, kind == ELEM_BF16, i);
+}
+__attribute__((target("avx2,f16c"))) SIMD_INLINE __m256 load8(const void *base, int kind, size_t i) {
+    if (kind == ELEM_FP8) return kv_fp8_widen8((const uint8_t *)base + i);
+    return widen8(base, kind == ELEM_BF16, i);
+}
+#endif
+
 typedef void (*QkFn)(float *s, int lds, const float *q, int G, int D, const void *k, size_t stride,
                      int n, float scale);
 typedef void (*PvFn)(float *acc, const float *p, int lds, int G, int D, const void *v, size_t stride,
@@ -50,42 +77,38 @@ typedef void (*PvFn)(float *acc, const float *p, int lds, int G, int D, const vo
 /* ---- scalar reference ------------------------------------------------------ */
 
 static inline void qk_scalar(float *s, int lds, const float *q, int G, int D, const void *k,
-                             size_t stride, int n, float scale, bool bf16) {
+                             size_t stride, int n, float scale, int kind) {
     for (int j = 0; j < n; j++) {
         for (int g = 0; g < G; g++) {
             float d = 0.0f;
-            for (int e = 0; e < D; e++) d += q[(size_t)g * D + e] * widen_at(k, bf16, (size_t)j * stride + e);
+            for (int e = 0; e < D; e++) d += q[(size_t)g * D + e] * elem_at(k, kind, (size_t)j * stride + e);
             s[(size_t)g * lds + j] = d * scale;
         }
     }
 }
 
 static inline void pv_scalar(float *acc, const float *p, int lds, int G, int D, const void *v,
-                             size_t stride, int n, bool bf16) {
+                             size_t stride, int n, int kind) {
     for (int j = 0; j < n; j++) {
         for (int g = 0; g < G; g++) {
             float pj = p[(size_t)g * lds + j];
-            for (int e = 0; e < D; e++) acc[(size_t)g * D + e] += pj * widen_at(v, bf16, (size_t)j * stride + e);
+            for (int e = 0; e < D; e++) acc[(size_t)g * D + e] += pj * elem_at(v, kind, (size_t)j * stride + e);
         }
     }
 }
 
-static void qk_scalar_f32(float *s, int lds, const float *q, int G, int D, const void *k,
-                          size_t stride, int n, float scale) {
-    qk_scalar(s, lds, q, G, D, k, stride, n, scale, false);
-}
-static void qk_scalar_bf16(float *s, int lds, const float *q, int G, int D, const void *k,
-                           size_t stride, int n, float scale) {
-    qk_scalar(s, lds, q, G, D, k, stride, n, scale, true);
-}
-static void pv_scalar_f32(float *acc, const float *p, int lds, int G, int D, const void *v,
-                          size_t stride, int n) {
-    pv_scalar(acc, p, lds, G, D, v, stride, n, false);
-}
-static void pv_scalar_bf16(float *acc, const float *p, int lds, int G, int D, const void *v,
-                           size_t stride, int n) {
-    pv_scalar(acc, p, lds, G, D, v, stride, n, true);
-}
+#define SCALAR_PAIR(SUFFIX, KIND)                                                                  \
+    static void qk_scalar_##SUFFIX(float *s, int lds, const float *q, int G, int D, const void *k, \
+                                   size_t stride, int n, float scale) {                            \
+        qk_scalar(s, lds, q, G, D, k, stride, n, scale, KIND);                                     \
+    }                                                                                              \
+    static void pv_scalar_##SUFFIX(float *acc, const float *p, int lds, int G, int D,             \
+                                   const void *v, size_t stride, int n) {                          \
+        pv_scalar(acc, p, lds, G, D, v, stride, n, KIND);                                          \
+    }
+SCALAR_PAIR(f32, ELEM_F32)
+SCALAR_PAIR(bf16, ELEM_BF16)
+SCALAR_PAIR(fp8, ELEM_FP8)
 
 #if defined(__x86_64__)
 #define INLINE static inline __attribute__((always_inline))
@@ -106,8 +129,8 @@ INLINE int prefetch_rows(size_t row_bytes) {
  * rows per pass when G is small: one row's G accumulators alone form G
  * dependency chains of D / 16 FMAs, too few to hide the FMA latency. */
 AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, const void *k,
-                               size_t stride, int n, float scale, bool bf16) {
-    size_t esz = bf16 ? 2 : 4;
+                               size_t stride, int n, float scale, int kind) {
+    size_t esz = elem_bytes(kind);
     int D16 = D & ~15, j = 0, pfr = prefetch_rows(stride * esz);
     if (G <= 4) {
         for (; j + QK_ROWS <= n; j += QK_ROWS) {
@@ -121,7 +144,7 @@ AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, 
                 UNROLL for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
             for (int e = 0; e < D16; e += 16) {
                 __m512 kv[QK_ROWS];
-                UNROLL for (int r = 0; r < QK_ROWS; r++) kv[r] = widen16(row[r], bf16, (size_t)e);
+                UNROLL for (int r = 0; r < QK_ROWS; r++) kv[r] = load16(row[r], kind, (size_t)e);
                 UNROLL for (int g = 0; g < G; g++) {
                     __m512 qv = _mm512_loadu_ps(q + (size_t)g * D + e);
                     UNROLL for (int r = 0; r < QK_ROWS; r++) acc[r][g] = _mm512_fmadd_ps(qv, kv[r], acc[r][g]);
@@ -131,7 +154,7 @@ AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, 
                 float d[QK_ROWS];
                 _mm_storeu_ps(d, reduce4_512(acc[0][g], acc[1][g], acc[2][g], acc[3][g]));
                 UNROLL for (int r = 0; r < QK_ROWS; r++) {
-                    for (int e = D16; e < D; e++) d[r] += q[(size_t)g * D + e] * widen_at(row[r], bf16, (size_t)e);
+                    for (int e = D16; e < D; e++) d[r] += q[(size_t)g * D + e] * elem_at(row[r], kind, (size_t)e);
                     s[(size_t)g * lds + j + r] = d[r] * scale;
                 }
             }
@@ -143,13 +166,13 @@ AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, 
         __m512 acc[MAX_G];
         for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
         for (int e = 0; e < D16; e += 16) {
-            __m512 kv = widen16(row, bf16, (size_t)e);
+            __m512 kv = load16(row, kind, (size_t)e);
             for (int g = 0; g < G; g++)
                 acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * D + e), kv, acc[g]);
         }
         for (int g = 0; g < G; g++) {
             float d = _mm512_reduce_add_ps(acc[g]);
-            for (int e = D16; e < D; e++) d += q[(size_t)g * D + e] * widen_at(row, bf16, (size_t)e);
+            for (int e = D16; e < D; e++) d += q[(size_t)g * D + e] * elem_at(row, kind, (size_t)e);
             s[(size_t)g * lds + j] = d * scale;
         }
     }
@@ -158,8 +181,8 @@ AVX512 INLINE void qk_avx512_g(float *s, int lds, const float *q, int G, int D, 
 /* acc_g += p_gj v_j, two rows per pass so each accumulator load/store
  * serves two FMAs. */
 AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D, const void *v,
-                               size_t stride, int n, bool bf16) {
-    size_t esz = bf16 ? 2 : 4;
+                               size_t stride, int n, int kind) {
+    size_t esz = elem_bytes(kind);
     int D16 = D & ~15, j = 0, pfr = prefetch_rows(stride * esz);
     for (; j + 2 <= n; j += 2) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz, *r1 = r0 + stride * esz;
@@ -173,7 +196,7 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
             p1[g] = _mm512_set1_ps(p[(size_t)g * lds + j + 1]);
         }
         for (int e = 0; e < D16; e += 16) {
-            __m512 v0 = widen16(r0, bf16, (size_t)e), v1 = widen16(r1, bf16, (size_t)e);
+            __m512 v0 = load16(r0, kind, (size_t)e), v1 = load16(r1, kind, (size_t)e);
             for (int g = 0; g < G; g++) {
                 float *a = acc + (size_t)g * D + e;
                 _mm512_storeu_ps(a, _mm512_fmadd_ps(p1[g], v1, _mm512_fmadd_ps(p0[g], v0, _mm512_loadu_ps(a))));
@@ -181,8 +204,8 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
         }
         for (int g = 0; g < G; g++)
             for (int e = D16; e < D; e++)
-                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e) +
-                                          p[(size_t)g * lds + j + 1] * widen_at(r1, bf16, (size_t)e);
+                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem_at(r0, kind, (size_t)e) +
+                                          p[(size_t)g * lds + j + 1] * elem_at(r1, kind, (size_t)e);
     }
     for (; j < n; j++) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz;
@@ -190,9 +213,9 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
             __m512 p0 = _mm512_set1_ps(p[(size_t)g * lds + j]);
             for (int e = 0; e < D16; e += 16) {
                 float *a = acc + (size_t)g * D + e;
-                _mm512_storeu_ps(a, _mm512_fmadd_ps(p0, widen16(r0, bf16, (size_t)e), _mm512_loadu_ps(a)));
+                _mm512_storeu_ps(a, _mm512_fmadd_ps(p0, load16(r0, kind, (size_t)e), _mm512_loadu_ps(a)));
             }
-            for (int e = D16; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e);
+            for (int e = D16; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem_at(r0, kind, (size_t)e);
         }
     }
 }
@@ -208,15 +231,15 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
     default: KERNEL(__VA_ARGS__, G); break;                                                        \
     }
 
-#define QK512(BF16, s, lds, q, D, k, stride, n, scale, G) qk_avx512_g(s, lds, q, G, D, k, stride, n, scale, BF16)
-#define PV512(BF16, acc, p, lds, D, v, stride, n, G) pv_avx512_g(acc, p, lds, G, D, v, stride, n, BF16)
+#define QK512(KIND, s, lds, q, D, k, stride, n, scale, G) qk_avx512_g(s, lds, q, G, D, k, stride, n, scale, KIND)
+#define PV512(KIND, acc, p, lds, D, v, stride, n, G) pv_avx512_g(acc, p, lds, G, D, v, stride, n, KIND)
 
-#define DEFINE_AVX512(SUFFIX, BF16)                                                                \
+#define DEFINE_AVX512(SUFFIX, KIND)                                                                \
     AVX512 static void qk_avx512_##SUFFIX(float *s, int lds, const float *q, int G, int D,        \
                                           const void *k, size_t stride, int n, float scale) {      \
         for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
             int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
-            GROUP_DISPATCH(QK512, g, BF16, s + (size_t)g0 * lds, lds, q + (size_t)g0 * D, D, k,    \
+            GROUP_DISPATCH(QK512, g, KIND, s + (size_t)g0 * lds, lds, q + (size_t)g0 * D, D, k,    \
                            stride, n, scale)                                                       \
         }                                                                                          \
     }                                                                                              \
@@ -224,21 +247,22 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
                                           const void *v, size_t stride, int n) {                   \
         for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
             int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
-            GROUP_DISPATCH(PV512, g, BF16, acc + (size_t)g0 * D, p + (size_t)g0 * lds, lds, D, v,  \
+            GROUP_DISPATCH(PV512, g, KIND, acc + (size_t)g0 * D, p + (size_t)g0 * lds, lds, D, v,  \
                            stride, n)                                                              \
         }                                                                                          \
     }
-DEFINE_AVX512(f32, false)
-DEFINE_AVX512(bf16, true)
+DEFINE_AVX512(f32, ELEM_F32)
+DEFINE_AVX512(bf16, ELEM_BF16)
+DEFINE_AVX512(fp8, ELEM_FP8)
 
 /* ---- AVX2 + FMA ------------------------------------------------------------- */
-#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 /* As qk_avx512_g: QK_ROWS rows per pass for groups of up to 2 heads (the
  * 16 ymm registers hold QK_ROWS x 2 accumulators, the rows and a q vector). */
 AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, const void *k,
-                           size_t stride, int n, float scale, bool bf16) {
-    size_t esz = bf16 ? 2 : 4;
+                           size_t stride, int n, float scale, int kind) {
+    size_t esz = elem_bytes(kind);
     int D8 = D & ~7, j = 0, pfr = prefetch_rows(stride * esz);
     if (G <= 2) {
         for (; j + QK_ROWS <= n; j += QK_ROWS) {
@@ -252,7 +276,7 @@ AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, cons
                 UNROLL for (int g = 0; g < 2; g++) acc[r][g] = _mm256_setzero_ps();
             for (int e = 0; e < D8; e += 8) {
                 __m256 kv[QK_ROWS];
-                UNROLL for (int r = 0; r < QK_ROWS; r++) kv[r] = widen8(row[r], bf16, (size_t)e);
+                UNROLL for (int r = 0; r < QK_ROWS; r++) kv[r] = load8(row[r], kind, (size_t)e);
                 UNROLL for (int g = 0; g < G; g++) {
                     __m256 qv = _mm256_loadu_ps(q + (size_t)g * D + e);
                     UNROLL for (int r = 0; r < QK_ROWS; r++) acc[r][g] = _mm256_fmadd_ps(qv, kv[r], acc[r][g]);
@@ -262,7 +286,7 @@ AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, cons
                 float d[QK_ROWS];
                 _mm_storeu_ps(d, reduce4_256(acc[0][g], acc[1][g], acc[2][g], acc[3][g]));
                 UNROLL for (int r = 0; r < QK_ROWS; r++) {
-                    for (int e = D8; e < D; e++) d[r] += q[(size_t)g * D + e] * widen_at(row[r], bf16, (size_t)e);
+                    for (int e = D8; e < D; e++) d[r] += q[(size_t)g * D + e] * elem_at(row[r], kind, (size_t)e);
                     s[(size_t)g * lds + j + r] = d[r] * scale;
                 }
             }
@@ -274,21 +298,21 @@ AVX2 INLINE void qk_avx2_g(float *s, int lds, const float *q, int G, int D, cons
         __m256 acc[MAX_G];
         for (int g = 0; g < G; g++) acc[g] = _mm256_setzero_ps();
         for (int e = 0; e < D8; e += 8) {
-            __m256 kv = widen8(row, bf16, (size_t)e);
+            __m256 kv = load8(row, kind, (size_t)e);
             for (int g = 0; g < G; g++)
                 acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * D + e), kv, acc[g]);
         }
         for (int g = 0; g < G; g++) {
             float d = hsum256(acc[g]);
-            for (int e = D8; e < D; e++) d += q[(size_t)g * D + e] * widen_at(row, bf16, (size_t)e);
+            for (int e = D8; e < D; e++) d += q[(size_t)g * D + e] * elem_at(row, kind, (size_t)e);
             s[(size_t)g * lds + j] = d * scale;
         }
     }
 }
 
 AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, const void *v,
-                           size_t stride, int n, bool bf16) {
-    size_t esz = bf16 ? 2 : 4;
+                           size_t stride, int n, int kind) {
+    size_t esz = elem_bytes(kind);
     int D8 = D & ~7, j = 0, pfr = prefetch_rows(stride * esz);
     for (; j + 2 <= n; j += 2) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz, *r1 = r0 + stride * esz;
@@ -302,7 +326,7 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
             p1[g] = _mm256_set1_ps(p[(size_t)g * lds + j + 1]);
         }
         for (int e = 0; e < D8; e += 8) {
-            __m256 v0 = widen8(r0, bf16, (size_t)e), v1 = widen8(r1, bf16, (size_t)e);
+            __m256 v0 = load8(r0, kind, (size_t)e), v1 = load8(r1, kind, (size_t)e);
             for (int g = 0; g < G; g++) {
                 float *a = acc + (size_t)g * D + e;
                 _mm256_storeu_ps(a, _mm256_fmadd_ps(p1[g], v1, _mm256_fmadd_ps(p0[g], v0, _mm256_loadu_ps(a))));
@@ -310,8 +334,8 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
         }
         for (int g = 0; g < G; g++)
             for (int e = D8; e < D; e++)
-                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e) +
-                                          p[(size_t)g * lds + j + 1] * widen_at(r1, bf16, (size_t)e);
+                acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem_at(r0, kind, (size_t)e) +
+                                          p[(size_t)g * lds + j + 1] * elem_at(r1, kind, (size_t)e);
     }
     for (; j < n; j++) {
         const char *r0 = (const char *)v + (size_t)j * stride * esz;
@@ -319,22 +343,22 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
             __m256 p0 = _mm256_set1_ps(p[(size_t)g * lds + j]);
             for (int e = 0; e < D8; e += 8) {
                 float *a = acc + (size_t)g * D + e;
-                _mm256_storeu_ps(a, _mm256_fmadd_ps(p0, widen8(r0, bf16, (size_t)e), _mm256_loadu_ps(a)));
+                _mm256_storeu_ps(a, _mm256_fmadd_ps(p0, load8(r0, kind, (size_t)e), _mm256_loadu_ps(a)));
             }
-            for (int e = D8; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * widen_at(r0, bf16, (size_t)e);
+            for (int e = D8; e < D; e++) acc[(size_t)g * D + e] += p[(size_t)g * lds + j] * elem_at(r0, kind, (size_t)e);
         }
     }
 }
 
-#define QK256(BF16, s, lds, q, D, k, stride, n, scale, G) qk_avx2_g(s, lds, q, G, D, k, stride, n, scale, BF16)
-#define PV256(BF16, acc, p, lds, D, v, stride, n, G) pv_avx2_g(acc, p, lds, G, D, v, stride, n, BF16)
+#define QK256(KIND, s, lds, q, D, k, stride, n, scale, G) qk_avx2_g(s, lds, q, G, D, k, stride, n, scale, KIND)
+#define PV256(KIND, acc, p, lds, D, v, stride, n, G) pv_avx2_g(acc, p, lds, G, D, v, stride, n, KIND)
 
-#define DEFINE_AVX2(SUFFIX, BF16)                                                                  \
+#define DEFINE_AVX2(SUFFIX, KIND)                                                                  \
     AVX2 static void qk_avx2_##SUFFIX(float *s, int lds, const float *q, int G, int D,            \
                                       const void *k, size_t stride, int n, float scale) {          \
         for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
             int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
-            GROUP_DISPATCH(QK256, g, BF16, s + (size_t)g0 * lds, lds, q + (size_t)g0 * D, D, k,    \
+            GROUP_DISPATCH(QK256, g, KIND, s + (size_t)g0 * lds, lds, q + (size_t)g0 * D, D, k,    \
                            stride, n, scale)                                                       \
         }                                                                                          \
     }                                                                                              \
@@ -342,30 +366,35 @@ AVX2 INLINE void pv_avx2_g(float *acc, const float *p, int lds, int G, int D, co
                                       const void *v, size_t stride, int n) {                       \
         for (int g0 = 0; g0 < G; g0 += MAX_G) {                                                    \
             int g = G - g0 < MAX_G ? G - g0 : MAX_G;                                               \
-            GROUP_DISPATCH(PV256, g, BF16, acc + (size_t)g0 * D, p + (size_t)g0 * lds, lds, D, v,  \
+            GROUP_DISPATCH(PV256, g, KIND, acc + (size_t)g0 * D, p + (size_t)g0 * lds, lds, D, v,  \
                            stride, n)                                                              \
         }                                                                                          \
     }
-DEFINE_AVX2(f32, false)
-DEFINE_AVX2(bf16, true)
+DEFINE_AVX2(f32, ELEM_F32)
+DEFINE_AVX2(bf16, ELEM_BF16)
+DEFINE_AVX2(fp8, ELEM_FP8)
 #endif
 
-static void kernels(CpuIsa isa, bool bf16, QkFn *qk, PvFn *pv) {
+static void kernels(CpuIsa isa, int kind, QkFn *qk, PvFn *pv) {
+    static const QkFn scalar_qk[3] = {qk_scalar_f32, qk_scalar_bf16, qk_scalar_fp8};
+    static const PvFn scalar_pv[3] = {pv_scalar_f32, pv_scalar_bf16, pv_scalar_fp8};
+    *qk = scalar_qk[kind];
+    *pv = scalar_pv[kind];
 #if defined(__x86_64__)
+    static const QkFn avx512_qk[3] = {qk_avx512_f32, qk_avx512_bf16, qk_avx512_fp8};
+    static const PvFn avx512_pv[3] = {pv_avx512_f32, pv_avx512_bf16, pv_avx512_fp8};
+    static const QkFn avx2_qk[3] = {qk_avx2_f32, qk_avx2_bf16, qk_avx2_fp8};
+    static const PvFn avx2_pv[3] = {pv_avx2_f32, pv_avx2_bf16, pv_avx2_fp8};
     if (isa >= CPU_ISA_AVX512) {
-        *qk = bf16 ? qk_avx512_bf16 : qk_avx512_f32;
-        *pv = bf16 ? pv_avx512_bf16 : pv_avx512_f32;
-        return;
+        *qk = avx512_qk[kind];
+        *pv = avx512_pv[kind];
+    } else if (isa == CPU_ISA_AVX2) {
+        *qk = avx2_qk[kind];
+        *pv = avx2_pv[kind];
     }
-    if (isa == CPU_ISA_AVX2) {
-        *qk = bf16 ? qk_avx2_bf16 : qk_avx2_f32;
-        *pv = bf16 ? pv_avx2_bf16 : pv_avx2_f32;
-        return;
-    }
-#endif
+#else
     (void)isa;
-    *qk = bf16 ? qk_scalar_bf16 : qk_scalar_f32;
-    *pv = bf16 ? pv_scalar_bf16 : pv_scalar_f32;
+#endif
 }
 
 /* The first PREFETCH_BYTES of a stream of `bytes`, into L2. */
@@ -376,11 +405,13 @@ static void prefetch_start(const void *p, size_t bytes) {
 void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, int k0, int k1,
                          float *scores, DecodePart part) {
     int D = kv->head_dim, bs = kv->block_size;
-    size_t esz = kv->bf16 ? sizeof(uint16_t) : sizeof(float), stride = (size_t)D;
+    int kind = kv->dtype == KV_CACHE_FP8 ? ELEM_FP8 : kv->dtype == KV_CACHE_BF16 ? ELEM_BF16 : ELEM_F32;
+    size_t esz = elem_bytes(kind), stride = (size_t)D;
     float scale = 1.0f / sqrtf((float)D);
+    if (kind == ELEM_FP8) scale *= kv->k_scale * KV_FP8_WIDEN_SCALE;
     QkFn qk;
     PvFn pv;
-    kernels(isa, kv->bf16, &qk, &pv);
+    kernels(isa, kind, &qk, &pv);
     for (int g = 0; g < G; g++) {
         part.max[g] = -INFINITY;
         part.sum[g] = 0.0f;
@@ -418,6 +449,10 @@ void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, 
             }
         }
         pv(part.acc, scores, bs, G, D, vrows, stride, n);
+    }
+    if (kind == ELEM_FP8) { /* the values were read as e4m3 * 2^-8 */
+        float v_mul = kv->v_scale * KV_FP8_WIDEN_SCALE;
+        for (size_t i = 0; i < (size_t)G * D; i++) part.acc[i] *= v_mul;
     }
 }
 

@@ -6,7 +6,8 @@
  * Qwen3-0.6B): too few for sgemm's packing to pay off, and the step is bound
  * by reading the cache. These kernels read each key and value row once for
  * the whole group (G dot products per K row, G FMAs per V row), keep an
- * online softmax per block, and read a bf16 or float32 cache directly.
+ * online softmax per block, and read a float32, bf16 or fp8 (e4m3) cache
+ * directly, widening in registers.
  * Versions for AVX-512 and AVX2+FMA (per-function target attributes, as
  * cpu_matmul.c) and a portable scalar reference; the caller passes the ISA
  * (cpu_isa_active() in the runner, each level in the tests). The softmax's
@@ -25,19 +26,22 @@
 #include <stdint.h>
 
 #include "base/cpu_isa.h"
+#include "engine/runner.h"
 
 /* Where one KV head's keys and values are, in the CPU cache's head-major
  * blocks ([num_blocks, num_kv_heads, block_size, head_dim]): the row of
  * position p is at element ((block_table[p / block_size] * num_kv_heads +
- * kv_head) * block_size + p % block_size) * head_dim of k and v (uint16_t
- * bf16 when bf16, else float), so a block's rows of one head are adjacent. */
+ * kv_head) * block_size + p % block_size) * head_dim of k and v (float,
+ * uint16_t bf16, or uint8_t e4m3 read as e4m3 * k_scale / v_scale: the
+ * dtype, resolved, says which), so a block's rows of one head are adjacent. */
 typedef struct DecodeKv {
     const void *k, *v;
-    bool bf16;
+    KvCacheDtype dtype; /* KV_CACHE_F32, KV_CACHE_BF16 or KV_CACHE_FP8 */
     const int32_t *block_table;
     int block_size;
     int num_kv_heads;
     int kv_head, head_dim;
+    float k_scale, v_scale; /* fp8 only (runner.h) */
 } DecodeKv;
 
 /* The partial result of G query heads over a key range. */

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 
 #include "cpu_attention.h"
+#include "cpu_kv_fp8.h"
 #include "cpu_matmul.h"
 #include "cpu_moe.h"
 #include "cpu_ops.h"
@@ -60,9 +61,10 @@ typedef struct CpuRunner {
     CpuMoe *moe; /* NULL for a dense model */
     double *inv_freq; /* [head_dim / 2] */
 
-    void *kv;            /* one mapping: K of every layer, then V of every layer */
-    bool kv_bf16;        /* the cache holds bf16 (uint16_t), else float32 */
-    size_t layer_elems;  /* elements of K (or V) per layer */
+    void *kv;              /* one mapping: K of every layer, then V of every layer */
+    KvCacheDtype kv_dtype; /* resolved: float32, bf16 (uint16_t) or fp8 (uint8_t e4m3) */
+    float k_scale, v_scale; /* fp8: stored = e4m3(x / scale) (runner.h) */
+    size_t layer_elems;    /* elements of K (or V) per layer */
 
     /* activations, [max_num_batched_tokens, width] each */
     float *x, *h, *q, *k, *v, *attn, *gate, *up, *tmp;
@@ -92,13 +94,17 @@ ComputeDtype cpu_runner_dtype_resolve(ComputeDtype d, const ModelWeights *model)
                                                                           : COMPUTE_F32;
 }
 
+static size_t kv_dtype_bytes(KvCacheDtype dtype) {
+    return dtype == KV_CACHE_FP8 ? 1 : dtype == KV_CACHE_BF16 ? sizeof(uint16_t) : sizeof(float);
+}
+
 size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype) {
-    size_t elem = dtype == KV_CACHE_BF16 ? sizeof(uint16_t) : sizeof(float);
+    size_t elem = kv_dtype_bytes(dtype);
     return 2 * elem * (size_t)cfg->num_layers * (size_t)block_size * (size_t)cfg->num_kv_heads *
            (size_t)cfg->head_dim;
 }
 
-static size_t kv_elem_size(const CpuRunner *r) { return r->kv_bf16 ? sizeof(uint16_t) : sizeof(float); }
+static size_t kv_elem_size(const CpuRunner *r) { return kv_dtype_bytes(r->kv_dtype); }
 static void *k_layer(CpuRunner *r, int l) {
     return (char *)r->kv + (size_t)l * r->layer_elems * kv_elem_size(r);
 }
@@ -106,14 +112,19 @@ static void *v_layer(CpuRunner *r, int l) {
     return (char *)r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_elems * kv_elem_size(r);
 }
 
-/* n values into the cache at dst: copied, or rounded to bf16 (nearest even). */
-static void store_kv(const CpuRunner *r, void *dst, size_t slot, const float *src, size_t n) {
-    if (!r->kv_bf16) {
-        memcpy((float *)dst + slot, src, sizeof(float) * n);
+/* n values into the cache at element `slot` of dst: copied, rounded to bf16
+ * or to e4m3 of value / scale (nearest even both; e4m3 saturates at +-448). */
+static void store_kv(const CpuRunner *r, void *dst, size_t slot, const float *src, size_t n,
+                     float scale) {
+    switch (r->kv_dtype) {
+    case KV_CACHE_FP8: kv_fp8_store(cpu_isa_active(), (uint8_t *)dst + slot, src, n, scale); return;
+    case KV_CACHE_BF16: {
+        uint16_t *d = (uint16_t *)dst + slot;
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
         return;
     }
-    uint16_t *d = (uint16_t *)dst + slot;
-    for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+    default: memcpy((float *)dst + slot, src, sizeof(float) * n); return;
+    }
 }
 
 /* Charges the time since the previous mark to `phase`. */
@@ -180,8 +191,9 @@ static void qk_norm_rope_store(CpuRunner *r, int t) {
     size_t bs = (size_t)r->base.options.block_size, block = (size_t)r->slots[t] / bs, off = (size_t)r->slots[t] % bs;
     for (int h = 0; h < c->num_kv_heads; h++) {
         size_t at = ((block * (size_t)c->num_kv_heads + (size_t)h) * bs + off) * (size_t)D;
-        store_kv(r, k_layer(r, r->layer), at, k + (size_t)h * D, (size_t)D);
-        store_kv(r, v_layer(r, r->layer), at, r->v + (size_t)t * kv_width + (size_t)h * D, (size_t)D);
+        store_kv(r, k_layer(r, r->layer), at, k + (size_t)h * D, (size_t)D, r->k_scale);
+        store_kv(r, v_layer(r, r->layer), at, r->v + (size_t)t * kv_width + (size_t)h * D, (size_t)D,
+                 r->v_scale);
     }
 }
 
@@ -423,7 +435,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->cfg = *c;
     r->base.num_kv_blocks = (int)num_blocks;
     r->base.kv_cache_bytes = num_blocks * block_bytes;
-    r->kv_bf16 = o.kv_cache_dtype == KV_CACHE_BF16;
+    r->kv_dtype = o.kv_cache_dtype;
+    r->k_scale = r->v_scale = KV_FP8_DEFAULT_SCALE; /* uncalibrated, as vLLM (runner.h) */
     r->layer_elems = num_blocks * (size_t)o.block_size * c->num_kv_heads * c->head_dim;
 
     /* Anonymous mapping: pages cost memory only once a block is written. */
@@ -491,8 +504,11 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     if (r->matmul) cpu_matmul_set_bf16_inputs(r->matmul, o.dtype == COMPUTE_BF16);
     AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
     if (r->matmul)
-        r->attention = cpu_attention_create_kv(r->pool, shape, r->kv_bf16, o.max_num_seqs, (int)T, err);
-    if (r->attention) cpu_attention_set_bf16_inputs(r->attention, o.dtype == COMPUTE_BF16);
+        r->attention = cpu_attention_create_kv(r->pool, shape, r->kv_dtype, o.max_num_seqs, (int)T, err);
+    if (r->attention) {
+        cpu_attention_set_bf16_inputs(r->attention, o.dtype == COMPUTE_BF16);
+        cpu_attention_set_fp8_scales(r->attention, r->k_scale, r->v_scale);
+    }
     if (r->matmul && r->attention && c->num_experts > 0)
         r->moe = cpu_moe_create(r->pool, r->matmul, c, (int)T, err);
     if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) goto fail;
@@ -510,7 +526,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
              o.dtype == COMPUTE_BF16 ? "bf16" : "float32",
              weight_type_name(model->layers[0].q_proj.type),
              r->weights.memory ? "in huge pages" : "mapped in place",
-             r->kv_bf16 ? "bf16" : "float32");
+             r->kv_dtype == KV_CACHE_FP8 ? "fp8_e4m3 (scales 1.0)"
+             : r->kv_dtype == KV_CACHE_BF16 ? "bf16" : "float32");
     return &r->base;
 
 fail:

@@ -690,6 +690,11 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
                        "bfloat16; use auto or bfloat16, or --device cpu)");
         return NULL;
     }
+    if (o.kv_cache_dtype == KV_CACHE_FP8) {
+        error_set(err, "--kv-cache-dtype fp8 is not supported on CUDA yet (its KV cache is "
+                       "bfloat16; use auto or bfloat16, or --device cpu for an fp8 cache)");
+        return NULL;
+    }
     o.kv_cache_dtype = KV_CACHE_BF16;
     /* Activations are bf16 from end to end (cuBLAS bf16 GEMMs). */
     if (o.dtype == COMPUTE_F32) {

@@ -35,6 +35,16 @@ bool model_is_bf16(const ModelWeights *model) {
     return model->embed_tokens.type == WEIGHT_BF16;
 }
 
+const char *kv_cache_dtype_name(KvCacheDtype d) {
+    switch (d) {
+    case KV_CACHE_BF16: return "bfloat16";
+    case KV_CACHE_F32: return "float32";
+    case KV_CACHE_FP8: return "fp8_e4m3";
+    case KV_CACHE_AUTO: break;
+    }
+    return "auto";
+}
+
 KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model) {
     if (d != KV_CACHE_AUTO) return d;
     return model_is_bf16(model) ? KV_CACHE_BF16 : KV_CACHE_F32;

@@ -66,8 +66,24 @@ typedef struct RunnerBatch {
 /* What the KV cache stores, as vLLM's --kv-cache-dtype: auto is bf16 when
  * the model's weights are bf16 (its activations were trained at that
  * precision, and the cache is then half the bytes to read per decode token),
- * else float32. A backend resolves auto with kv_cache_dtype_resolve(). */
-typedef enum KvCacheDtype { KV_CACHE_AUTO, KV_CACHE_BF16, KV_CACHE_F32 } KvCacheDtype;
+ * else float32. A backend resolves auto with kv_cache_dtype_resolve().
+ *
+ * fp8 (vLLM's "fp8", alias "fp8_e4m3") stores each K and V value as one
+ * float8_e4m3fn byte with a float scale per cache, one for K and one for V:
+ * stored = e4m3(x / scale) (round to nearest even, as
+ * fp8_e4m3_from_float in model/weight_format.h), read = e4m3 * scale. Both
+ * scales are 1.0 (KV_FP8_DEFAULT_SCALE), vLLM's default for a checkpoint
+ * without calibrated k_scale / v_scale; nothing is calibrated. Values
+ * beyond +-448 (e4m3's largest) are stored as +-448: saturation is the
+ * defined behaviour, as in vLLM's fp8 cache. Half the bytes of bf16 per
+ * token, so twice the tokens for the same cache memory and half the bytes
+ * decode attention reads; 3 significant bits instead of 8. */
+typedef enum KvCacheDtype { KV_CACHE_AUTO, KV_CACHE_BF16, KV_CACHE_F32, KV_CACHE_FP8 } KvCacheDtype;
+
+#define KV_FP8_DEFAULT_SCALE 1.0f
+
+/* "bfloat16", "float32", "fp8_e4m3" or "auto": for logs and JSON. */
+const char *kv_cache_dtype_name(KvCacheDtype d);
 
 /* What a projection's inputs are rounded to, as vLLM's --dtype: bf16 rounds
  * the activations to bf16 where they enter each matmul (the weights are bf16
@@ -89,7 +105,7 @@ typedef struct RunnerOptions {
     int max_num_batched_tokens;    /* new tokens per step */
     int max_model_len;             /* longest context */
     int num_threads;               /* CPU threads, 0 = one per core */
-    KvCacheDtype kv_cache_dtype;   /* auto (default), bf16 or f32 (CUDA: bf16 only) */
+    KvCacheDtype kv_cache_dtype;   /* auto (default), bf16, f32 or fp8 (CUDA: bf16 only) */
     ComputeDtype dtype;            /* auto (default), bf16 or f32 (CUDA: bf16 only) */
     /* Where the weights come from, for whoever loads them (cli/backend_setup.c),
      * not the backends: "auto" (the checkpoint) or "dummy" (random, from
@@ -118,7 +134,7 @@ struct Runner {
 
 /* auto -> bf16 if the config's torch_dtype is "bfloat16", f32 if it names
  * another dtype, and without one the loaded weights' type (embed_tokens;
- * dummy weights are bf16); bf16 and f32 stay as they are. */
+ * dummy weights are bf16); bf16, f32 and fp8 stay as they are. */
 KvCacheDtype kv_cache_dtype_resolve(KvCacheDtype d, const ModelWeights *model);
 
 /* True if the model's weights are bf16 (the config's torch_dtype, else the

@@ -126,8 +126,8 @@ Test(cli, usage_errors) {
                    "not a power of two");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-memory 3XB", 2,
                    "unknown unit");
-    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-dtype fp8", 2,
-                   "'fp8' is not one of auto, bfloat16, float32");
+    expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --kv-cache-dtype fp8_e5m2", 2,
+                   "--kv-cache-dtype: 'fp8_e5m2' is not one of auto, bfloat16, float32, fp8, fp8_e4m3");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 --dtype float16", 2,
                    "--dtype: 'float16' is not one of auto, bfloat16, float32");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1,x", 2,
@@ -211,6 +211,53 @@ Test(cli, dtype_choice) {
         snprintf(args, sizeof args, "%s%s", base, flags[i]);
         cr_expect_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
         cr_expect(strstr(err, want[i]), "%s: %s", args, err);
+        free(out);
+        free(err);
+    }
+}
+
+/* --kv-cache-dtype reaches the CPU runner: its start-up line names the
+ * cache, and one byte per value holds twice bf16's tokens (four times
+ * float32's) in the same --kv-cache-memory. The attention benchmark takes
+ * it too; CUDA refuses fp8 clearly. */
+static long kv_tokens(const char *log) {
+    const char *at = strstr(log, " tokens = ");
+    return at ? atol(at + strlen(" tokens = ")) : -1;
+}
+
+Test(cli, kv_cache_dtype_choice) {
+    const char *base = "generate --model " TINY_MODEL " --device cpu --prompt-ids 1,2,3 --max-tokens 3 "
+                       "--ignore-eos --kv-cache-memory 48MiB --kv-cache-dtype ";
+    const char *flags[] = {"fp8", "fp8_e4m3", "bfloat16", "float32"};
+    const char *want[] = {"fp8_e4m3 (scales 1.0) KV cache", "fp8_e4m3 (scales 1.0) KV cache", "bf16 KV cache",
+                          "float32 KV cache"};
+    long tokens[4];
+    for (int i = 0; i < 4; i++) {
+        char args[512], *out, *err;
+        snprintf(args, sizeof args, "%s%s", base, flags[i]);
+        cr_expect_eq(run_nanovllm(args, &out, &err), 0, "%s", err);
+        cr_expect(strstr(err, want[i]), "%s: %s", args, err);
+        tokens[i] = kv_tokens(err);
+        free(out);
+        free(err);
+    }
+    cr_expect(tokens[0] > 0 && tokens[0] == tokens[1] && tokens[0] == 2 * tokens[2] && tokens[0] == 4 * tokens[3],
+              "KV tokens fp8 %ld, bf16 %ld, float32 %ld", tokens[0], tokens[2], tokens[3]);
+
+    char *out, *err;
+    int rc = run_nanovllm("bench --attention --device cpu --kv-cache-dtype fp8 --num-seqs 2 --input-len 40 --json",
+                          &out, &err);
+    cr_expect_eq(rc, 0, "%s", err);
+    cr_expect(strstr(out, "\"kv_cache_dtype\": \"fp8_e4m3\""), "%s", out);
+    free(out);
+    free(err);
+
+    char why[256];
+    if (cuda_device_probe(why, sizeof why) > 0) {
+        rc = run_nanovllm("generate --model " TINY_MODEL " --prompt-ids 1 --device cuda --kv-cache-dtype fp8",
+                          &out, &err);
+        cr_expect_eq(rc, 1);
+        cr_expect(strstr(err, "--kv-cache-dtype fp8 is not supported on CUDA"), "%s", err);
         free(out);
         free(err);
     }

@@ -127,8 +127,11 @@ static double check_level(CpuIsa isa, double *worst_vs_scalar) {
                     int ctx = ci < 70 ? ci + 1 : contexts_extra[ci - 70];
                     reference(want, q, &c, table, ctx, bs, KV_HEADS, kv_head, G, D);
                     for (int bf = 0; bf < 2; bf++) {
-                        DecodeKv kv = {bf ? (const void *)c.kb : c.kf, bf ? (const void *)c.vb : c.vf,
-                                       bf, table, bs, KV_HEADS, kv_head, D};
+                        DecodeKv kv = {.k = bf ? (const void *)c.kb : c.kf,
+                                       .v = bf ? (const void *)c.vb : c.vf,
+                                       .dtype = bf ? KV_CACHE_BF16 : KV_CACHE_F32,
+                                       .block_table = table, .block_size = bs,
+                                       .num_kv_heads = KV_HEADS, .kv_head = kv_head, .head_dim = D};
                         int parts = ctx >= 3 ? 1 + ci % MAX_PARTS : 1;
                         decode(ref_out, CPU_ISA_SCALAR, &kv, q, G, ctx, 1, &s);
                         decode(out, isa, &kv, q, G, ctx, parts, &s);
@@ -219,7 +222,7 @@ static void mixed_batch_run(const MixedBatch *m, bool bf16_inputs, float *out) {
     ThreadPool *pool = thread_pool_create(2, &err);
     cr_assert(pool, "%s", err.msg);
     AttentionShape shape = {MB_HEADS, MB_KV_HEADS, m->D, m->bs};
-    CpuAttention *a = cpu_attention_create_kv(pool, shape, true, MB_S, 256, &err);
+    CpuAttention *a = cpu_attention_create_kv(pool, shape, KV_CACHE_BF16, MB_S, 256, &err);
     cr_assert(a, "%s", err.msg);
     cpu_attention_set_bf16_inputs(a, bf16_inputs);
     cpu_attention(a, out, m->q, m->c.kb, m->c.vb, &m->batch);

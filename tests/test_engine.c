@@ -3,7 +3,9 @@
  * runner with the tiny model: batching, preemption and chunking never change
  * what a request gets; bad requests fail alone and clearly. The cache is
  * float32 unless a test says otherwise; those about batches, preemption,
- * chunking and the prefix cache also run with a bf16 cache (_bf16).
+ * chunking and the prefix cache also run with a bf16 cache (_bf16) and an
+ * fp8 (e4m3) one (_fp8): the same invariants, the same cache dtype on both
+ * sides of each comparison.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -157,15 +159,16 @@ static void batch_equals_sequential_and_golden(KvCacheDtype dtype) {
     submit(t.e, prompt, n, &p16, &c);
     run_to_completion(t.e);
     /* float32: all 16 (every golden margin is >= 0.0075). bf16 cache: the
-     * golden README's bf16 rule, up to the first step whose margin is < 0.1. */
+     * golden README's bf16 rule, up to the first step whose margin is < 0.1;
+     * fp8: test_cpu_kv_fp8_model.c's, up to the first margin <= 0.3. */
     int check = 16;
     json_t *margins = json_object_get(gp, "greedy_margins");
-    if (dtype == KV_CACHE_BF16)
-        for (int s = 0; s < 16; s++)
-            if (json_real_value(json_array_get(margins, (size_t)s)) < 0.1) {
-                check = s;
-                break;
-            }
+    double min_margin = dtype == KV_CACHE_BF16 ? 0.1 : dtype == KV_CACHE_FP8 ? 0.3 : 0;
+    for (int s = 0; s < 16; s++)
+        if (json_real_value(json_array_get(margins, (size_t)s)) < min_margin) {
+            check = s;
+            break;
+        }
     cr_expect(c.num[0] == 16 && memcmp(c.ids[0], want, sizeof(int32_t) * (size_t)check) == 0,
               "golden greedy tokens differ within the first %d steps", check);
     free(prompt);
@@ -178,6 +181,9 @@ static void batch_equals_sequential_and_golden(KvCacheDtype dtype) {
 Test(engine, batch_equals_sequential_and_golden) { batch_equals_sequential_and_golden(KV_CACHE_F32); }
 Test(engine, batch_equals_sequential_and_golden_bf16) {
     batch_equals_sequential_and_golden(KV_CACHE_BF16);
+}
+Test(engine, batch_equals_sequential_and_golden_fp8) {
+    batch_equals_sequential_and_golden(KV_CACHE_FP8);
 }
 
 /* Short prompts, long outputs: 16 requests are admitted at once (a block
@@ -216,6 +222,7 @@ static void preemption_under_a_tiny_cache(KvCacheDtype dtype) {
 
 Test(engine, preemption_under_a_tiny_cache) { preemption_under_a_tiny_cache(KV_CACHE_F32); }
 Test(engine, preemption_under_a_tiny_cache_bf16) { preemption_under_a_tiny_cache(KV_CACHE_BF16); }
+Test(engine, preemption_under_a_tiny_cache_fp8) { preemption_under_a_tiny_cache(KV_CACHE_FP8); }
 
 static void chunked_prefill_equals_unchunked(KvCacheDtype dtype) {
     kv_dtype = dtype;
@@ -243,6 +250,9 @@ static void chunked_prefill_equals_unchunked(KvCacheDtype dtype) {
 Test(engine, chunked_prefill_equals_unchunked) { chunked_prefill_equals_unchunked(KV_CACHE_F32); }
 Test(engine, chunked_prefill_equals_unchunked_bf16) {
     chunked_prefill_equals_unchunked(KV_CACHE_BF16);
+}
+Test(engine, chunked_prefill_equals_unchunked_fp8) {
+    chunked_prefill_equals_unchunked(KV_CACHE_FP8);
 }
 
 Test(engine, seeded_sampling_ignores_the_batch) {
@@ -306,6 +316,8 @@ Test(engine, fully_cached_prompt) { cached_prompt(45, KV_CACHE_F32); }
 Test(engine, prompt_a_multiple_of_the_block_size) { cached_prompt(64, KV_CACHE_F32); }
 Test(engine, fully_cached_prompt_bf16) { cached_prompt(45, KV_CACHE_BF16); }
 Test(engine, prompt_a_multiple_of_the_block_size_bf16) { cached_prompt(64, KV_CACHE_BF16); }
+Test(engine, fully_cached_prompt_fp8) { cached_prompt(45, KV_CACHE_FP8); }
+Test(engine, prompt_a_multiple_of_the_block_size_fp8) { cached_prompt(64, KV_CACHE_FP8); }
 
 Test(engine, too_large_for_the_cache_fails_alone) {
     TinyEngine t;

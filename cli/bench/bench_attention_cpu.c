@@ -64,8 +64,9 @@ static int cmp_double(const void *a, const void *b) {
 
 int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtype dtype,
                         int num_threads, bool json, Error *err) {
-    bool bf16 = dtype != KV_CACHE_F32; /* auto: the benchmark's model shape is bf16 */
-    size_t esz = bf16 ? 2 : 4, row_bytes = HEAD_DIM * esz;
+    if (dtype == KV_CACHE_AUTO) dtype = KV_CACHE_BF16; /* the benchmark's model shape is bf16 */
+    const char *dtype_name = kv_cache_dtype_name(dtype);
+    size_t esz = dtype == KV_CACHE_FP8 ? 1 : dtype == KV_CACHE_BF16 ? 2 : 4, row_bytes = HEAD_DIM * esz;
     int keys = input_len + 1; /* the decoded token attends to itself too */
     int bps = (keys + block_size - 1) / block_size;
     size_t block_bytes = (size_t)KV_HEADS * block_size * row_bytes;
@@ -73,12 +74,12 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     if (total > MAX_CACHE_BYTES)
         return error_set(err, "--attention --device cpu: %d x %d tokens need %.1f GB of cache "
                               "(at most %.0f GB)", num_seqs, input_len, total / 1e9, MAX_CACHE_BYTES / 1e9);
-    int blocks = num_seqs * bps; /* fits: the cache is at most 16 GB of >= 32 KiB blocks */
+    int blocks = num_seqs * bps; /* fits: the cache is at most 16 GB of >= 16 KiB blocks */
     double kv_bytes = 2.0 * LAYERS * num_seqs * (double)keys * KV_HEADS * row_bytes;
 
     ThreadPool *pool = thread_pool_create(num_threads, err);
     AttentionShape shape = {HEADS, KV_HEADS, HEAD_DIM, block_size};
-    CpuAttention *att = pool ? cpu_attention_create_kv(pool, shape, bf16, num_seqs, num_seqs, err) : NULL;
+    CpuAttention *att = pool ? cpu_attention_create_kv(pool, shape, dtype, num_seqs, num_seqs, err) : NULL;
     char *cache = MAP_FAILED;
     int32_t *tables = NULL, *tokens = NULL;
     float *q = NULL, *out = NULL;
@@ -95,8 +96,9 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
         error_set(err, "out of memory for a %.1f GB cache", total / 1e9);
         goto done;
     }
-    /* Values near 1 in either dtype (bf16 0x3f80.., float 0x3f80....): any
-     * finite pattern serves, the kernels' time does not depend on it. */
+    /* Values near 1 in bf16 and float (0x3f80.., 0x3f80....), of either sign
+     * and magnitudes 2^-7..1.875 as e4m3 bytes: any finite pattern serves, the
+     * kernels' time does not depend on it. */
     for (size_t i = 0; i < total / 2; i++) ((uint16_t *)cache)[i] = (uint16_t)(0x3f80 + (i * 7) % 64);
     uint64_t state = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < blocks; i++) tables[i] = i;
@@ -141,7 +143,7 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     if (json) {
         json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}",
                               "device", "cpu", "threads", threads, "isa", isa, "kv_cache_dtype",
-                              bf16 ? "bfloat16" : "float32", "batch", num_seqs, "context", input_len,
+                              dtype_name, "batch", num_seqs, "context", input_len,
                               "layers", LAYERS, "ms_per_step", att_s * 1e3, "kv_gb_per_s", att_rate / 1e9,
                               "block_read_gb_per_s", read_rate / 1e9, "memory_read_gb_per_s", flat / 1e9,
                               "fraction_of_block_read", att_rate / read_rate,
@@ -157,7 +159,7 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     } else {
         printf("cpu (%d threads, %s kernels), %s KV cache: decode attention, %d sequence%s x %d tokens, "
                "%d layers (16/8 heads x 128, block %d), median of %d\n", threads, isa,
-               bf16 ? "bf16" : "float32", num_seqs, num_seqs == 1 ? "" : "s", input_len, LAYERS, block_size, REPS);
+               dtype_name, num_seqs, num_seqs == 1 ? "" : "s", input_len, LAYERS, block_size, REPS);
         printf("  attention          %8.2f ms per step, %.0f MB of K/V: %.1f GB/s\n", att_s * 1e3,
                kv_bytes / 1e6, att_rate / 1e9);
         printf("  same rows read     %8.2f ms: %.1f GB/s (attention at %.0f%%)\n", read_s * 1e3,
