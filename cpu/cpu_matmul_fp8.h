@@ -27,8 +27,8 @@
  *
  * What sets the speed: on Zen 3 (AVX2) the widening, not memory. vcvtph2ps
  * converts about 4 values a cycle there, so one thread multiplies ~12 G
- * weights/s from cache at one activation row (bf16's row kernels ~20 G),
- * while memory delivers ~19 GB/s per thread with both threads reading: FP8
+ * weights/s from cache at one activation row (bf16's kernels 16-20 G),
+ * while memory delivers 12-17 GB/s per thread with both threads reading: FP8
  * decode is compute-bound at 1 row and beats bf16 by what the halved bytes
  * buy below that limit (cpu/PERFORMANCE.md has the measurements, and the
  * exact integer-only and table-lookup widenings that were no faster).
