@@ -12,6 +12,11 @@
  * BLAS (large M): each task widens PANEL_ROWS weight rows into its own f32
  * panel (cache-sized) and calls cblas_sgemm on it. OpenBLAS is told to use
  * one thread, because the parallelism is ours.
+ *
+ * FP8 weights (cpu_matmul_fp8.c) take the same task split: fp8_gemm with
+ * the thread's panel as its scratch, or decoded panels for BLAS; a list is
+ * split by weight class (block-quantized, FP8, plain) and each class runs
+ * as one parallel loop of its own.
  */
 #include "cpu_matmul.h"
 
@@ -24,6 +29,7 @@
 
 #include "cpu_matmul_amx.h"
 #include "cpu_matmul_bf16.h"
+#include "cpu_matmul_fp8.h"
 #include "cpu_matmul_quant.h"
 #include "cpu_matmul_rows.h"
 #include "cpu_matmul_small.h"
@@ -83,6 +89,19 @@
  * only, GFLOP/s at 64 / 512 rows (NANOVLLM_BENCH_WEIGHT; Qwen3-0.6B's
  * gate/up for q8_0, o_proj for q4_k): q8_0 integer 175 / 182 vs decode +
  * sgemm 133 / 154; q4_k 160 / 209 vs 106 / 156. The float paths stay for forced strategies. */
+
+/* FP8 weights (cpu_matmul_fp8.h) up to FP8_GEMM_MAX_ROWS activation rows
+ * run on fp8_gemm (strategy "gemm"), above on OpenBLAS with 128-row panels
+ * decoded to float32 ("blas"); at the scalar level from SMALL_M_MAX rows.
+ * One thread of an EPYC exposing AVX2 only (Zen 3), CPU time, GFLOP/s of
+ * fp8_gemm / decode + sgemm at 32, 48, 64, 96 rows: gate/up (3072 x 1024)
+ * 50 / 49, 50 / 58, 54 / 62, 61 / 70; down (1024 x 3072) 61 / 56, 63 / 63,
+ * 62 / 67, 58 / 71; q_proj 60 / 57, 62 / 64, 62 / 66, 62 / 71; o_proj
+ * 64 / 59, 66 / 65, 66 / 67, 65 / 72: a tie at 48. fp8_gemm's tiles run
+ * at the float32 GEMM's rate, less the widening of every weight once per
+ * call, which sgemm's panels pay too but amortize over more rows. Not
+ * measured at AVX-512. */
+#define FP8_GEMM_MAX_ROWS 48
 
 /* Rows decoded at a time into a thread's panel by the forced "gemm" path
  * for quantized weights (in L2 for the small-batch GEMM's f32 kernel). */
@@ -163,6 +182,10 @@ static void blas_task(const MatmulJob *j, const MatmulTask *t, int thread) {
         float *buf = j->mm->panels[thread];
         quant_decode_rows(j->isa, w->type, w->data, K, t->n0, t->n1, buf);
         panel = buf;
+    } else if (w->type == WEIGHT_F8_E4M3) {
+        float *buf = j->mm->panels[thread];
+        fp8_decode_rows(j->isa, w->data, w->scales, K, t->n0, t->n1, buf);
+        panel = buf;
     } else {
         panel = (const float *)w->data + (size_t)t->n0 * K;
     }
@@ -192,6 +215,15 @@ static void quant_task(const MatmulJob *j, const MatmulTask *t, int thread) {
                w->rows, t->n0, t->n1);
 }
 
+/* Rows [n0, n1) of an FP8 weight: decoded panels for OpenBLAS (blas), else
+ * fp8_gemm, with the thread's panel as its scratch. */
+static void fp8_task(const MatmulJob *j, const MatmulTask *t, int thread) {
+    const Weight *w = j->ws[t->wi];
+    if (j->strategy == MATMUL_BLAS) return blas_task(j, t, thread);
+    fp8_gemm(j->isa, w->data, w->scales, w->cols, j->x, w->cols, j->M, j->ys[t->wi], w->rows, t->n0,
+             t->n1, j->mm->panels[thread]);
+}
+
 static void matmul_task(void *ctx, int task, int thread) {
     const MatmulJob *j = ctx;
     const MatmulTask *t = &j->tasks[task];
@@ -201,6 +233,7 @@ static void matmul_task(void *ctx, int task, int thread) {
         return;
     }
     if (weight_type_quantized(j->ws[t->wi]->type)) return quant_task(j, t, thread);
+    if (j->ws[t->wi]->type == WEIGHT_F8_E4M3) return fp8_task(j, t, thread);
     switch (j->strategy) {
     case MATMUL_AMX:
         amx_matmul(j->ys[t->wi], j->ws[t->wi]->rows, j->mm->packed, j->M, t->m0, t->m1,
@@ -236,6 +269,8 @@ static int amx_tokens_per_task(int K) {
 
 MatmulStrategy cpu_matmul_choose(int M, const Weight *w, CpuIsa isa) {
     if (weight_type_quantized(w->type)) return MATMUL_QUANT;
+    if (w->type == WEIGHT_F8_E4M3)
+        return M <= (fp8_simd(isa) ? FP8_GEMM_MAX_ROWS : SMALL_M_MAX) ? MATMUL_GEMM : MATMUL_BLAS;
     if (M > AMX_MIN_ROWS && isa >= CPU_ISA_AMX && amx_supports(w)) return MATMUL_AMX;
     if (small_gemm_kernel(isa, w->type)) {
         if (M < GEMM_MIN_ROWS) return MATMUL_ROWS;
@@ -266,9 +301,22 @@ static void run_tasks(CpuMatmul *mm, MatmulJob *job, int count, int per, int tok
     thread_pool_run(mm->pool, n, matmul_task, job);
 }
 
-/* float32 inputs as given. */
+/* FP8 weights sharing the input x, float32 (or already rounded to bf16):
+ * the automatic choice, or blas if forced, else fp8_gemm (which is FP8's
+ * row kernel and small-batch GEMM both: forced rows, gemm, amx and quant
+ * all run it). */
+static void run_fp8(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
+                    float *const *ys, int count, MatmulStrategy strategy, CpuIsa isa) {
+    if (strategy == MATMUL_AUTO) strategy = cpu_matmul_choose(M, ws[0], isa);
+    if (strategy != MATMUL_BLAS) strategy = MATMUL_GEMM;
+    MatmulJob job = {mm, x, M, ws, ys, strategy, isa, {NULL, NULL}, mm->tasks, NULL, NULL};
+    run_tasks(mm, &job, count, rows_per_task(strategy), M);
+}
+
+/* float32 inputs as given; the list holds either FP8 weights or bf16/f32 ones. */
 static void run_f32(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
                     float *const *ys, int count, MatmulStrategy strategy, CpuIsa isa) {
+    if (ws[0]->type == WEIGHT_F8_E4M3) return run_fp8(mm, x, M, ws, ys, count, strategy, isa);
     if (strategy == MATMUL_AUTO) strategy = cpu_matmul_choose(M, ws[0], isa);
     for (int i = 0; i < count; i++) {
         bool amx_ok = isa >= CPU_ISA_AMX && amx_supports(ws[i]) && ws[i]->cols == ws[0]->cols &&
@@ -375,23 +423,27 @@ static void run_quant(CpuMatmul *mm, const float *x, int M, const Weight *const 
     }
 }
 
-/* Splits a list of weights into its quantized ones and the others
- * (bf16/f32), keeping their outputs beside them; returns how many are
- * quantized (the first q of qw), the others in pw. */
-static int split_quantized(const Weight *const *ws, float *const *ys, int count, const Weight **qw,
-                           float **qy, const Weight **pw, float **py, int *np) {
-    int nq = 0;
-    *np = 0;
+/* The weights of a list that run apart: block-quantized (run_quant), FP8
+ * (run_fp8) and plain bf16/f32 ones. */
+enum { CLASS_QUANT, CLASS_FP8, CLASS_PLAIN, NCLASS };
+
+typedef struct WeightClasses {
+    const Weight *ws[NCLASS][MAX_SHARED];
+    float *ys[NCLASS][MAX_SHARED];
+    int n[NCLASS];
+} WeightClasses;
+
+/* Splits a list of at most MAX_SHARED weights by class, keeping their
+ * outputs beside them and their order within a class. */
+static void split_classes(const Weight *const *ws, float *const *ys, int count, WeightClasses *c) {
+    c->n[CLASS_QUANT] = c->n[CLASS_FP8] = c->n[CLASS_PLAIN] = 0;
     for (int i = 0; i < count; i++) {
-        if (weight_type_quantized(ws[i]->type)) {
-            qw[nq] = ws[i];
-            qy[nq++] = ys[i];
-        } else {
-            pw[*np] = ws[i];
-            py[(*np)++] = ys[i];
-        }
+        int k = weight_type_quantized(ws[i]->type) ? CLASS_QUANT
+                : ws[i]->type == WEIGHT_F8_E4M3    ? CLASS_FP8
+                                                   : CLASS_PLAIN;
+        c->ws[k][c->n[k]] = ws[i];
+        c->ys[k][c->n[k]++] = ys[i];
     }
-    return nq;
 }
 
 static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, float *const *ys,
@@ -399,13 +451,15 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
     if (M <= 0 || count <= 0) return;
     for (; count > MAX_SHARED; count -= MAX_SHARED, ws += MAX_SHARED, ys += MAX_SHARED)
         run(mm, x, M, ws, ys, MAX_SHARED, strategy, isa);
-    const Weight *qw[MAX_SHARED], *pw[MAX_SHARED];
-    float *qy[MAX_SHARED], *py[MAX_SHARED];
-    int np, nq = split_quantized(ws, ys, count, qw, qy, pw, py, &np);
-    if (nq > 0) run_quant(mm, x, M, qw, qy, nq, strategy, isa);
-    if (np == 0) return;
-    if (mm->bf16_inputs) run_bf16(mm, x, M, pw, py, np, strategy, isa);
-    else run_f32(mm, x, M, pw, py, np, strategy, isa);
+    WeightClasses c;
+    split_classes(ws, ys, count, &c);
+    if (c.n[CLASS_QUANT] > 0)
+        run_quant(mm, x, M, c.ws[CLASS_QUANT], c.ys[CLASS_QUANT], c.n[CLASS_QUANT], strategy, isa);
+    for (int k = CLASS_FP8; k <= CLASS_PLAIN; k++) {
+        if (c.n[k] == 0) continue;
+        if (mm->bf16_inputs) run_bf16(mm, x, M, c.ws[k], c.ys[k], c.n[k], strategy, isa);
+        else run_f32(mm, x, M, c.ws[k], c.ys[k], c.n[k], strategy, isa);
+    }
 }
 
 /* ---- grouped products, each with its own input ---- */
@@ -414,6 +468,8 @@ static void run(CpuMatmul *mm, const float *x, int M, const Weight *const *ws, f
 enum { GROUPED_ROWS, GROUPED_GEMM, GROUPED_BF16 };
 
 typedef struct GroupedJob {
+    CpuMatmul *mm;
+    CpuIsa isa;
     const MatmulGroup *groups;
     RowsKernel kernels[2][2]; /* [GROUPED_ROWS or GROUPED_GEMM][weight type] */
     Bf16DotKernel dot;        /* GROUPED_BF16 */
@@ -425,12 +481,14 @@ typedef struct GroupedJob {
 static bool row_split(MatmulStrategy s) { return s == MATMUL_ROWS || s == MATMUL_GEMM; }
 
 static void grouped_task(void *ctx, int task, int thread) {
-    (void)thread;
     const GroupedJob *j = ctx;
     const MatmulTask *t = &j->tasks[task];
     const MatmulGroup *g = &j->groups[t->wi];
     const Weight *w = g->w;
-    if (t->m0 == GROUPED_BF16)
+    if (w->type == WEIGHT_F8_E4M3)
+        fp8_gemm(j->isa, w->data, w->scales, w->cols, g->x, w->cols, g->M, g->y, w->rows, t->n0, t->n1,
+                 j->mm->panels[thread]);
+    else if (t->m0 == GROUPED_BF16)
         j->dot(g->y, w->rows, g->xb, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
     else
         j->kernels[t->m0][w->type](g->y, w->rows, g->x, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
@@ -453,23 +511,25 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
             i++;
             continue;
         }
-        const Weight *ws[8] = {g->w};
-        float *ys[8] = {g->y};
-        while (i + same < count && same < 8 && groups[i + same].x == g->x &&
+        const Weight *ws[MAX_SHARED] = {g->w};
+        float *ys[MAX_SHARED] = {g->y};
+        while (i + same < count && same < MAX_SHARED && groups[i + same].x == g->x &&
                groups[i + same].M == g->M && groups[i + same].w->cols == g->w->cols &&
                !grouped_bf16(&groups[i + same], dot)) {
             ws[same] = groups[i + same].w;
             ys[same] = groups[i + same].y;
             same++;
         }
-        const Weight *qw[8], *pw[8];
-        float *qy[8], *py[8];
-        int np, nq = split_quantized(ws, ys, same, qw, qy, pw, py, &np);
-        if (nq > 0) run_quant(mm, g->x, g->M, qw, qy, nq, MATMUL_AUTO, isa);
-        if (np > 0) run_f32(mm, g->x, g->M, pw, py, np, MATMUL_AUTO, isa);
+        WeightClasses c;
+        split_classes(ws, ys, same, &c);
+        if (c.n[CLASS_QUANT] > 0)
+            run_quant(mm, g->x, g->M, c.ws[CLASS_QUANT], c.ys[CLASS_QUANT], c.n[CLASS_QUANT],
+                      MATMUL_AUTO, isa);
+        for (int k = CLASS_FP8; k <= CLASS_PLAIN; k++)
+            if (c.n[k] > 0) run_f32(mm, g->x, g->M, c.ws[k], c.ys[k], c.n[k], MATMUL_AUTO, isa);
         i += same;
     }
-    GroupedJob job = {groups,
+    GroupedJob job = {mm, isa, groups,
                       {{rows_kernel(isa, WEIGHT_BF16), rows_kernel(isa, WEIGHT_F32)},
                        {split_kernel(MATMUL_GEMM, isa, WEIGHT_BF16),
                         split_kernel(MATMUL_GEMM, isa, WEIGHT_F32)}},

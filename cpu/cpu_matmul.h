@@ -1,5 +1,6 @@
 /*
- * cpu_matmul.h - y = x . W^T for float32 activations and bf16 or f32 weights.
+ * cpu_matmul.h - y = x . W^T for float32 activations and bf16, f32, FP8 or
+ * block-quantized weights.
  *
  * Every projection of the CPU forward pass goes through here. Four
  * strategies, chosen by the number of activation rows M and the CPU:
@@ -26,6 +27,15 @@
  * quantized weight so; forced rows or amx run as quant, and bf16
  * inputs do not (8-bit activations are coarser than bf16 already). A list
  * may mix quantized and plain weights.
+ *
+ * FP8 weights (Qwen's float8_e4m3fn checkpoints with 128 x 128 block
+ * scales; cpu_matmul_fp8.h) multiply float32 activations, read at one byte
+ * a weight: fp8_gemm widens them in registers for decode batches ("gemm",
+ * at every SIMD level), and prefills decode 128-row panels to float32 for
+ * OpenBLAS ("blas"; cpu_matmul.c says where the two meet). A forced blas
+ * runs the panels; every other forced strategy (rows, gemm, amx, quant)
+ * runs fp8_gemm. bf16 inputs apply as to bf16 weights (rounded, then the
+ * float32 path), and a list may mix FP8 weights with any others.
  *
  * With bf16 inputs (--dtype bfloat16) every activation is first rounded to
  * bf16; where the CPU has AVX512-BF16 one more kernel multiplies bf16 pairs

@@ -19,6 +19,9 @@
  * weight (cpu_matmul_quant.h) instead, beside the bf16 weight of the same
  * shape in the same run (automatic strategy for both, interleaved), with
  * the GB/s of weight bytes read: the number that sets decode speed.
+ * NANOVLLM_BENCH_WEIGHT=fp8 does the same for FP8 weights
+ * (cpu_matmul_fp8.h: random e4m3 bytes, NaN excepted, and random scales):
+ * fp8_gemm ("gemm") and decoded panels for OpenBLAS ("blas").
  */
 #include "bench_matmul.h"
 
@@ -242,9 +245,19 @@ static void bench_shape(CpuMatmul *mm, const Shape *s, const int *rows, int nrow
  * (the reference encoder is too slow to quantize 256 MiB per shape). */
 #define QUANT_DISTINCT_ROWS 1024
 
-/* Fills `bytes` of q with quantized N x K rows (type t), repeating. */
+/* Fills `bytes` of q with quantized N x K rows (type t), repeating; FP8:
+ * random bytes (no NaN), which fp8_fill_scales' scales make weights of
+ * about the bf16 weights' size. */
 static int fill_quant(uint8_t *q, size_t bytes, WeightType t, int K) {
     size_t rb = weight_row_bytes(t, K), rows = bytes / rb;
+    if (t == WEIGHT_F8_E4M3) {
+        uint64_t r = 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < rows * rb; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            q[i] = fp8_e4m3_is_nan((uint8_t)(r >> 24)) ? 0 : (uint8_t)(r >> 24);
+        }
+        return 0;
+    }
     float *row = malloc(sizeof(float) * (size_t)K);
     if (!row) return -1;
     uint64_t r = 0x9e3779b97f4a7c15ull;
@@ -261,10 +274,19 @@ static int fill_quant(uint8_t *q, size_t bytes, WeightType t, int K) {
     return 0;
 }
 
+/* Random scales around 1 / 448 / 10 for an FP8 matrix of this shape
+ * (NULL when out of memory). */
+static float *fp8_fill_scales(const Shape *s) {
+    size_t n = fp8_scale_count(s->N, s->K);
+    float *sc = malloc(sizeof(float) * n);
+    for (size_t i = 0; sc && i < n; i++) sc[i] = (1.0f + (float)(i % 7) / 7.0f) / 4480.0f;
+    return sc;
+}
+
 /* Quantized weight, multiplied in integers (MATMUL_QUANT) and decoded to
  * float32 panels for the small-batch GEMM (MATMUL_GEMM) and for OpenBLAS
  * (MATMUL_BLAS), vs the bf16 weight of the same shape at its automatic
- * strategy. */
+ * strategy. FP8: fp8_gemm (MATMUL_GEMM), then the same blas and bf16. */
 enum { QCOLS = 4, QBF16 = 3 };
 
 static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const int *rows,
@@ -277,21 +299,29 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
         printf("\n%s: skipped (arena too small or out of memory)\n", s->name);
         return;
     }
+    bool fp8 = t == WEIGHT_F8_E4M3;
+    float *scales = fp8 ? fp8_fill_scales(s) : NULL;
+    if (fp8 && !scales) {
+        printf("\n%s: skipped (out of memory)\n", s->name);
+        return;
+    }
     Weight wb = {.data = arena, .type = WEIGHT_BF16, .rows = s->N, .cols = s->K};
-    Weight wq = {.data = qarena, .type = t, .rows = s->N, .cols = s->K};
+    Weight wq = {.data = qarena, .type = t, .rows = s->N, .cols = s->K, .scales = scales};
     static const MatmulStrategy strat[QCOLS] = {MATMUL_QUANT, MATMUL_GEMM, MATMUL_BLAS, MATMUL_AUTO};
     double last[QCOLS] = {0};
     int last_m = 1;
     printf("\n%s: %s weight %dx%d (%.2f MB) vs bf16 (%.2f MB). Median us, GFLOP/s, GB/s of "
            "weights read; interleaved\n",
            s->name, weight_type_name(t), s->N, s->K, (double)qbytes * 1e-6, (double)elems * 2e-6);
-    printf("%5s %27s %27s %27s %27s  %-9s %s\n", "rows", "integer (quant)", "decode + gemm",
-           "decode + sgemm (blas)", "bf16 (auto)", "bf16/auto", "auto");
+    printf("%5s %27s %27s %27s %27s  %-9s %s\n", "rows", fp8 ? "-" : "integer (quant)",
+           fp8 ? "fp8_gemm (gemm)" : "decode + gemm", "decode + sgemm (blas)", "bf16 (auto)",
+           "bf16/auto", "auto");
     for (int r = 0; r < nrows; r++) {
         int M = rows[r];
         double flop = 2.0 * M * s->N * s->K, tm[QCOLS][MAX_REPS], med[QCOLS] = {0};
         bool on[QCOLS];
-        for (int k = 0; k < QCOLS; k++) on[k] = !(last[k] > 0 && last[k] * M / last_m > MAX_CELL_SECONDS);
+        for (int k = 0; k < QCOLS; k++)
+            on[k] = !(fp8 && k == 0) && !(last[k] > 0 && last[k] * M / last_m > MAX_CELL_SECONDS);
         int reps = 0;
         double spent = 0;
         for (; reps < MAX_REPS && (reps < 3 || spent < 1.0); reps++) {
@@ -330,10 +360,16 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
         printf("  %-9s %s\n", ratio, matmul_strategy_name(pick));
         fflush(stdout);
     }
+    free(scales);
 }
 
 static bool parse_weight(const char *name, WeightType *t) {
-    static const WeightType types[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K};
+    static const WeightType types[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K,
+                                       WEIGHT_F8_E4M3};
+    if (strcmp(name, "fp8") == 0) {
+        *t = WEIGHT_F8_E4M3;
+        return true;
+    }
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(name, weight_type_name(types[i])) == 0) {
             *t = types[i];
@@ -362,7 +398,7 @@ int bench_matmul(int num_threads, Error *err) {
         thread_pool_destroy(pool);
         if (y) munmap(y, sizeof(float) * MAX_M * 151936);
         if (w) munmap(w, sizeof(uint16_t) * max_w);
-        return error_set(err, "NANOVLLM_BENCH_WEIGHT: expected q4_k, q5_k, q6_k or q8_0");
+        return error_set(err, "NANOVLLM_BENCH_WEIGHT: expected q4_k, q5_k, q6_k, q8_0 or fp8");
     }
     /* Quantized weights need at most 34/32 bytes per value (Q8_0). */
     size_t qarena_bytes = max_w * 2;
