@@ -30,6 +30,7 @@
 #include "cuda_check.h"
 #include "cuda_decode_plan.h"
 #include "cuda_kernels.h"
+#include "cuda_kv_fp8.h"
 #include "cuda_variants.h"
 
 #define WARP 32
@@ -38,21 +39,51 @@
 /* exp2(x - max) for a running max that may still be -inf (nothing seen). */
 __device__ __forceinline__ float scale_from(float x, float max) { return x == -INFINITY ? 0.0f : exp2f(x - max); }
 
+/* What a lane loads of a K or V row and how it widens it: 8 bf16 in 16
+ * bytes; an fp8 cache 16 e4m3 in 16 bytes or 8 in 8 bytes
+ * (decode_elems_per_lane), widened to e4m3 / FP8_UNIT (cuda_fp8_convert.h). */
+template <typename KV, int EPL> struct KvLoad;
+template <> struct KvLoad<uint16_t, 8> {
+    using Raw = uint4;
+    __device__ static void widen(const Raw raw, float f[8]) { widen8(raw, f); }
+};
+template <> struct KvLoad<uint8_t, 16> {
+    using Raw = uint4;
+    __device__ static void widen(const Raw raw, float f[16]) { fp8x16_to_float(raw, f); }
+};
+template <> struct KvLoad<uint8_t, 8> {
+    using Raw = uint2;
+    __device__ static void widen(const Raw raw, float f[8]) {
+        fp8x4_to_float(raw.x, f);
+        fp8x4_to_float(raw.y, f + 4);
+    }
+};
+
+__device__ __forceinline__ void zero_raw(uint4 &r) { r = make_uint4(0, 0, 0, 0); }
+__device__ __forceinline__ void zero_raw(uint2 &r) { r = make_uint2(0, 0); }
+
 /* D: head_dim; HB: query heads per block (heads_here of them real); T: keys
  * per lane per pass; PREFETCH: the next pass's rows in flight during this
- * pass (32 more registers: not with eight heads, already at ~240).
+ * pass (32 more registers: not with eight heads, already at ~240); KV: the
+ * cache's element, uint16_t (bf16) or uint8_t (fp8 e4m3: its values read
+ * as e4m3 / FP8_UNIT, k_scale * FP8_UNIT folded into q's scale and v_scale
+ * * FP8_UNIT into the output before the merges; the bf16 kernel ignores
+ * both scales). EPL: the row's values one lane holds (decode_elems_per_lane).
  * block_shift: log2(block_size) when a power of two (a shift instead of an
  * integer division per key), else -1. part / counters: the split
  * workspace (num_splits > 1). */
-template <int D, int HB, int T, bool PREFETCH>
+template <int D, int HB, int T, bool PREFETCH, typename KV = uint16_t, int EPL = 8>
 __global__ void __launch_bounds__(THREADS)
 decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ q,
-                        const uint16_t *__restrict__ k_cache, const uint16_t *__restrict__ v_cache,
+                        const KV *__restrict__ k_cache, const KV *__restrict__ v_cache,
                         const CudaAttnSeq *__restrict__ seqs, const CudaAttnItem *__restrict__ items,
                         const int32_t *__restrict__ block_tables, int num_heads, int num_kv_heads,
                         int block_size, int block_shift, float q_scale, int num_splits, float *__restrict__ part,
-                        int *__restrict__ counters) {
-    constexpr int LPK = D / 8;      /* lanes per key */
+                        int *__restrict__ counters, float k_scale, float v_scale) {
+    constexpr bool FP8 = sizeof(KV) == 1;
+    using Load = KvLoad<KV, EPL>;
+    using Raw = typename Load::Raw;
+    constexpr int LPK = D / EPL;    /* lanes per key */
     constexpr int KPL = WARP / LPK; /* keys per warp load */
     constexpr int PASS = DECODE_WARPS * KPL * T;
     __shared__ float warp_o[DECODE_WARPS][HB][D];
@@ -71,21 +102,25 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
     const int key_begin = split * per, key_end = min(num_keys, key_begin + per);
 
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
-    const int sub = lane / LPK, dim0 = (lane % LPK) * 8;
+    const int sub = decode_lane_sub(lane, LPK), dim0 = decode_lane_dim0(lane, LPK, EPL);
     const int32_t *table = block_tables + seq.table0;
     const size_t row_stride = (size_t)num_kv_heads * D;
-    const uint16_t *k_head = k_cache + (size_t)kv_head * D + dim0, *v_head = v_cache + (size_t)kv_head * D + dim0;
+    const KV *k_head = k_cache + (size_t)kv_head * D + dim0, *v_head = v_cache + (size_t)kv_head * D + dim0;
 
-    float qv[HB][8], acc[HB][8], m[HB], l[HB];
+    if constexpr (FP8) q_scale *= k_scale * FP8_UNIT;
+    float qv[HB][EPL], acc[HB][EPL], m[HB], l[HB];
 #pragma unroll
     for (int h = 0; h < HB; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
-        float f[8] = {};
-        if (h < heads_here)
-            widen8(*reinterpret_cast<const uint4 *>(q + ((size_t)token * num_heads + head0 + h) * D + dim0), f);
+        float f[EPL] = {};
+        if (h < heads_here) {
+            const uint16_t *qh = q + ((size_t)token * num_heads + head0 + h) * D + dim0;
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
+            for (int c = 0; c < EPL / 8; c++) widen8(*reinterpret_cast<const uint4 *>(qh + 8 * c), f + 8 * c);
+        }
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
             qv[h][e] = f[e] * q_scale;
             acc[h][e] = 0.0f;
         }
@@ -93,26 +128,27 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
 
     /* The pass's K and V rows: with PREFETCH, the next pass's are loaded
      * before this pass's arithmetic, so the loads overlap it. */
-    uint4 kr[T], vr[T];
+    Raw kr[T], vr[T];
     unsigned ok = 0; /* bit t: the t-th key is in range */
     auto load_pass = [&](int pass0) {
         ok = 0;
 #pragma unroll
         for (int t = 0; t < T; t++) {
             const int key = decode_key(pass0, t, warp, sub, KPL);
-            kr[t] = vr[t] = make_uint4(0, 0, 0, 0);
+            zero_raw(kr[t]);
+            zero_raw(vr[t]);
             if (key < key_end) {
                 ok |= 1u << t;
                 const int block = block_shift >= 0 ? key >> block_shift : key / block_size;
                 const size_t slot = (size_t)table[block] * block_size + (key - block * block_size);
-                kr[t] = __ldg(reinterpret_cast<const uint4 *>(k_head + slot * row_stride));
-                vr[t] = __ldg(reinterpret_cast<const uint4 *>(v_head + slot * row_stride));
+                kr[t] = __ldg(reinterpret_cast<const Raw *>(k_head + slot * row_stride));
+                vr[t] = __ldg(reinterpret_cast<const Raw *>(v_head + slot * row_stride));
             }
         }
     };
     if (PREFETCH) load_pass(key_begin);
     for (int pass0 = key_begin; pass0 < key_end; pass0 += PASS) {
-        uint4 kc[T], vc[T];
+        Raw kc[T], vc[T];
         unsigned ok_here;
         if (PREFETCH) {
 #pragma unroll
@@ -128,42 +164,80 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
         float s[T][HB];
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            float k8[8];
-            widen8(kc[t], k8);
+            float k8[EPL];
+            Load::widen(kc[t], k8);
 #pragma unroll
             for (int h = 0; h < HB; h++) {
                 float d = 0.0f;
 #pragma unroll
-                for (int e = 0; e < 8; e++) d = fmaf(qv[h][e], k8[e], d);
+                for (int e = 0; e < EPL; e++) d = fmaf(qv[h][e], k8[e], d);
 #pragma unroll
                 for (int o = LPK / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
                 s[t][h] = ok_here >> t & 1 ? d : -INFINITY;
             }
         }
-        float v8[T][8];
+        if constexpr (FP8) {
+            /* The same arithmetic in the same order per head, key by key:
+             * one key's V widened at a time (16 floats live, not T x 16). */
 #pragma unroll
-        for (int t = 0; t < T; t++) widen8(vc[t], v8[t]);
+            for (int h = 0; h < HB; h++) {
+                float m_new = m[h];
 #pragma unroll
-        for (int h = 0; h < HB; h++) {
-            float m_new = m[h];
+                for (int t = 0; t < T; t++) m_new = fmaxf(m_new, s[t][h]);
+                if (m_new > m[h]) { /* never from -inf to -inf: nothing to rescale then */
+                    const float correction = scale_from(m[h], m_new);
+                    l[h] *= correction;
 #pragma unroll
-            for (int t = 0; t < T; t++) m_new = fmaxf(m_new, s[t][h]);
-            if (m_new == -INFINITY) continue; /* no key of this subgroup yet */
-            if (m_new > m[h]) { /* rescale only when the max grows: rarely, after the first keys */
-                const float correction = scale_from(m[h], m_new);
-                l[h] *= correction;
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[h][e] *= correction;
-                m[h] = m_new;
+                    for (int e = 0; e < EPL; e++) acc[h][e] *= correction;
+                    m[h] = m_new;
+                }
             }
 #pragma unroll
             for (int t = 0; t < T; t++) {
-                const float p = scale_from(s[t][h], m_new);
-                l[h] += p;
+                float v8[EPL];
+                Load::widen(vc[t], v8);
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[h][e] = fmaf(p, v8[t][e], acc[h][e]);
+                for (int h = 0; h < HB; h++) {
+                    if (m[h] == -INFINITY) continue; /* no key of this subgroup yet */
+                    const float p = scale_from(s[t][h], m[h]);
+                    l[h] += p;
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) acc[h][e] = fmaf(p, v8[e], acc[h][e]);
+                }
+            }
+        } else {
+            float v8[T][EPL];
+#pragma unroll
+            for (int t = 0; t < T; t++) Load::widen(vc[t], v8[t]);
+#pragma unroll
+            for (int h = 0; h < HB; h++) {
+                float m_new = m[h];
+#pragma unroll
+                for (int t = 0; t < T; t++) m_new = fmaxf(m_new, s[t][h]);
+                if (m_new == -INFINITY) continue; /* no key of this subgroup yet */
+                if (m_new > m[h]) { /* rescale only when the max grows: rarely, after the first keys */
+                    const float correction = scale_from(m[h], m_new);
+                    l[h] *= correction;
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) acc[h][e] *= correction;
+                    m[h] = m_new;
+                }
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    const float p = scale_from(s[t][h], m_new);
+                    l[h] += p;
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) acc[h][e] = fmaf(p, v8[t][e], acc[h][e]);
+                }
             }
         }
+    }
+    if constexpr (FP8) { /* V's scale, once: every merge below is linear in the outputs */
+        const float v_mul = v_scale * FP8_UNIT;
+#pragma unroll
+        for (int h = 0; h < HB; h++)
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[h][e] *= v_mul;
     }
 
     /* The warp's subgroups (same dimensions, different keys) into one. */
@@ -176,7 +250,7 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
             const float m_new = fmaxf(m[h], m_other);
             const float a = scale_from(m[h], m_new), b = scale_from(m_other, m_new);
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[h][e] = acc[h][e] * a + __shfl_xor_sync(0xffffffffu, acc[h][e], o) * b;
+            for (int e = 0; e < EPL; e++) acc[h][e] = acc[h][e] * a + __shfl_xor_sync(0xffffffffu, acc[h][e], o) * b;
             l[h] = l[h] * a + l_other * b;
             m[h] = m_new;
         }
@@ -185,7 +259,7 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
 #pragma unroll
         for (int h = 0; h < HB; h++) {
 #pragma unroll
-            for (int e = 0; e < 8; e++) warp_o[warp][h][dim0 + e] = acc[h][e];
+            for (int e = 0; e < EPL; e++) warp_o[warp][h][dim0 + e] = acc[h][e];
             if (lane == 0) {
                 warp_m[warp][h] = m[h];
                 warp_l[warp][h] = l[h];
@@ -279,49 +353,69 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
     if (threadIdx.x == 0) counters[pair] = 0;
 }
 
-template <int D, int HB>
-static int launch(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
-                  const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
-                  const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
-                  int num_splits, float *part, int *counters, cudaStream_t stream, Error *err) {
-    const int group = num_heads / num_kv_heads, chunks = (group + HB - 1) / HB;
+/* One launch's arguments, whatever the cache's element. */
+template <typename KV> struct DecodeArgs {
+    uint16_t *out;
+    const uint16_t *q;
+    const KV *k_cache, *v_cache;
+    const CudaAttnSeq *seqs;
+    const CudaAttnItem *items;
+    int num_items;
+    const int32_t *block_tables;
+    int num_heads, num_kv_heads, block_size, num_splits;
+    float *part;
+    int *counters;
+    float k_scale, v_scale; /* fp8 only */
+    cudaStream_t stream;
+};
+
+template <int D, int HB, typename KV>
+static int launch(const DecodeArgs<KV> &a, Error *err) {
+    constexpr int EPL = sizeof(KV) == 1 && HB <= 2 ? 16 : 8; /* decode_elems_per_lane, as a constant */
+    if (decode_elems_per_lane((int)sizeof(KV), HB) != EPL)
+        return error_set(err, "decode attention: elements per lane out of step");
+    const int group = a.num_heads / a.num_kv_heads, chunks = (group + HB - 1) / HB;
     const float q_scale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D): softmax in base 2 */
     constexpr int T = 4; /* decode_keys_per_lane, as a constant */
     if (decode_keys_per_lane() != T) return error_set(err, "decode attention: keys per lane out of step");
-    dim3 grid((unsigned)num_items, (unsigned)(num_kv_heads * chunks), (unsigned)num_splits);
+    dim3 grid((unsigned)a.num_items, (unsigned)(a.num_kv_heads * chunks), (unsigned)a.num_splits);
     int block_shift = -1;
     for (int b = 0; b < 31; b++)
-        if (block_size == 1 << b) block_shift = b;
+        if (a.block_size == 1 << b) block_shift = b;
     if (HB <= 4 && !cuda_variant_legacy("prefetch"))
-        decode_attention_kernel<D, HB, T, (HB <= 4)><<<grid, THREADS, 0, stream>>>(
-            out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size, block_shift,
-            q_scale, num_splits, part, counters);
+        decode_attention_kernel<D, HB, T, (HB <= 4), KV, EPL><<<grid, THREADS, 0, a.stream>>>(
+            a.out, a.q, a.k_cache, a.v_cache, a.seqs, a.items, a.block_tables, a.num_heads, a.num_kv_heads,
+            a.block_size, block_shift, q_scale, a.num_splits, a.part, a.counters, a.k_scale, a.v_scale);
     else
-        decode_attention_kernel<D, HB, T, false><<<grid, THREADS, 0, stream>>>(
-            out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size, block_shift,
-            q_scale, num_splits, part, counters);
+        decode_attention_kernel<D, HB, T, false, KV, EPL><<<grid, THREADS, 0, a.stream>>>(
+            a.out, a.q, a.k_cache, a.v_cache, a.seqs, a.items, a.block_tables, a.num_heads, a.num_kv_heads,
+            a.block_size, block_shift, q_scale, a.num_splits, a.part, a.counters, a.k_scale, a.v_scale);
     CUDA_LAUNCHED("the decode attention kernel", err);
     return 0;
 }
 
-template <int D>
-static int launch_heads(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
-                        const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
-                        const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
-                        int num_splits, float *part, int *counters, cudaStream_t stream, Error *err) {
-    switch (decode_heads_per_block(num_heads / num_kv_heads)) {
-    case 1:
-        return launch<D, 1>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
-    case 2:
-        return launch<D, 2>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
-    case 4:
-        return launch<D, 4>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
-    default:
-        return launch<D, 8>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                            num_kv_heads, block_size, num_splits, part, counters, stream, err);
+template <int D, typename KV>
+static int launch_heads(const DecodeArgs<KV> &a, Error *err) {
+    switch (decode_heads_per_block(a.num_heads / a.num_kv_heads)) {
+    case 1: return launch<D, 1>(a, err);
+    case 2: return launch<D, 2>(a, err);
+    case 4: return launch<D, 4>(a, err);
+    default: return launch<D, 8>(a, err);
+    }
+}
+
+/* The checks and the head_dim dispatch of both entry points. */
+template <typename KV>
+static int decode_attention(const DecodeArgs<KV> &a, int head_dim, Error *err) {
+    if (cuda_kernels_check_shape(a.num_heads, a.num_kv_heads, head_dim, err)) return -1;
+    if (a.num_items <= 0) return 0;
+    if (a.num_splits < 1 || a.num_splits > DECODE_MAX_SPLITS || (a.num_splits > 1 && (!a.part || !a.counters)))
+        return error_set(err, "decode attention: %d splits (1..%d, with a workspace and counters)", a.num_splits,
+                         DECODE_MAX_SPLITS);
+    switch (head_dim) {
+    case 64: return launch_heads<64>(a, err);
+    case 128: return launch_heads<128>(a, err);
+    default: return launch_heads<256>(a, err);
     }
 }
 
@@ -354,21 +448,22 @@ extern "C" int cuda_decode_attention(uint16_t *out, const uint16_t *q, const uin
                                      int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
                                      int head_dim, int block_size, int num_splits, float *split_workspace,
                                      int *split_counters, CudaStream stream, Error *err) {
-    if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
-    if (num_items <= 0) return 0;
-    if (num_splits < 1 || num_splits > DECODE_MAX_SPLITS || (num_splits > 1 && (!split_workspace || !split_counters)))
-        return error_set(err, "decode attention: %d splits (1..%d, with a workspace and counters)", num_splits,
-                         DECODE_MAX_SPLITS);
-    cudaStream_t s = (cudaStream_t)stream;
-    switch (head_dim) {
-    case 64:
-        return launch_heads<64>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                                num_kv_heads, block_size, num_splits, split_workspace, split_counters, s, err);
-    case 128:
-        return launch_heads<128>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                                 num_kv_heads, block_size, num_splits, split_workspace, split_counters, s, err);
-    default:
-        return launch_heads<256>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                                 num_kv_heads, block_size, num_splits, split_workspace, split_counters, s, err);
-    }
+    const DecodeArgs<uint16_t> a = {out,       q,          k_cache,      v_cache,         seqs,
+                                    items,     num_items,  block_tables, num_heads,       num_kv_heads,
+                                    block_size, num_splits, split_workspace, split_counters, 1.0f,
+                                    1.0f,      (cudaStream_t)stream};
+    return decode_attention(a, head_dim, err);
+}
+
+extern "C" int cuda_decode_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k_cache,
+                                         const uint8_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
+                                         int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
+                                         int head_dim, int block_size, int num_splits, float *split_workspace,
+                                         int *split_counters, float k_scale, float v_scale, CudaStream stream,
+                                         Error *err) {
+    const DecodeArgs<uint8_t> a = {out,       q,          k_cache,      v_cache,         seqs,
+                                   items,     num_items,  block_tables, num_heads,       num_kv_heads,
+                                   block_size, num_splits, split_workspace, split_counters, k_scale,
+                                   v_scale,   (cudaStream_t)stream};
+    return decode_attention(a, head_dim, err);
 }

@@ -7,7 +7,8 @@
  * of the sequence's keys. Inside the block each key is read by a subgroup
  * of head_dim / 8 lanes, 16 bytes (8 bf16) a lane, so a warp reads
  * 32 / (head_dim / 8) whole K or V rows per load and every query head of
- * the block is scored from that one load. The split ranges follow from the
+ * the block is scored from that one load (an fp8 cache: head_dim / 16
+ * lanes of 16 bytes, decode_elems_per_lane). The split ranges follow from the
  * sequence's length on the GPU, so a launch shape (and a CUDA graph) serves
  * any length: short contexts leave the higher splits empty rather than
  * cutting the keys into slivers.
@@ -40,19 +41,44 @@ DECODE_PLAN_FN int decode_heads_per_block(int group) {
     return hb;
 }
 
+/* Values of a K or V row one lane reads with one load: 8 of a bf16 cache
+ * (16 bytes). An fp8 cache (kv_bytes 1) gives 16 (16 bytes, head_dim / 16
+ * lanes a row, twice the keys per warp load: half the shuffles and the
+ * per-key work a byte) where the block has at most two query heads; with
+ * four or eight, 8 (8-byte loads): 16 dimensions a lane would double the
+ * registers of q and the output (16 floats a head each), past what leaves
+ * blocks resident. */
+DECODE_PLAN_FN int decode_elems_per_lane(int kv_bytes, int heads_per_block) {
+    return kv_bytes == 1 && heads_per_block <= 2 ? 16 : 8;
+}
+
+/* Lanes that read one row, and which part of which key's row a lane holds:
+ * lane l is in subgroup l / lanes_per_key (its key, decode_key's `sub`)
+ * and holds dimensions [decode_lane_dim0, + elems) of it. */
+DECODE_PLAN_FN int decode_lanes_per_key(int head_dim, int elems) { return head_dim / elems; }
+DECODE_PLAN_FN int decode_lane_sub(int lane, int lanes_per_key) { return lane / lanes_per_key; }
+DECODE_PLAN_FN int decode_lane_dim0(int lane, int lanes_per_key, int elems) {
+    return lane % lanes_per_key * elems;
+}
+
 /* Keys a lane has in flight per pass (K and V rows, 16 bytes each). Four
  * at every head count: with eight heads (241 registers, two blocks an SM)
  * two keys left too few bytes in flight (23% of the copy bandwidth on an
  * H200 at Qwen3-30B-A3B's shape). */
 DECODE_PLAN_FN int decode_keys_per_lane(void) { return 4; }
 
-/* Keys one warp load covers: 32 lanes / (head_dim / 8 lanes per key). */
-DECODE_PLAN_FN int decode_keys_per_load(int head_dim) { return 32 / (head_dim / 8); }
+/* Keys one warp load covers: 32 lanes / (head_dim / elems lanes per key);
+ * the bf16 cache's 8 elements a lane unless given. */
+DECODE_PLAN_FN int decode_keys_per_load_of(int head_dim, int elems) {
+    return 32 / decode_lanes_per_key(head_dim, elems);
+}
+DECODE_PLAN_FN int decode_keys_per_load(int head_dim) { return decode_keys_per_load_of(head_dim, 8); }
 
 /* Keys a block covers per pass of its loop. */
-DECODE_PLAN_FN int decode_keys_per_pass(int head_dim) {
-    return DECODE_WARPS * decode_keys_per_load(head_dim) * decode_keys_per_lane();
+DECODE_PLAN_FN int decode_keys_per_pass_of(int head_dim, int elems) {
+    return DECODE_WARPS * decode_keys_per_load_of(head_dim, elems) * decode_keys_per_lane();
 }
+DECODE_PLAN_FN int decode_keys_per_pass(int head_dim) { return decode_keys_per_pass_of(head_dim, 8); }
 
 /* Keys per split for a sequence of num_keys keys and a launch of
  * num_splits splits: an even share, aligned, never below the minimum. */

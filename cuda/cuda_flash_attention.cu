@@ -30,6 +30,7 @@
 #include "cuda_check.h"
 #include "cuda_flash_plan.h"
 #include "cuda_kernels.h"
+#include "cuda_kv_fp8.h"
 
 #define WARP 32
 #define THREADS (FLASH_WARPS * WARP)
@@ -64,22 +65,42 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *global, int b
 
 __device__ __forceinline__ float scale_from(float x, float max) { return x == -INFINITY ? 0.0f : exp2f(x - max); }
 
-template <int D>
+/* bf16 K/V tiles in shared memory: two (cp.async double buffering) for a
+ * bf16 cache; one for an fp8 cache, whose double buffer is of raw bytes
+ * (flash_shared_bytes). */
+template <typename KV> __host__ __device__ constexpr int flash_bf16_tiles() { return sizeof(KV) == 1 ? 1 : 2; }
+
+/* Dynamic shared memory of flash_attention_kernel<D, KV>. */
+template <int D, typename KV> constexpr size_t flash_shared_bytes() {
+    return sizeof(uint16_t) * (size_t)(FLASH_ROWS + 2 * flash_bf16_tiles<KV>() * FLASH_KEYS) * (D + FLASH_PAD) +
+           (sizeof(KV) == 1 ? (size_t)2 * 2 * FLASH_KEYS * D : 0);
+}
+
+/* KV: the cache's element. An fp8 cache (uint8_t) is gathered by cp.async
+ * as bytes, 16 values a copy, into a double buffer of raw tiles; once a
+ * tile has landed the block widens it to bf16 (e4m3 * scale rounded once,
+ * cuda_kv_fp8.h) into one shared bf16 tile, one barrier more per tile,
+ * and the tensor-core part below is the bf16 kernel's unchanged. */
+template <int D, typename KV = uint16_t>
 __global__ void __launch_bounds__(THREADS)
 flash_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ q,
-                       const uint16_t *__restrict__ k_cache, const uint16_t *__restrict__ v_cache,
+                       const KV *__restrict__ k_cache, const KV *__restrict__ v_cache,
                        const CudaAttnSeq *__restrict__ seqs, const CudaAttnItem *__restrict__ items,
                        const int32_t *__restrict__ block_tables, int num_heads, int num_kv_heads, int block_size,
-                       float scale_log2) {
+                       float scale_log2, float k_scale, float v_scale) {
+    constexpr bool FP8 = sizeof(KV) == 1;
     constexpr int STRIDE = D + FLASH_PAD; /* bf16 per shared row */
     constexpr int KS = D / 16;            /* k-steps of S = Q K^T */
     constexpr int DT = D / 8;             /* n-tiles of O */
     constexpr int NT = FLASH_KEYS / 8;    /* n-tiles of S */
     constexpr int CHUNKS = D / 8;         /* 16-byte pieces of a row */
+    constexpr int TILES = flash_bf16_tiles<KV>();
     extern __shared__ __align__(16) uint16_t smem[];
-    uint16_t *q_s = smem;                            /* [FLASH_ROWS][STRIDE] */
-    uint16_t *k_s = q_s + FLASH_ROWS * STRIDE;       /* [2][FLASH_KEYS][STRIDE] */
-    uint16_t *v_s = k_s + 2 * FLASH_KEYS * STRIDE;   /* [2][FLASH_KEYS][STRIDE] */
+    uint16_t *q_s = smem;                              /* [FLASH_ROWS][STRIDE] */
+    uint16_t *k_s = q_s + FLASH_ROWS * STRIDE;         /* [TILES][FLASH_KEYS][STRIDE] */
+    uint16_t *v_s = k_s + TILES * FLASH_KEYS * STRIDE; /* [TILES][FLASH_KEYS][STRIDE] */
+    uint8_t *k8_s = reinterpret_cast<uint8_t *>(v_s + TILES * FLASH_KEYS * STRIDE); /* fp8: [2][FLASH_KEYS][D] */
+    uint8_t *v8_s = k8_s + 2 * FLASH_KEYS * D;                                      /* fp8: [2][FLASH_KEYS][D] */
 
     const CudaAttnItem item = items[blockIdx.x];
     const CudaAttnSeq seq = seqs[item.seq];
@@ -92,16 +113,30 @@ flash_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ 
 
     /* Gather the tile's K and V rows (zeros past the end) into buffer b. */
     auto load_tile = [&](int tile, int b) {
-        for (int c = threadIdx.x; c < FLASH_KEYS * CHUNKS; c += THREADS) {
-            const int r = c / CHUNKS, piece = c % CHUNKS, key = tile * FLASH_KEYS + r;
-            const bool in = key < num_keys;
-            size_t at = 0;
-            if (in) at = ((size_t)table[key / block_size] * block_size + key % block_size) * row_stride +
-                         (size_t)kv_head * D + piece * 8;
-            uint16_t *kd = k_s + ((size_t)b * FLASH_KEYS + r) * STRIDE + piece * 8;
-            uint16_t *vd = v_s + ((size_t)b * FLASH_KEYS + r) * STRIDE + piece * 8;
-            cp_async16(kd, k_cache + at, in ? 16 : 0);
-            cp_async16(vd, v_cache + at, in ? 16 : 0);
+        if constexpr (FP8) {
+            constexpr int CHUNKS8 = D / 16; /* 16-byte pieces of an fp8 row */
+            for (int c = threadIdx.x; c < FLASH_KEYS * CHUNKS8; c += THREADS) {
+                const int r = c / CHUNKS8, piece = c % CHUNKS8, key = tile * FLASH_KEYS + r;
+                const bool in = key < num_keys;
+                size_t at = 0;
+                if (in) at = ((size_t)table[key / block_size] * block_size + key % block_size) * row_stride +
+                             (size_t)kv_head * D + piece * 16;
+                const size_t to = ((size_t)b * FLASH_KEYS + r) * D + piece * 16;
+                cp_async16(k8_s + to, k_cache + at, in ? 16 : 0);
+                cp_async16(v8_s + to, v_cache + at, in ? 16 : 0);
+            }
+        } else {
+            for (int c = threadIdx.x; c < FLASH_KEYS * CHUNKS; c += THREADS) {
+                const int r = c / CHUNKS, piece = c % CHUNKS, key = tile * FLASH_KEYS + r;
+                const bool in = key < num_keys;
+                size_t at = 0;
+                if (in) at = ((size_t)table[key / block_size] * block_size + key % block_size) * row_stride +
+                             (size_t)kv_head * D + piece * 8;
+                uint16_t *kd = k_s + ((size_t)b * FLASH_KEYS + r) * STRIDE + piece * 8;
+                uint16_t *vd = v_s + ((size_t)b * FLASH_KEYS + r) * STRIDE + piece * 8;
+                cp_async16(kd, k_cache + at, in ? 16 : 0);
+                cp_async16(vd, v_cache + at, in ? 16 : 0);
+            }
         }
         asm volatile("cp.async.commit_group;");
     };
@@ -143,7 +178,18 @@ flash_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ 
             asm volatile("cp.async.wait_group 0;");
         }
         __syncthreads();
-        const uint16_t *kt = k_s + (size_t)b * FLASH_KEYS * STRIDE, *vt = v_s + (size_t)b * FLASH_KEYS * STRIDE;
+        if constexpr (FP8) { /* the landed raw tile b, widened into the one bf16 tile */
+            for (int c = threadIdx.x; c < 2 * FLASH_KEYS * CHUNKS; c += THREADS) {
+                const bool is_v = c >= FLASH_KEYS * CHUNKS; /* K's pieces, then V's */
+                const int cc = is_v ? c - FLASH_KEYS * CHUNKS : c, r = cc / CHUNKS, piece = cc % CHUNKS;
+                const uint8_t *from = (is_v ? v8_s : k8_s) + ((size_t)b * FLASH_KEYS + r) * D + piece * 8;
+                *reinterpret_cast<uint4 *>((is_v ? v_s : k_s) + r * STRIDE + piece * 8) = kv_fp8x8_to_bf16(
+                    *reinterpret_cast<const uint2 *>(from), (is_v ? v_scale : k_scale) * FP8_UNIT);
+            }
+            __syncthreads();
+        }
+        const uint16_t *kt = k_s + (size_t)(TILES - 1) * b * FLASH_KEYS * STRIDE;
+        const uint16_t *vt = v_s + (size_t)(TILES - 1) * b * FLASH_KEYS * STRIDE;
 
         float s[NT][4];
 #pragma unroll
@@ -233,25 +279,43 @@ flash_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ 
     }
 }
 
-template <int D>
-static int launch_flash(uint16_t *out, const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
+template <int D, typename KV>
+static int launch_flash(uint16_t *out, const uint16_t *q, const KV *k_cache, const KV *v_cache,
                         const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
-                        const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
-                        cudaStream_t stream, Error *err) {
-    const size_t shared = sizeof(uint16_t) * (size_t)(FLASH_ROWS + 4 * FLASH_KEYS) * (D + FLASH_PAD);
-    static bool shared_raised = false; /* once, before any graph capture (warm-up) */
+                        const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size, float k_scale,
+                        float v_scale, cudaStream_t stream, Error *err) {
+    const size_t shared = flash_shared_bytes<D, KV>();
+    static bool shared_raised = false; /* once per instantiation, before any graph capture (warm-up) */
     if (!shared_raised) {
-        CUDA_TRY(cudaFuncSetAttribute(flash_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_TRY(cudaFuncSetAttribute(flash_attention_kernel<D, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)shared),
                  "raising the flash attention kernel's shared memory", err);
         shared_raised = true;
     }
     dim3 grid((unsigned)num_items, (unsigned)num_kv_heads);
-    flash_attention_kernel<D><<<grid, THREADS, shared, stream>>>(out, q, k_cache, v_cache, seqs, items, block_tables,
-                                                                 num_heads, num_kv_heads, block_size,
-                                                                 1.4426950408889634f / sqrtf((float)D));
+    flash_attention_kernel<D, KV><<<grid, THREADS, shared, stream>>>(out, q, k_cache, v_cache, seqs, items,
+                                                                     block_tables, num_heads, num_kv_heads, block_size,
+                                                                     1.4426950408889634f / sqrtf((float)D), k_scale,
+                                                                     v_scale);
     CUDA_LAUNCHED("the flash attention kernel", err);
     return 0;
+}
+
+template <typename KV>
+static int flash_attention(uint16_t *out, const uint16_t *q, const KV *k_cache, const KV *v_cache,
+                           const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                           const int32_t *block_tables, int num_heads, int num_kv_heads, int head_dim, int block_size,
+                           float k_scale, float v_scale, CudaStream stream, Error *err) {
+    if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
+    if (!cuda_flash_attention_supports(num_heads, num_kv_heads, head_dim))
+        return error_set(err, "flash attention: head_dim %d (64 or 128)", head_dim);
+    if (num_items <= 0) return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (head_dim == 64)
+        return launch_flash<64>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                                num_kv_heads, block_size, k_scale, v_scale, s, err);
+    return launch_flash<128>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads, num_kv_heads,
+                             block_size, k_scale, v_scale, s, err);
 }
 
 extern "C" bool cuda_flash_attention_supports(int num_heads, int num_kv_heads, int head_dim) {
@@ -267,14 +331,15 @@ extern "C" int cuda_flash_attention(uint16_t *out, const uint16_t *q, const uint
                                     const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
                                     int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
                                     int head_dim, int block_size, CudaStream stream, Error *err) {
-    if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
-    if (!cuda_flash_attention_supports(num_heads, num_kv_heads, head_dim))
-        return error_set(err, "flash attention: head_dim %d (64 or 128)", head_dim);
-    if (num_items <= 0) return 0;
-    cudaStream_t s = (cudaStream_t)stream;
-    if (head_dim == 64)
-        return launch_flash<64>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
-                                num_kv_heads, block_size, s, err);
-    return launch_flash<128>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads, num_kv_heads,
-                             block_size, s, err);
+    return flash_attention(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads, num_kv_heads,
+                           head_dim, block_size, 1.0f, 1.0f, stream, err);
+}
+
+extern "C" int cuda_flash_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k_cache,
+                                        const uint8_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
+                                        int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
+                                        int head_dim, int block_size, float k_scale, float v_scale, CudaStream stream,
+                                        Error *err) {
+    return flash_attention(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads, num_kv_heads,
+                           head_dim, block_size, k_scale, v_scale, stream, err);
 }

@@ -38,6 +38,7 @@
 #include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_kv_fp8.h"
 #include "cuda_variants.h"
 
 #define ROW_THREADS 256
@@ -156,15 +157,18 @@ __global__ void __launch_bounds__(256)
  * RoPE pairs (i, i + half) for i = 4 lane .. 4 lane + 3, one float4 from
  * each half, and their (cos, sin) as two float4s; a v lane copies 8 values
  * as one 16-byte store. The sum of squares needs log2(G) shuffles within
- * the group. */
-template <int G>
+ * the group. KV: the cache's element, uint16_t (bf16) or uint8_t (fp8
+ * e4m3, cuda_kv_fp8.h: k and v divided by k_scale / v_scale and encoded,
+ * 4-byte stores of k, 8-byte stores of v; q stays bf16). */
+template <int G, typename KV>
 __global__ void __launch_bounds__(VEC_THREADS)
-    qk_norm_rope_store_vec_kernel(uint16_t *__restrict__ q_out, uint16_t *__restrict__ k_cache,
-                                  uint16_t *__restrict__ v_cache, const float *__restrict__ qkv,
+    qk_norm_rope_store_vec_kernel(uint16_t *__restrict__ q_out, KV *__restrict__ k_cache,
+                                  KV *__restrict__ v_cache, const float *__restrict__ qkv,
                                   const float *__restrict__ q_norm, const float *__restrict__ k_norm,
                                   const float *__restrict__ rope, const int32_t *__restrict__ positions,
                                   const int32_t *__restrict__ slots, int n, int num_heads,
-                                  int num_kv_heads, float eps) {
+                                  int num_kv_heads, float eps, float k_scale, float v_scale) {
+    constexpr bool FP8 = sizeof(KV) == 1;
     const int D = 8 * G, half = 4 * G;
     const int heads = num_heads + 2 * num_kv_heads;
     unsigned gid = blockIdx.x * blockDim.x + threadIdx.x, item = gid / G;
@@ -175,11 +179,18 @@ __global__ void __launch_bounds__(VEC_THREADS)
     if (h >= num_heads + num_kv_heads) { /* v: stored as it is */
         const float4 *s4 = (const float4 *)src + 2 * lane;
         float4 a = s4[0], b = s4[1];
-        uint4 o = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
-                             pack_bf16x2(b.z, b.w));
-        size_t slot = (size_t)slots[t];
-        uint16_t *dst = v_cache + (slot * num_kv_heads + (h - num_heads - num_kv_heads)) * D;
-        ((uint4 *)dst)[lane] = o;
+        if constexpr (FP8) {
+            uint2 o = make_uint2(kv_fp8x4_encode(a, v_scale), kv_fp8x4_encode(b, v_scale));
+            size_t slot = (size_t)slots[t];
+            KV *dst = v_cache + (slot * num_kv_heads + (h - num_heads - num_kv_heads)) * D;
+            ((uint2 *)dst)[lane] = o;
+        } else {
+            uint4 o = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
+                                 pack_bf16x2(b.z, b.w));
+            size_t slot = (size_t)slots[t];
+            KV *dst = v_cache + (slot * num_kv_heads + (h - num_heads - num_kv_heads)) * D;
+            ((uint4 *)dst)[lane] = o;
+        }
         return;
     }
     bool is_q = h < num_heads;
@@ -201,10 +212,22 @@ __global__ void __launch_bounds__(VEC_THREADS)
                             a3 * cs1.z - b3 * cs1.w);
     float4 hi = make_float4(b0 * cs0.x + a0 * cs0.y, b1 * cs0.z + a1 * cs0.w, b2 * cs1.x + a2 * cs1.y,
                             b3 * cs1.z + a3 * cs1.w);
-    uint16_t *dst = is_q ? q_out + ((size_t)t * num_heads + h) * D
-                         : k_cache + ((size_t)slots[t] * num_kv_heads + (h - num_heads)) * D;
-    ((uint2 *)dst)[lane] = pack_bf16x4(lo);
-    ((uint2 *)(dst + half))[lane] = pack_bf16x4(hi);
+    if constexpr (FP8) {
+        if (!is_q) {
+            KV *dst = k_cache + ((size_t)slots[t] * num_kv_heads + (h - num_heads)) * D;
+            ((uint32_t *)dst)[lane] = kv_fp8x4_encode(lo, k_scale);
+            ((uint32_t *)(dst + half))[lane] = kv_fp8x4_encode(hi, k_scale);
+            return;
+        }
+        uint16_t *dst = q_out + ((size_t)t * num_heads + h) * D;
+        ((uint2 *)dst)[lane] = pack_bf16x4(lo);
+        ((uint2 *)(dst + half))[lane] = pack_bf16x4(hi);
+    } else {
+        uint16_t *dst = is_q ? q_out + ((size_t)t * num_heads + h) * D
+                             : k_cache + ((size_t)slots[t] * num_kv_heads + (h - num_heads)) * D;
+        ((uint2 *)dst)[lane] = pack_bf16x4(lo);
+        ((uint2 *)(dst + half))[lane] = pack_bf16x4(hi);
+    }
 }
 
 /* n rows, or *n_dev of them when given (a count only the GPU knows, at most
@@ -410,15 +433,39 @@ extern "C" int cuda_add_rmsnorm(float *x, const float *delta, uint16_t *out, con
     return 0;
 }
 
-template <int G>
-static void launch_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache,
-                                      const float *qkv, const float *q_norm, const float *k_norm,
-                                      const float *rope, const int32_t *positions, const int32_t *slots,
-                                      int n, int num_heads, int num_kv_heads, float eps, cudaStream_t s) {
+template <int G, typename KV>
+static void launch_qk_norm_rope_store(uint16_t *q_out, KV *k_cache, KV *v_cache, const float *qkv,
+                                      const float *q_norm, const float *k_norm, const float *rope,
+                                      const int32_t *positions, const int32_t *slots, int n, int num_heads,
+                                      int num_kv_heads, float eps, float k_scale, float v_scale, cudaStream_t s) {
     size_t threads = (size_t)n * (num_heads + 2 * num_kv_heads) * G;
     unsigned blocks = (unsigned)((threads + VEC_THREADS - 1) / VEC_THREADS);
-    qk_norm_rope_store_vec_kernel<G><<<blocks, VEC_THREADS, 0, s>>>(
-        q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n, num_heads, num_kv_heads, eps);
+    qk_norm_rope_store_vec_kernel<G, KV><<<blocks, VEC_THREADS, 0, s>>>(q_out, k_cache, v_cache, qkv, q_norm, k_norm,
+                                                                        rope, positions, slots, n, num_heads,
+                                                                        num_kv_heads, eps, k_scale, v_scale);
+}
+
+/* The vector kernel for head_dim 64, 128 or 256 (checked by the callers). */
+template <typename KV>
+static void launch_qk_norm_rope_store_dim(uint16_t *q_out, KV *k_cache, KV *v_cache, const float *qkv,
+                                          const float *q_norm, const float *k_norm, const float *rope,
+                                          const int32_t *positions, const int32_t *slots, int n, int num_heads,
+                                          int num_kv_heads, int head_dim, float eps, float k_scale, float v_scale,
+                                          cudaStream_t s) {
+    switch (head_dim) {
+    case 64:
+        launch_qk_norm_rope_store<8>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n,
+                                     num_heads, num_kv_heads, eps, k_scale, v_scale, s);
+        break;
+    case 128:
+        launch_qk_norm_rope_store<16>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n,
+                                      num_heads, num_kv_heads, eps, k_scale, v_scale, s);
+        break;
+    default:
+        launch_qk_norm_rope_store<32>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n,
+                                      num_heads, num_kv_heads, eps, k_scale, v_scale, s);
+        break;
+    }
 }
 
 extern "C" int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache,
@@ -436,20 +483,8 @@ extern "C" int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint1
                aligned(qkv, 16) && aligned(q_norm, 16) && aligned(k_norm, 16) && aligned(rope, 16) &&
                aligned(q_out, 8) && aligned(k_cache, 8) && aligned(v_cache, 16);
     if (vec) {
-        switch (head_dim) {
-        case 64:
-            launch_qk_norm_rope_store<8>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n,
-                                         num_heads, num_kv_heads, eps, s);
-            break;
-        case 128:
-            launch_qk_norm_rope_store<16>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots,
-                                          n, num_heads, num_kv_heads, eps, s);
-            break;
-        default:
-            launch_qk_norm_rope_store<32>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots,
-                                          n, num_heads, num_kv_heads, eps, s);
-            break;
-        }
+        launch_qk_norm_rope_store_dim<uint16_t>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions,
+                                                slots, n, num_heads, num_kv_heads, head_dim, eps, 1.0f, 1.0f, s);
         CUDA_LAUNCHED("the q/k norm + RoPE + KV store kernel", err);
         return 0;
     }
@@ -469,6 +504,30 @@ extern "C" int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint1
         break;
     }
     CUDA_LAUNCHED("the q/k norm + RoPE + KV store kernel", err);
+    return 0;
+}
+
+extern "C" int cuda_qk_norm_rope_store_fp8(uint16_t *q_out, uint8_t *k_cache, uint8_t *v_cache, const float *qkv,
+                                           const float *q_norm, const float *k_norm, const float *rope,
+                                           const int32_t *positions, const int32_t *slots, int n, int num_heads,
+                                           int num_kv_heads, int head_dim, float eps, float k_scale, float v_scale,
+                                           CudaStream stream, Error *err) {
+    if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
+    if (!(k_scale > 0.0f) || !(v_scale > 0.0f) || isinf(k_scale) || isinf(v_scale))
+        return error_set(err, "fp8 KV store: scales %g and %g (positive and finite)", k_scale, v_scale);
+    if (n <= 0) return 0;
+    int heads = num_heads + 2 * num_kv_heads;
+    /* the vector kernel only (NANOVLLM_CUDA_LEGACY=kernels keeps the bf16
+     * cache's previous store kernel; an fp8 cache has no previous one) */
+    if ((size_t)n * heads * (head_dim / 8) >= ((size_t)1 << 31) || !aligned(qkv, 16) || !aligned(q_norm, 16) ||
+        !aligned(k_norm, 16) || !aligned(rope, 16) || !aligned(q_out, 8) || !aligned(k_cache, 4) ||
+        !aligned(v_cache, 8))
+        return error_set(err, "fp8 KV store: %d tokens or misaligned buffers (16-byte qkv, norms and RoPE table, "
+                              "8-byte q and V cache, 4-byte K cache)", n);
+    launch_qk_norm_rope_store_dim<uint8_t>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, rope, positions, slots, n,
+                                           num_heads, num_kv_heads, head_dim, eps, k_scale, v_scale,
+                                           as_stream(stream));
+    CUDA_LAUNCHED("the q/k norm + RoPE + fp8 KV store kernel", err);
     return 0;
 }
 

@@ -13,7 +13,9 @@
  * directly against the CPU runner's functions (llm.c style).
  *
  * Data types follow where precision matters: the residual stream and GEMM
- * outputs are float32, GEMM inputs and the KV cache bf16.
+ * outputs are float32, GEMM inputs and the KV cache bf16 (or, with
+ * --kv-cache-dtype fp8, the cache e4m3 with a scale: the *_fp8 entry
+ * points, cuda_kv_fp8.h).
  */
 #ifndef NANOVLLM_CUDA_KERNELS_H
 #define NANOVLLM_CUDA_KERNELS_H
@@ -73,6 +75,17 @@ int cuda_qk_norm_rope_store(uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cach
                             int n, int num_heads, int num_kv_heads, int head_dim, float eps,
                             CudaStream stream, Error *err);
 
+/* The same with an fp8 KV cache (cuda_kv_fp8.h): k and v stored as
+ * e4m3(x / k_scale), e4m3(x / v_scale), exactly fp8_e4m3_from_float's
+ * bytes; q bf16 as above. Needs qkv, the norms and rope 16-byte aligned,
+ * q_out and v_cache 8-byte, k_cache 4-byte (it has no block-per-token
+ * fallback, NANOVLLM_CUDA_LEGACY=kernels included). */
+int cuda_qk_norm_rope_store_fp8(uint16_t *q_out, uint8_t *k_cache, uint8_t *v_cache, const float *qkv,
+                                const float *q_norm, const float *k_norm, const float *rope,
+                                const int32_t *positions, const int32_t *slots, int n, int num_heads,
+                                int num_kv_heads, int head_dim, float eps, float k_scale, float v_scale,
+                                CudaStream stream, Error *err);
+
 /* New tokens per attention item for this head shape. */
 int cuda_attention_tile_tokens(int num_heads, int num_kv_heads);
 
@@ -98,6 +111,13 @@ int cuda_prefill_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_c
                            int num_heads, int num_kv_heads, int head_dim, int block_size,
                            CudaStream stream, Error *err);
 
+/* The same over an fp8 cache (cuda_kv_fp8.h): each K/V piece widened to
+ * bf16 (e4m3 * scale, rounded once) as it enters the kernel's shared tile. */
+int cuda_prefill_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k_cache, const uint8_t *v_cache,
+                               const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                               const int32_t *block_tables, int num_heads, int num_kv_heads, int head_dim,
+                               int block_size, float k_scale, float v_scale, CudaStream stream, Error *err);
+
 /* The same attention as flash attention on mma.sync (cuda_flash_attention.cu):
  * items of up to cuda_flash_attention_tile_tokens() tokens (64 query rows),
  * head_dim 64 or 128 (cuda_flash_attention_supports). */
@@ -107,6 +127,13 @@ int cuda_flash_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cac
                          const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
                          const int32_t *block_tables, int num_heads, int num_kv_heads, int head_dim,
                          int block_size, CudaStream stream, Error *err);
+
+/* The same over an fp8 cache: the tiles gathered as bytes (cp.async, two
+ * deep), each widened to bf16 in shared memory once it has landed. */
+int cuda_flash_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k_cache, const uint8_t *v_cache,
+                             const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                             const int32_t *block_tables, int num_heads, int num_kv_heads, int head_dim,
+                             int block_size, float k_scale, float v_scale, CudaStream stream, Error *err);
 
 /* The most attention blocks one split decode launch may use (it sizes the
  * split workspace; cuda_attention_choose_splits keeps launches under it). */
@@ -134,6 +161,16 @@ int cuda_decode_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_ca
                           int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
                           int head_dim, int block_size, int num_splits, float *split_workspace,
                           int *split_counters, CudaStream stream, Error *err);
+
+/* The same over an fp8 cache (cuda_kv_fp8.h): K and V read as e4m3 * k_scale
+ * and e4m3 * v_scale, straight from the bytes (16 a lane where the block
+ * has at most two query heads, else 8: cuda_decode_plan.h); the same
+ * workspace, counters and splits. */
+int cuda_decode_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k_cache, const uint8_t *v_cache,
+                              const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                              const int32_t *block_tables, int num_heads, int num_kv_heads, int head_dim,
+                              int block_size, int num_splits, float *split_workspace, int *split_counters,
+                              float k_scale, float v_scale, CudaStream stream, Error *err);
 
 /* Thread blocks per split of a decode launch (items x KV heads x blocks per group). */
 int cuda_decode_attention_blocks(int num_items, int num_heads, int num_kv_heads);

@@ -28,6 +28,7 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_kv_fp8.h"
 
 using namespace nvcuda;
 
@@ -54,12 +55,16 @@ struct PrefillSmem {
     }
 };
 
-template <int D>
+/* KV: the cache's element, uint16_t (bf16) or uint8_t (fp8 e4m3: each row
+ * piece of 8 values read as 8 bytes and widened to bf16 on its way into
+ * the shared tile, e4m3 * scale rounded once, cuda_kv_fp8.h; the rest of
+ * the kernel is the bf16 one). */
+template <int D, typename KV = uint16_t>
 __global__ void __launch_bounds__(PF_THREADS)
-prefill_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
-                         const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
+prefill_attention_kernel(uint16_t *out, const uint16_t *q, const KV *k_cache,
+                         const KV *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
                          const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
-                         float scale) {
+                         float scale, float k_scale, float v_scale) {
     extern __shared__ __align__(128) unsigned char smem[];
     const PrefillSmem L(D);
     __nv_bfloat16 *q_s = (__nv_bfloat16 *)(smem + L.q);
@@ -104,8 +109,13 @@ prefill_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cac
             if (key < num_keys) {
                 size_t slot = (size_t)table[key / block_size] * block_size + key % block_size;
                 size_t at = (slot * num_kv_heads + kv_head) * D + (size_t)part * 8;
-                kv = *reinterpret_cast<const uint4 *>(k_cache + at);
-                vv = *reinterpret_cast<const uint4 *>(v_cache + at);
+                if constexpr (sizeof(KV) == 1) {
+                    kv = kv_fp8x8_to_bf16(*reinterpret_cast<const uint2 *>(k_cache + at), k_scale * FP8_UNIT);
+                    vv = kv_fp8x8_to_bf16(*reinterpret_cast<const uint2 *>(v_cache + at), v_scale * FP8_UNIT);
+                } else {
+                    kv = *reinterpret_cast<const uint4 *>(k_cache + at);
+                    vv = *reinterpret_cast<const uint4 *>(v_cache + at);
+                }
             }
             reinterpret_cast<uint4 *>(k_s)[idx] = kv;
             reinterpret_cast<uint4 *>(v_s)[idx] = vv;
@@ -198,32 +208,32 @@ prefill_attention_kernel(uint16_t *out, const uint16_t *q, const uint16_t *k_cac
     }
 }
 
-template <int D>
-static int launch_prefill(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
-                          const uint16_t *v_cache, const CudaAttnSeq *seqs, const CudaAttnItem *items,
-                          int num_items, const int32_t *block_tables, int num_heads, int num_kv_heads,
-                          int block_size, cudaStream_t stream, Error *err) {
+template <int D, typename KV>
+static int launch_prefill(uint16_t *out, const uint16_t *q, const KV *k_cache, const KV *v_cache,
+                          const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                          const int32_t *block_tables, int num_heads, int num_kv_heads, int block_size,
+                          float k_scale, float v_scale, cudaStream_t stream, Error *err) {
     const size_t shared = PrefillSmem(D).total;
-    static bool shared_raised = false; /* once, before any graph capture (warm-up) */
+    static bool shared_raised = false; /* once per instantiation, before any graph capture (warm-up) */
     if (shared > 48 * 1024 && !shared_raised) {
-        CUDA_TRY(cudaFuncSetAttribute(prefill_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_TRY(cudaFuncSetAttribute(prefill_attention_kernel<D, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)shared),
                  "raising the prefill attention kernel's shared memory", err);
         shared_raised = true;
     }
     dim3 grid((unsigned)num_items, (unsigned)num_kv_heads);
-    prefill_attention_kernel<D><<<grid, PF_THREADS, shared, stream>>>(
+    prefill_attention_kernel<D, KV><<<grid, PF_THREADS, shared, stream>>>(
         out, q, k_cache, v_cache, seqs, items, block_tables, num_heads, num_kv_heads, block_size,
-        1.0f / sqrtf((float)D));
+        1.0f / sqrtf((float)D), k_scale, v_scale);
     CUDA_LAUNCHED("the prefill attention kernel", err);
     return 0;
 }
 
-extern "C" int cuda_prefill_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
-                                      const uint16_t *v_cache, const CudaAttnSeq *seqs,
-                                      const CudaAttnItem *items, int num_items,
-                                      const int32_t *block_tables, int num_heads, int num_kv_heads,
-                                      int head_dim, int block_size, CudaStream stream, Error *err) {
+template <typename KV>
+static int prefill_attention(uint16_t *out, const uint16_t *q, const KV *k_cache, const KV *v_cache,
+                             const CudaAttnSeq *seqs, const CudaAttnItem *items, int num_items,
+                             const int32_t *block_tables, int num_heads, int num_kv_heads, int head_dim,
+                             int block_size, float k_scale, float v_scale, CudaStream stream, Error *err) {
     if (cuda_kernels_check_shape(num_heads, num_kv_heads, head_dim, err)) return -1;
     if (num_items <= 0) return 0;
     if (cuda_attention_tile_tokens(num_heads, num_kv_heads) * (num_heads / num_kv_heads) > ROWS)
@@ -231,13 +241,31 @@ extern "C" int cuda_prefill_attention(uint16_t *out, const uint16_t *q, const ui
     cudaStream_t s = (cudaStream_t)stream;
     switch (head_dim) {
     case 64:
-        return launch_prefill<64>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables,
-                                  num_heads, num_kv_heads, block_size, s, err);
+        return launch_prefill<64>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                                  num_kv_heads, block_size, k_scale, v_scale, s, err);
     case 128:
-        return launch_prefill<128>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables,
-                                   num_heads, num_kv_heads, block_size, s, err);
+        return launch_prefill<128>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                                   num_kv_heads, block_size, k_scale, v_scale, s, err);
     default:
-        return launch_prefill<256>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables,
-                                   num_heads, num_kv_heads, block_size, s, err);
+        return launch_prefill<256>(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads,
+                                   num_kv_heads, block_size, k_scale, v_scale, s, err);
     }
+}
+
+extern "C" int cuda_prefill_attention(uint16_t *out, const uint16_t *q, const uint16_t *k_cache,
+                                      const uint16_t *v_cache, const CudaAttnSeq *seqs,
+                                      const CudaAttnItem *items, int num_items,
+                                      const int32_t *block_tables, int num_heads, int num_kv_heads,
+                                      int head_dim, int block_size, CudaStream stream, Error *err) {
+    return prefill_attention(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads, num_kv_heads,
+                             head_dim, block_size, 1.0f, 1.0f, stream, err);
+}
+
+extern "C" int cuda_prefill_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k_cache,
+                                          const uint8_t *v_cache, const CudaAttnSeq *seqs,
+                                          const CudaAttnItem *items, int num_items, const int32_t *block_tables,
+                                          int num_heads, int num_kv_heads, int head_dim, int block_size,
+                                          float k_scale, float v_scale, CudaStream stream, Error *err) {
+    return prefill_attention(out, q, k_cache, v_cache, seqs, items, num_items, block_tables, num_heads, num_kv_heads,
+                             head_dim, block_size, k_scale, v_scale, stream, err);
 }
