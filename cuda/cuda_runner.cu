@@ -49,10 +49,20 @@ extern "C" {
 /* Graph memory is allocated after the KV cache is sized: keep this much back. */
 #define GRAPH_RESERVE_BYTES(n) ((size_t)(64u << 20) + (size_t)(n) * (4u << 20))
 
-static uint16_t *k_layer(CudaRunner *r, int l) { return r->kv + (size_t)l * r->layer_elems; }
-static uint16_t *v_layer(CudaRunner *r, int l) {
-    return r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_elems;
+/* Layer l's K or V cache: bf16 values, or e4m3 bytes (kv_fp8). */
+static void *k_layer(CudaRunner *r, int l) {
+    return (char *)r->kv + (size_t)l * r->layer_elems * (r->kv_fp8 ? 1 : sizeof(uint16_t));
 }
+static void *v_layer(CudaRunner *r, int l) {
+    return (char *)r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_elems * (r->kv_fp8 ? 1 : sizeof(uint16_t));
+}
+static uint16_t *k_bf16(CudaRunner *r, int l) { return (uint16_t *)k_layer(r, l); }
+static uint16_t *v_bf16(CudaRunner *r, int l) { return (uint16_t *)v_layer(r, l); }
+static uint8_t *k_fp8(CudaRunner *r, int l) { return (uint8_t *)k_layer(r, l); }
+static uint8_t *v_fp8(CudaRunner *r, int l) { return (uint8_t *)v_layer(r, l); }
+
+/* What the cache's element is, for the block size and the description. */
+static KvCacheDtype kv_dtype(const CudaRunner *r) { return r->kv_fp8 ? KV_CACHE_FP8 : KV_CACHE_BF16; }
 
 /* Y[rows, out] = X[rows, in] . W[out, in]^T, bf16 inputs, float32 output and
  * accumulation; W bf16 or FP8, the kernel chosen by cuda_matmul.h. */
@@ -131,28 +141,52 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
 }
 
 /* Decode steps (splits >= 1) read the KV cache on CUDA cores, split over
- * blocks; steps with prompt tokens (splits 0) compute on the tensor cores. */
+ * blocks; steps with prompt tokens (splits 0) compute on the tensor cores.
+ * An fp8 cache goes to each kernel's fp8 entry point (there is no previous
+ * decode kernel for it: legacy_attention is off then). */
 static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Error *err) {
     const ModelConfig *c = &r->cfg;
     const CudaAttnSeq *seqs = (const CudaAttnSeq *)(r->meta_dev + L->seqs);
     const CudaAttnItem *items = (const CudaAttnItem *)(r->meta_dev + L->items);
+    const int32_t *tables = r->meta_dev + L->tables;
+    const int nh = c->num_heads, nkv = c->num_kv_heads, D = c->head_dim, bs = r->base.options.block_size;
+    if (r->kv_fp8) {
+        if (splits == 0 && r->flash_prefill)
+            return cuda_flash_attention_fp8(r->attn, r->q, k_fp8(r, l), v_fp8(r, l), seqs, items, L->num_items,
+                                            tables, nh, nkv, D, bs, r->k_scale, r->v_scale, r->stream, err);
+        if (splits == 0)
+            return cuda_prefill_attention_fp8(r->attn, r->q, k_fp8(r, l), v_fp8(r, l), seqs, items, L->num_items,
+                                              tables, nh, nkv, D, bs, r->k_scale, r->v_scale, r->stream, err);
+        return cuda_decode_attention_fp8(r->attn, r->q, k_fp8(r, l), v_fp8(r, l), seqs, items, L->num_items, tables,
+                                         nh, nkv, D, bs, splits, r->split_workspace, r->split_counters, r->k_scale,
+                                         r->v_scale, r->stream, err);
+    }
     if (splits == 0 && r->flash_prefill)
-        return cuda_flash_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
-                                    r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
-                                    r->base.options.block_size, r->stream, err);
+        return cuda_flash_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh,
+                                    nkv, D, bs, r->stream, err);
     if (splits == 0)
-        return cuda_prefill_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items,
-                                      L->num_items, r->meta_dev + L->tables, c->num_heads,
-                                      c->num_kv_heads, c->head_dim, r->base.options.block_size,
-                                      r->stream, err);
+        return cuda_prefill_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables,
+                                      nh, nkv, D, bs, r->stream, err);
     if (r->legacy_attention)
-        return cuda_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
-                              r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
-                              r->base.options.block_size, splits, r->split_workspace, r->stream, err);
-    return cuda_decode_attention(r->attn, r->q, k_layer(r, l), v_layer(r, l), seqs, items, L->num_items,
-                                 r->meta_dev + L->tables, c->num_heads, c->num_kv_heads, c->head_dim,
-                                 r->base.options.block_size, splits, r->split_workspace, r->split_counters,
-                                 r->stream, err);
+        return cuda_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh, nkv,
+                              D, bs, splits, r->split_workspace, r->stream, err);
+    return cuda_decode_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh,
+                                 nkv, D, bs, splits, r->split_workspace, r->split_counters, r->stream, err);
+}
+
+/* q/k norm + RoPE, and K and V into layer l's cache in its element type. */
+static int store_kv(CudaRunner *r, int l, const CudaLayerWeights *W, const StepLayout *L, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const int32_t *meta = r->meta_dev;
+    const float eps = (float)c->rms_norm_eps;
+    if (r->kv_fp8)
+        return cuda_qk_norm_rope_store_fp8(r->q, k_fp8(r, l), v_fp8(r, l), r->qkv, W->q_norm, W->k_norm, r->rope,
+                                           meta + L->positions, meta + L->slots, L->num_tokens, c->num_heads,
+                                           c->num_kv_heads, c->head_dim, eps, r->k_scale, r->v_scale, r->stream,
+                                           err);
+    return cuda_qk_norm_rope_store(r->q, k_bf16(r, l), v_bf16(r, l), r->qkv, W->q_norm, W->k_norm, r->rope,
+                                   meta + L->positions, meta + L->slots, L->num_tokens, c->num_heads, c->num_kv_heads,
+                                   c->head_dim, eps, r->stream, err);
 }
 
 /* The split count of a decode step over num_items sequences of at most
@@ -199,9 +233,7 @@ static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
         const float *next_norm = l + 1 < c->num_layers ? r->weights.layers[l + 1].input_norm
                                                        : r->weights.final_norm;
         if (gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ||
-            cuda_qk_norm_rope_store(r->q, k_layer(r, l), v_layer(r, l), r->qkv, W->q_norm, W->k_norm,
-                                    r->rope, meta + L->positions, meta + L->slots, T, c->num_heads,
-                                    c->num_kv_heads, D, eps, s, err) ||
+            store_kv(r, l, W, L, err) ||
             attention(r, l, L, splits, err) ||
             gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
@@ -489,7 +521,10 @@ static int alloc_activations(CudaRunner *r, Error *err) {
             return error_prefix(err, "activations for %zu tokens", T);
     CUDA_TRY(cudaMemset(r->split_counters, 0, cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS)),
              "clearing the attention split counters", err);
-    r->legacy_attention = cuda_variant_legacy("attention");
+    /* the previous decode kernel reads a bf16 cache only */
+    r->legacy_attention = cuda_variant_legacy("attention") && !r->kv_fp8;
+    if (r->kv_fp8 && cuda_variant_legacy("attention"))
+        log_info("NANOVLLM_CUDA_LEGACY=attention ignored: the previous decode kernel reads a bf16 KV cache only");
 
     /* NANOVLLM_CUDA_PREFILL=flash: the mma.sync prefill attention, opt-in
      * until a GPU run has checked it (cuda_flash_attention.cu). */
@@ -535,8 +570,8 @@ static int warm_up(CudaRunner *r, Error *err) {
                                                                : o->max_model_len;
     int blocks = (prefill + o->block_size - 1) / o->block_size;
     int decode = o->max_num_seqs < o->max_num_batched_tokens ? o->max_num_seqs : o->max_num_batched_tokens;
-    size_t block_bytes = cuda_runner_block_bytes(&r->cfg, o->block_size);
-    r->kv = (uint16_t *)cuda_alloc(blocks * block_bytes, err);
+    size_t block_bytes = cuda_runner_block_bytes(&r->cfg, o->block_size, kv_dtype(r));
+    r->kv = cuda_alloc(blocks * block_bytes, err);
     int32_t *tokens = (int32_t *)calloc((size_t)prefill, sizeof(int32_t));
     int32_t *table = (int32_t *)calloc((size_t)blocks, sizeof(int32_t));
     RunnerSeq *seqs = (RunnerSeq *)calloc((size_t)decode, sizeof(RunnerSeq));
@@ -585,7 +620,7 @@ static int alloc_kv_cache(CudaRunner *r, Error *err) {
     double used = (double)(total_bytes - free_bytes);
     double budget = (double)total_bytes * o->gpu_memory_utilization - used;
     if (!o->enforce_eager) budget -= (double)GRAPH_RESERVE_BYTES(MAX_GRAPHS);
-    size_t block_bytes = cuda_runner_block_bytes(&r->cfg, o->block_size);
+    size_t block_bytes = cuda_runner_block_bytes(&r->cfg, o->block_size, kv_dtype(r));
     size_t blocks = budget > 0 ? (size_t)(budget / (double)block_bytes) : 0;
     if (o->num_gpu_blocks_override > 0) blocks = (size_t)o->num_gpu_blocks_override;
     if (blocks < 1)
@@ -596,7 +631,7 @@ static int alloc_kv_cache(CudaRunner *r, Error *err) {
                          total_bytes * o->gpu_memory_utilization / 1e9);
     size_t max_blocks = (size_t)INT32_MAX / (size_t)o->block_size - 1; /* slots are int32 */
     if (blocks > max_blocks) blocks = max_blocks;
-    r->kv = (uint16_t *)cuda_alloc((blocks + 1) * block_bytes, err);
+    r->kv = cuda_alloc((blocks + 1) * block_bytes, err);
     if (!r->kv) return error_prefix(err, "KV cache of %zu blocks", blocks);
     r->pad_block = (int32_t)blocks;
     r->layer_elems = (blocks + 1) * (size_t)o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
@@ -683,19 +718,14 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     if (runner_resolve_options(&o, c, err) ||
         cuda_kernels_check_shape(c->num_heads, c->num_kv_heads, c->head_dim, err))
         return NULL;
-    /* The kernels read and write a bf16 cache only; auto means bf16 here
-     * whatever the weights (bf16 on the GPU, or FP8 read as such). */
+    /* The kernels read and write a bf16 or an fp8 (e4m3) cache; auto means
+     * bf16 here whatever the weights (bf16 on the GPU, or FP8 read as such). */
     if (o.kv_cache_dtype == KV_CACHE_F32) {
         error_set(err, "--kv-cache-dtype float32 is not supported on CUDA (its KV cache is "
-                       "bfloat16; use auto or bfloat16, or --device cpu)");
+                       "bfloat16 or fp8; use auto, bfloat16 or fp8, or --device cpu)");
         return NULL;
     }
-    if (o.kv_cache_dtype == KV_CACHE_FP8) {
-        error_set(err, "--kv-cache-dtype fp8 is not supported on CUDA yet (its KV cache is "
-                       "bfloat16; use auto or bfloat16, or --device cpu for an fp8 cache)");
-        return NULL;
-    }
-    o.kv_cache_dtype = KV_CACHE_BF16;
+    o.kv_cache_dtype = o.kv_cache_dtype == KV_CACHE_FP8 ? KV_CACHE_FP8 : KV_CACHE_BF16;
     /* Activations are bf16 from end to end (cuBLAS bf16 GEMMs). */
     if (o.dtype == COMPUTE_F32) {
         error_set(err, "--dtype float32 is not supported on CUDA (it computes in bfloat16; use "
@@ -718,6 +748,8 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     r->base.model = model;
     r->base.options = o;
     r->cfg = *c;
+    r->kv_fp8 = o.kv_cache_dtype == KV_CACHE_FP8;
+    r->k_scale = r->v_scale = KV_FP8_DEFAULT_SCALE;
     double t0 = now_seconds();
     int rc = pick_device(r, err);
     if (rc == 0 && cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) != cudaSuccess)
@@ -744,12 +776,12 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     double t_kv = now_seconds();
     if (!o.enforce_eager) capture_graphs(r);
     snprintf(r->base.description, sizeof r->base.description,
-             "cuda (%.64s, sm_%d%d, %.1f GiB), %s weights (%.2f GB, uploaded in %.2f s) and bf16 KV "
+             "cuda (%.64s, sm_%d%d, %.1f GiB), %s weights (%.2f GB, uploaded in %.2f s) and %s KV "
              "cache, float32 residual; warm-up and KV sizing %.2f s; %d decode graphs (up to batch %d) "
              "in %.2f s",
              r->prop.name, r->prop.major, r->prop.minor, (double)r->prop.totalGlobalMem / (1u << 30),
              r->weights.fp8_stacks ? "fp8 + bf16" : "bf16", r->weights.bytes / 1e9, t_weights - t0,
-             t_kv - t_weights, r->num_graphs, r->num_graphs ? r->graph_batch[r->num_graphs - 1] : 0,
+             r->kv_fp8 ? "fp8 e4m3" : "bf16", t_kv - t_weights, r->num_graphs, r->num_graphs ? r->graph_batch[r->num_graphs - 1] : 0,
              now_seconds() - t_kv);
     return &r->base;
 }

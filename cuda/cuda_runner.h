@@ -2,7 +2,8 @@
  * cuda_runner.h - the Qwen3 forward pass on an NVIDIA GPU, behind runner.h.
  *
  * bf16 weights (an FP8 checkpoint's layer matrices stay FP8, cuda_weights.h)
- * and KV cache, float32 residual stream and accumulation, cuBLAS GEMMs and
+ * and KV cache (--kv-cache-dtype fp8: e4m3 bytes with a scale, read as such
+ * by every attention kernel, cuda_kv_fp8.h), float32 residual stream and accumulation, cuBLAS GEMMs and
  * the kernels of cuda_kernels.h (cuda_matmul.h picks per matrix and batch).
  * The KV cache takes what --gpu-memory-utilization leaves after the weights
  * and a warm-up step at the largest batch, as nano-vllm sizes it. Tokens are chosen on the GPU
@@ -25,9 +26,11 @@ extern "C" {
 
 Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err);
 
-/* Bytes of one KV block on the GPU: bf16 K and V of every layer. */
-static inline size_t cuda_runner_block_bytes(const ModelConfig *cfg, int block_size) {
-    return 2 * sizeof(uint16_t) * (size_t)cfg->num_layers * (size_t)block_size *
+/* Bytes of one KV block on the GPU: K and V of every layer, bf16 (any
+ * dtype but fp8, as the runner resolves them) or one e4m3 byte a value
+ * (KV_CACHE_FP8: twice the tokens in the same memory). */
+static inline size_t cuda_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype) {
+    return 2 * (dtype == KV_CACHE_FP8 ? 1 : sizeof(uint16_t)) * (size_t)cfg->num_layers * (size_t)block_size *
            (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
 }
 

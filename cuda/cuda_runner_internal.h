@@ -29,8 +29,10 @@ typedef struct CudaRunner {
     CudaMatmul *matmul; /* every projection: gemv, cuBLAS, FP8 (cuda_matmul.h) */
     CudaWeights weights;
     float *rope;       /* [max_model_len, head_dim / 2, 2]: cos, sin */
-    uint16_t *kv;      /* K of every layer, then V of every layer */
-    size_t layer_elems; /* bf16 values of K (or V) per layer */
+    void *kv;           /* K of every layer, then V of every layer: bf16, or e4m3 bytes when kv_fp8 */
+    size_t layer_elems; /* values of K (or V) per layer */
+    bool kv_fp8;        /* --kv-cache-dtype fp8: one byte a value (cuda_kv_fp8.h) */
+    float k_scale, v_scale; /* the fp8 cache's scales (KV_FP8_DEFAULT_SCALE) */
 
     /* activations, [max_num_batched_tokens, width] each; logits [max_num_seqs, vocab] */
     float *x, *delta, *qkv, *gate_up, *logits;
@@ -66,7 +68,7 @@ typedef struct CudaRunner {
 
     float *split_workspace; /* partial attention results of split decode */
     int *split_counters;    /* per (sequence, KV head): splits done, zero between launches */
-    bool legacy_attention;  /* NANOVLLM_CUDA_LEGACY=attention: the previous decode kernel */
+    bool legacy_attention;  /* NANOVLLM_CUDA_LEGACY=attention: the previous decode kernel (bf16 cache only) */
     bool flash_prefill;     /* NANOVLLM_CUDA_PREFILL=flash: prompt steps on cuda_flash_attention */
     int32_t pad_block;      /* the KV block padding sequences write to */
     RunnerSeq *padded;      /* [max graph batch]: a decode batch padded to its bucket */
