@@ -6,6 +6,12 @@
  * for output), each sequence's blocks are spread over the cache as the
  * block manager would leave them, and every launch is timed with CUDA
  * events, best of several after a warm-up.
+ *
+ * NANOVLLM_BENCH_KV=fp8 (or fp8_e4m3; cuda_bench.h) times the fp8 cache
+ * instead: the values rounded to e4m3 fill an fp8 cache and, widened, a
+ * bf16 cache, and the "previous kernel" figures become the current kernel
+ * on that bf16 cache, so one run gives fp8 against bf16 on the same values
+ * (same splits) and the largest difference of their outputs.
  */
 #include "cuda_bench.h"
 
@@ -16,11 +22,17 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_kv_fp8.h"
+
+extern "C" {
+#include "engine/runner.h" /* KV_FP8_DEFAULT_SCALE */
+}
 
 #define RUNS 10
 
 typedef struct Buffers {
     uint16_t *k, *v, *q, *out;
+    uint8_t *k8, *v8; /* NANOVLLM_BENCH_KV=fp8: the fp8 cache (k and v then hold its values in bf16) */
     CudaAttnSeq *seqs;
     CudaAttnItem *items;
     int32_t *tables;
@@ -32,24 +44,33 @@ typedef struct Buffers {
 } Buffers;
 
 static void free_buffers(Buffers *b) {
-    void *p[] = {b->k,      b->v,        b->q,        b->out,      b->seqs,     b->items,
-                 b->tables, b->split,    b->counters, b->out_legacy, b->copy_src, b->copy_dst};
+    void *p[] = {b->k,      b->v,        b->q,        b->out,      b->seqs,     b->items,   b->tables,
+                 b->split,  b->counters, b->out_legacy, b->copy_src, b->copy_dst, b->k8,    b->v8};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cuda_free(p[i]);
     if (b->start) cudaEventDestroy(b->start);
     if (b->stop) cudaEventDestroy(b->stop);
 }
 
+/* Which kernel and cache a timing runs. */
+typedef enum BenchKernel { BENCH_CURRENT, BENCH_LEGACY, BENCH_FP8 } BenchKernel;
+
 /* Seconds of the fastest of RUNS launches (after one warm-up), of the
- * current decode kernel or (legacy) the previous one, writing to out. */
-static int time_attention(Buffers *b, bool legacy, uint16_t *out, int batch, int nh, int nkv, int D, int bs,
+ * current decode kernel, the previous one or the current one on the fp8
+ * cache, writing to out. */
+static int time_attention(Buffers *b, BenchKernel kernel, uint16_t *out, int batch, int nh, int nkv, int D, int bs,
                           int splits, double *seconds, Error *err) {
     *seconds = 1e30;
     for (int run = -1; run < RUNS; run++) {
         CUDA_TRY(cudaEventRecord(b->start, 0), "recording an event", err);
-        int rc = legacy ? cuda_attention(out, b->q, b->k, b->v, b->seqs, b->items, batch, b->tables, nh, nkv, D,
-                                         bs, splits, b->split, NULL, err)
-                        : cuda_decode_attention(out, b->q, b->k, b->v, b->seqs, b->items, batch, b->tables, nh,
-                                                nkv, D, bs, splits, b->split, b->counters, NULL, err);
+        int rc = kernel == BENCH_LEGACY
+                     ? cuda_attention(out, b->q, b->k, b->v, b->seqs, b->items, batch, b->tables, nh, nkv, D, bs,
+                                      splits, b->split, NULL, err)
+                 : kernel == BENCH_FP8
+                     ? cuda_decode_attention_fp8(out, b->q, b->k8, b->v8, b->seqs, b->items, batch, b->tables, nh,
+                                                 nkv, D, bs, splits, b->split, b->counters, KV_FP8_DEFAULT_SCALE,
+                                                 KV_FP8_DEFAULT_SCALE, NULL, err)
+                     : cuda_decode_attention(out, b->q, b->k, b->v, b->seqs, b->items, batch, b->tables, nh, nkv, D,
+                                             bs, splits, b->split, b->counters, NULL, err);
         if (rc) return -1;
         CUDA_TRY(cudaEventRecord(b->stop, 0), "recording an event", err);
         CUDA_TRY(cudaEventSynchronize(b->stop), "running attention", err);
@@ -72,7 +93,23 @@ __global__ void fill_kernel(uint16_t *p, size_t n, uint32_t seed) {
     }
 }
 
-static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int bs, Error *err) {
+/* The same values rounded to e4m3: the bytes in p8, their exact bf16 in p16. */
+__global__ void fill_fp8_kernel(uint8_t *p8, uint16_t *p16, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed * 0x9e3779b9u;
+        h ^= h >> 15;
+        h *= 0x85ebca6bu;
+        h ^= h >> 13;
+        float f = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+        const uint8_t byte = (uint8_t)(kv_fp8x2_encode(f, 0.0f) & 0xffu);
+        float w[4];
+        fp8x4_to_float(byte, w); /* e4m3 / FP8_UNIT, exactly */
+        p8[i] = byte;
+        p16[i] = (uint16_t)(__float_as_uint(w[0] * FP8_UNIT) >> 16); /* exact: 3 mantissa bits */
+    }
+}
+
+static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int bs, bool fp8, Error *err) {
     int per_seq = (context + bs - 1) / bs;
     size_t blocks = (size_t)batch * per_seq, cache = blocks * bs * nkv * D;
     CudaAttnSeq *seqs = (CudaAttnSeq *)malloc(sizeof(CudaAttnSeq) * batch);
@@ -102,7 +139,8 @@ static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int
         (b->counters = (int *)cuda_alloc(cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS), err)) &&
         cuda_upload(b->seqs, seqs, sizeof(CudaAttnSeq) * batch, err) == 0 &&
         cuda_upload(b->items, items, sizeof(CudaAttnItem) * batch, err) == 0 &&
-        cuda_upload(b->tables, tables, sizeof(int32_t) * blocks, err) == 0)
+        cuda_upload(b->tables, tables, sizeof(int32_t) * blocks, err) == 0 &&
+        (!fp8 || ((b->k8 = (uint8_t *)cuda_alloc(cache, err)) && (b->v8 = (uint8_t *)cuda_alloc(cache, err)))))
         rc = 0;
     free(seqs);
     free(items);
@@ -110,8 +148,13 @@ static int setup(Buffers *b, int batch, int context, int nh, int nkv, int D, int
     if (rc) return -1;
     CUDA_TRY(cudaMemset(b->counters, 0, cuda_decode_attention_counters_bytes(CUDA_MAX_SPLIT_BLOCKS)),
              "clearing the split counters", err);
-    fill_kernel<<<1024, 256>>>(b->k, cache, 1);
-    fill_kernel<<<1024, 256>>>(b->v, cache, 2);
+    if (fp8) {
+        fill_fp8_kernel<<<1024, 256>>>(b->k8, b->k, cache, 1);
+        fill_fp8_kernel<<<1024, 256>>>(b->v8, b->v, cache, 2);
+    } else {
+        fill_kernel<<<1024, 256>>>(b->k, cache, 1);
+        fill_kernel<<<1024, 256>>>(b->v, cache, 2);
+    }
     fill_kernel<<<64, 256>>>(b->q, (size_t)batch * nh * D, 3);
     CUDA_LAUNCHED("the fill kernel", err);
     CUDA_TRY(cudaEventCreate(&b->start), "creating an event", err);
@@ -173,26 +216,48 @@ extern "C" int cuda_bench_attention(int batch, int context, int num_heads, int n
              prop.multiProcessorCount);
     out->splits = cuda_decode_attention_choose_splits(batch, num_heads, num_kv_heads, context,
                                                       prop.multiProcessorCount, CUDA_MAX_SPLIT_BLOCKS);
-    out->legacy_splits = cuda_attention_choose_splits(batch, num_kv_heads, context, prop.multiProcessorCount,
-                                                      CUDA_MAX_SPLIT_BLOCKS);
-    out->kv_bytes = 2.0 * context * batch * num_kv_heads * head_dim * 2;
+    bool fp8 = false;
+    if (cuda_bench_kv_fp8(&fp8, err)) return -1;
+    out->fp8 = fp8;
+    if (fp8) { /* the "previous kernel": the current one on the bf16 cache, same splits */
+        out->legacy_splits = out->splits;
+        size_t len = strlen(out->device);
+        snprintf(out->device + len, sizeof out->device - len, ", fp8 KV cache (previous = bf16 cache)");
+    } else {
+        out->legacy_splits = cuda_attention_choose_splits(batch, num_kv_heads, context, prop.multiProcessorCount,
+                                                          CUDA_MAX_SPLIT_BLOCKS);
+    }
+    out->kv_bytes = 2.0 * context * batch * num_kv_heads * head_dim * (fp8 ? 1 : 2);
     Buffers b;
     memset(&b, 0, sizeof b);
-    int rc = setup(&b, batch, context, num_heads, num_kv_heads, head_dim, block_size, err);
+    const BenchKernel timed = fp8 ? BENCH_FP8 : BENCH_CURRENT, other = fp8 ? BENCH_CURRENT : BENCH_LEGACY;
+    int rc = setup(&b, batch, context, num_heads, num_kv_heads, head_dim, block_size, fp8, err);
     if (rc == 0)
-        rc = time_attention(&b, false, b.out, batch, num_heads, num_kv_heads, head_dim, block_size, out->splits,
+        rc = time_attention(&b, timed, b.out, batch, num_heads, num_kv_heads, head_dim, block_size, out->splits,
                             &out->seconds, err);
     if (rc == 0)
-        rc = time_attention(&b, false, b.out, batch, num_heads, num_kv_heads, head_dim, block_size, 1,
+        rc = time_attention(&b, timed, b.out, batch, num_heads, num_kv_heads, head_dim, block_size, 1,
                             &out->seconds_unsplit, err);
     if (rc == 0)
-        rc = time_attention(&b, true, b.out_legacy, batch, num_heads, num_kv_heads, head_dim, block_size,
+        rc = time_attention(&b, other, b.out_legacy, batch, num_heads, num_kv_heads, head_dim, block_size,
                             out->legacy_splits, &out->seconds_legacy, err);
     if (rc == 0) rc = max_difference(b.out, b.out_legacy, (size_t)batch * num_heads * head_dim,
                                      &out->max_diff_legacy, err);
     if (rc == 0) rc = copy_bandwidth(&b, (size_t)1 << 30, &out->copy_bytes_per_s, err);
     free_buffers(&b);
     return rc;
+}
+
+extern "C" int cuda_bench_kv_fp8(bool *fp8, Error *err) {
+    const char *env = getenv("NANOVLLM_BENCH_KV");
+    *fp8 = false;
+    if (!env || !*env || strcmp(env, "bf16") == 0 || strcmp(env, "bfloat16") == 0 || strcmp(env, "auto") == 0)
+        return 0;
+    if (strcmp(env, "fp8") == 0 || strcmp(env, "fp8_e4m3") == 0) {
+        *fp8 = true;
+        return 0;
+    }
+    return error_set(err, "NANOVLLM_BENCH_KV=%s: expected fp8, fp8_e4m3, bf16 or auto", env);
 }
 
 /* ---- the copy bandwidth alone (cuda_bench_copy_bandwidth) ------------------------------------ */

@@ -6,6 +6,13 @@
  * run: achieved bytes/s over copy bytes/s is the fraction of the reachable
  * limit (the guide's rule: ratios against a baseline from the same run).
  * Built without CUDA, cuda_bench_attention() says so (cuda_device_none.c).
+ *
+ * NANOVLLM_BENCH_KV=fp8 (or fp8_e4m3) times decode attention over an fp8
+ * (e4m3) KV cache: seconds and kv_bytes are then the fp8 kernel's (one
+ * byte a value), and the legacy fields hold the current kernel on a bf16
+ * cache of the same values with the same splits (max_diff_legacy: fp8
+ * against bf16 output), so one run is the fp8 / bf16 comparison; the
+ * device string says so. Unset, bf16 or auto: the bf16 cache as before.
  */
 #ifndef NANOVLLM_CUDA_BENCH_H
 #define NANOVLLM_CUDA_BENCH_H
@@ -13,6 +20,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include <stdbool.h>
 
 #include "base/error.h"
 
@@ -26,7 +35,11 @@ typedef struct CudaAttentionBench {
     double max_diff_legacy;   /* largest |difference| of the two kernels' outputs (random K, V, q) */
     double kv_bytes;          /* K and V bytes one launch must read */
     double copy_bytes_per_s;  /* device-to-device copy, bytes read + written per second */
+    bool fp8;                 /* NANOVLLM_BENCH_KV=fp8: the timed cache is fp8, "legacy" the bf16 one */
 } CudaAttentionBench;
+
+/* Whether NANOVLLM_BENCH_KV asks for the fp8 cache (an unknown value is an error). */
+int cuda_bench_kv_fp8(bool *fp8, Error *err);
 
 /* Times decode attention for `batch` sequences of `context` tokens each
  * (one layer, the given head shape), on GPU 0. */

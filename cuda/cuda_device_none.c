@@ -29,6 +29,11 @@ int cuda_bench_attention(int batch, int context, int num_heads, int num_kv_heads
     return error_set(err, "this binary was built without CUDA (make CUDA=1 with nvcc installed)");
 }
 
+int cuda_bench_kv_fp8(bool *fp8, Error *err) {
+    *fp8 = false;
+    return error_set(err, "this binary was built without CUDA (make CUDA=1 with nvcc installed)");
+}
+
 int cuda_bench_copy_bandwidth(double *bytes_per_s, Error *err) {
     *bytes_per_s = 0;
     return error_set(err, "this binary was built without CUDA (make CUDA=1 with nvcc installed)");
