@@ -7,6 +7,7 @@
 #   scripts/gpu_bundle.sh          (here; carry gpu-bundle)
 #   SECTIONS=tests AB="kernels e2e prefill profile" CHECK=compare scripts/gpu_run.sh "$OUT"
 #   SECTIONS=tests TEST_FILTER='cuda_fp8/*' AB=fp8 scripts/gpu_run.sh "$OUT"   (FP8 alone)
+#   SECTIONS=tests TEST_FILTER='*kv_fp8*/*' AB=kvfp8 scripts/gpu_run.sh "$OUT"   (the fp8 KV cache alone)
 #
 # Variables: SECTIONS ("tests"), TEST_FILTER ('cuda*/*'), TESTS_S (240), TTFT
 # (non-empty: start to first token twice), AB (gpu_ab.sh sections), AB_S
@@ -15,7 +16,9 @@
 # (AB_ROUNDS, AB_WORKLOAD) pass through. A whole run of every part fits one
 # 10-minute call: tests ~35 s, AB kernels ~12 s, e2e ~150 s, prefill ~90 s,
 # profile ~40 s, the model's generation ~40 s; fp8 (estimated, not yet run:
-# 3 rounds x 3 dummy 0.6B latency runs) ~90 s.
+# 3 rounds x 3 dummy 0.6B latency runs) ~90 s; kvfp8 (estimated, not yet run:
+# 10 attention runs, 2 rounds x 2 caches of the workload and of a latency run,
+# 2 generates) ~150 s, its tests ('*kv_fp8*/*') ~40 s.
 set -uo pipefail
 OUT=$1
 B=gpu-bundle
