@@ -9,7 +9,10 @@
  * "gemv" (cuBLAS for the few-row projections too; FP8 matrices then
  * dequantized to bf16 for it at every batch), "prefetch" (decode
  * attention without the next pass's loads in flight). Unset, every part runs
- * its current kernel. Read once per process. (The one kernel that is new and
+ * its current kernel. With an fp8 KV cache (--kv-cache-dtype fp8) "prefetch"
+ * applies to its decode kernel too, while "attention" is ignored (logged)
+ * and "kernels" keeps the cache store on the vector kernel: neither previous
+ * kernel reads or writes fp8. Read once per process. (The one kernel that is new and
  * not yet the default is opted into instead: NANOVLLM_CUDA_PREFILL=flash,
  * cuda_runner.cu.)
  */
