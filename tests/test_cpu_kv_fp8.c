@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_reference.h"
 #include "cpu/cpu_attention.h"
 #include "cpu/cpu_attention_decode.h"
 #include "cpu/cpu_kv_fp8.h"
@@ -155,32 +156,6 @@ static void free_cache(Fp8Cache *c) {
     free(c->vf);
 }
 
-/* float64 softmax(q K^T / sqrt(D)) V for G heads of one KV head over keys [0, ctx). */
-static void reference(double *out, const float *q, const Fp8Cache *c, const int32_t *table, int ctx,
-                      int bs, int kv_heads, int kv_head, int G, int D) {
-    double *score = malloc(sizeof(double) * (size_t)ctx);
-    cr_assert(score);
-    for (int g = 0; g < G; g++) {
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < ctx; j++) {
-            size_t row = (((size_t)table[j / bs] * kv_heads + kv_head) * bs + j % bs) * D;
-            double d = 0;
-            for (int e = 0; e < D; e++) d += (double)q[g * D + e] * c->kf[row + e];
-            score[j] = d / sqrt((double)D);
-            mx = fmax(mx, score[j]);
-        }
-        for (int j = 0; j < ctx; j++) sum += (score[j] = exp(score[j] - mx));
-        for (int e = 0; e < D; e++) {
-            double o = 0;
-            for (int j = 0; j < ctx; j++) {
-                size_t row = (((size_t)table[j / bs] * kv_heads + kv_head) * bs + j % bs) * D;
-                o += score[j] / sum * c->vf[row + e];
-            }
-            out[g * D + e] = o;
-        }
-    }
-    free(score);
-}
 
 enum { KV_HEADS = 3, MAX_G = 8, MAX_D = 128, MAX_PARTS = 3 };
 
@@ -232,7 +207,7 @@ static void check_decode_level(CpuIsa isa, double *vs_scalar, double *vs_f64) {
                     for (int ci = 0; ci < 40 + 6; ci++) {
                         int ctx = ci < 40 ? ci + 1 : contexts_extra[ci - 40];
                         int parts = ctx >= 3 ? 1 + ci % MAX_PARTS : 1;
-                        reference(want, q, &c, table, ctx, bs, KV_HEADS, kv_head, G, D);
+                        paged_attention_reference(want, q, c.kf, c.vf, table, ctx, bs, KV_HEADS, kv_head, G, D);
                         decode(ref_out, CPU_ISA_SCALAR, &kv, q, G, ctx, 1, &s);
                         decode(out, isa, &kv, q, G, ctx, parts, &s);
                         double tol = 3e-6 * 2 * c.v_scale; /* float32 sums of values up to 2 * v_scale */
@@ -338,7 +313,7 @@ static double mixed_batch_error(const MixedBatch *m, const float *out) {
         for (int i = 0; i < MB_LENS[s]; i++, t++) {
             for (int h = 0; h < MB_KV_HEADS; h++) {
                 const float *qh = m->q + ((size_t)t * MB_HEADS + (size_t)h * G) * D;
-                reference(want, qh, &m->c, m->tables[s], MB_STARTS[s] + i + 1, m->bs, MB_KV_HEADS, h, G, D);
+                paged_attention_reference(want, qh, m->c.kf, m->c.vf, m->tables[s], MB_STARTS[s] + i + 1, m->bs, MB_KV_HEADS, h, G, D);
                 for (int k = 0; k < G * D; k++)
                     worst = fmax(worst, fabs(want[k] - out[((size_t)t * MB_HEADS + (size_t)h * G) * D + k]));
             }
