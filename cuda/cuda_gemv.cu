@@ -17,6 +17,7 @@
  */
 #include "cuda_bf16.h"
 #include "cuda_check.h"
+#include "cuda_gemv_reduce.h"
 #include "cuda_kernels.h"
 
 #define WARP 32
@@ -69,27 +70,7 @@ gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_
             for (int e = 0; e < 8; e++) acc[m] = fmaf(wf[e], xf[e], acc[m]);
         }
     }
-#pragma unroll
-    for (int m = 0; m < M; m++)
-#pragma unroll
-        for (int o = WARP / 2; o > 0; o /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
-    if (KSPLIT == 1) {
-        if (valid && lane == 0)
-#pragma unroll
-            for (int m = 0; m < M; m++) y[(size_t)m * N + n] = acc[m];
-        return;
-    }
-    __shared__ float partial[WARPS_PER_BLOCK][M];
-    if (lane == 0)
-#pragma unroll
-        for (int m = 0; m < M; m++) partial[warp][m] = acc[m];
-    __syncthreads();
-    if (valid && part == 0 && lane < M) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int p = 0; p < KSPLIT; p++) sum += partial[warp + p][lane];
-        y[(size_t)lane * N + n] = sum;
-    }
+    gemv_reduce_store<M, KSPLIT, WARPS_PER_BLOCK>(acc, y, N, n, valid, warp, lane, part);
 }
 
 /* Warps per output: enough warps in all for a few per SM's worth of loads. */
