@@ -14,12 +14,13 @@
 #include <string.h>
 
 #include "gguf_model.h"
+#include "model_config_hybrid.h"
 #include "weight_format.h"
 
 /* Reads an integer field into *out. A missing field is an error when
  * required, else *out keeps its default. Bounds keep every size product in
  * the forward pass far from overflow. */
-static int read_int(json_t *root, const char *key, bool required, long long lo, long long hi,
+int config_read_int(json_t *root, const char *key, bool required, long long lo, long long hi,
                     int *out, Error *err) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
@@ -36,7 +37,7 @@ static int read_int(json_t *root, const char *key, bool required, long long lo, 
     return 0;
 }
 
-static int read_number(json_t *root, const char *key, double lo, double hi, double *out,
+int config_read_number(json_t *root, const char *key, double lo, double hi, double *out,
                        Error *err) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
@@ -80,43 +81,72 @@ static int read_eos(ModelConfig *cfg, json_t *root, const char *file, Error *err
     return 0;
 }
 
-/* model_type and architectures: Qwen3 dense or Qwen3 MoE, and they must agree. */
-static int check_architecture(ModelConfig *cfg, json_t *root, Error *err) {
+/* The families config.json may name: model_type, the architecture class
+ * transformers builds for it, and whether it is a mixture of experts. The
+ * multimodal Qwen3.5 classes keep the text model's fields under text_config. */
+typedef struct Family {
+    const char *model_type, *architecture;
+    bool moe, hybrid, multimodal;
+} Family;
+
+static const Family FAMILIES[] = {
+    {"qwen3", "Qwen3ForCausalLM", false, false, false},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", true, false, false},
+    {"qwen3_5", "Qwen3_5ForConditionalGeneration", false, true, true},
+    {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", true, true, true},
+    {"qwen3_5_text", "Qwen3_5ForCausalLM", false, true, false},
+    {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", true, true, false},
+};
+
+/* model_type and architectures must name one family and agree. */
+static const Family *check_architecture(json_t *root, Error *err) {
     json_t *type = json_object_get(root, "model_type");
-    if (!type) return error_set(err, "config.json: missing required field 'model_type'");
+    if (!type) {
+        error_set(err, "config.json: missing required field 'model_type'");
+        return NULL;
+    }
     const char *name = json_is_string(type) ? json_string_value(type) : NULL;
-    bool moe = name && strcmp(name, "qwen3_moe") == 0;
-    if (!name || (!moe && strcmp(name, "qwen3") != 0))
-        return error_set(err,
-                         "config.json: unsupported model_type %s%s%s (nanovllm serves Qwen3 models: "
-                         "model_type 'qwen3' or 'qwen3_moe')",
-                         name ? "'" : "", name ? name : "(not a string)", name ? "'" : "");
-    const char *want = moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM";
-    cfg->num_experts = moe ? -1 : 0; /* -1: read below */
+    const Family *f = NULL;
+    for (size_t i = 0; name && i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
+        if (strcmp(name, FAMILIES[i].model_type) == 0) f = &FAMILIES[i];
+    if (!f) {
+        error_set(err,
+                  "config.json: unsupported model_type %s%s%s (nanovllm serves Qwen3 and Qwen3.5 "
+                  "models: model_type 'qwen3', 'qwen3_moe', 'qwen3_5', 'qwen3_5_moe', "
+                  "'qwen3_5_text' or 'qwen3_5_moe_text')",
+                  name ? "'" : "", name ? name : "(not a string)", name ? "'" : "");
+        return NULL;
+    }
     json_t *archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
-        if (!json_is_array(archs))
-            return error_set(err, "config.json: field 'architectures' must be a list of strings");
+        if (!json_is_array(archs)) {
+            error_set(err, "config.json: field 'architectures' must be a list of strings");
+            return NULL;
+        }
         bool found = false;
         size_t i;
         json_t *a;
         json_array_foreach(archs, i, a) {
-            if (json_is_string(a) && strcmp(json_string_value(a), want) == 0) found = true;
+            /* A multimodal folder may name its text-only class (two entries down) too. */
+            if (json_is_string(a) && (strcmp(json_string_value(a), f->architecture) == 0 ||
+                                      (f->multimodal && strcmp(json_string_value(a), f[2].architecture) == 0)))
+                found = true;
         }
         if (!found) {
             json_t *first = json_array_get(archs, 0);
-            return error_set(err,
-                             "config.json: unsupported architectures ['%s'] for model_type '%s' "
-                             "(nanovllm implements %s)",
-                             json_is_string(first) ? json_string_value(first) : "?", name, want);
+            error_set(err,
+                      "config.json: unsupported architectures ['%s'] for model_type '%s' "
+                      "(nanovllm implements %s)",
+                      json_is_string(first) ? json_string_value(first) : "?", name, f->architecture);
+            return NULL;
         }
     }
-    return 0;
+    return f;
 }
 
 /* Features of the Qwen3 family that this forward pass does not implement:
  * refusing them is the difference between an error and wrong tokens. */
-static int check_unsupported_features(json_t *root, Error *err) {
+static int check_unsupported_features(json_t *root, bool hybrid, Error *err) {
     json_t *v = json_object_get(root, "hidden_act");
     if (v && !(json_is_string(v) && strcmp(json_string_value(v), "silu") == 0))
         return error_set(err, "config.json: unsupported hidden_act (only 'silu' is implemented)");
@@ -124,19 +154,20 @@ static int check_unsupported_features(json_t *root, Error *err) {
     if (v && json_is_true(v))
         return error_set(err, "config.json: attention_bias=true is not supported");
     v = json_object_get(root, "rope_scaling");
-    if (v && !json_is_null(v))
+    if (v && !json_is_null(v) && !hybrid) /* Qwen3.5's early configs: its rope_parameters */
         return error_set(err, "config.json: rope_scaling is not supported (only plain RoPE)");
     v = json_object_get(root, "use_sliding_window");
     if (v && json_is_true(v))
         return error_set(err, "config.json: use_sliding_window=true is not supported");
-    /* Shared experts (Qwen2-MoE, DeepSeek) add an always-on MLP Qwen3's MoE lacks. */
-    static const char *const shared[] = {"shared_expert_intermediate_size", "n_shared_experts",
-                                         "num_shared_experts"};
+    /* DeepSeek's shared experts (a count of full-width ones, no gate) differ
+     * from the gated one of shared_expert_intermediate_size read below. */
+    static const char *const shared[] = {"n_shared_experts", "num_shared_experts"};
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
         v = json_object_get(root, shared[i]);
         if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-            return error_set(err, "config.json: %s: shared experts are not supported (Qwen3's "
-                                  "MoE has none)", shared[i]);
+            return error_set(err, "config.json: %s: DeepSeek-style shared experts are not "
+                                  "supported (only a gated shared_expert_intermediate_size)",
+                             shared[i]);
     }
     return 0;
 }
@@ -148,11 +179,13 @@ static int read_moe(ModelConfig *cfg, json_t *root, Error *err) {
     cfg->num_experts_per_tok = 8;
     cfg->moe_intermediate_size = 768;
     int step = 1;
-    if (read_int(root, "num_experts", false, 1, 4096, &cfg->num_experts, err) ||
-        read_int(root, "num_experts_per_tok", false, 1, 4096, &cfg->num_experts_per_tok, err) ||
-        read_int(root, "moe_intermediate_size", false, 1, 1 << 18, &cfg->moe_intermediate_size,
+    if (config_read_int(root, "num_experts", false, 1, 4096, &cfg->num_experts, err) ||
+        config_read_int(root, "num_experts_per_tok", false, 1, 4096, &cfg->num_experts_per_tok, err) ||
+        config_read_int(root, "moe_intermediate_size", false, 1, 1 << 18, &cfg->moe_intermediate_size,
                  err) ||
-        read_int(root, "decoder_sparse_step", false, 1, MODEL_MAX_LAYERS, &step, err))
+        config_read_int(root, "decoder_sparse_step", false, 1, MODEL_MAX_LAYERS, &step, err) ||
+        config_read_int(root, "shared_expert_intermediate_size", false, 0, 1 << 18,
+                        &cfg->shared_expert_intermediate_size, err))
         return -1;
     if (cfg->num_experts_per_tok > cfg->num_experts)
         return error_set(err, "config.json: num_experts_per_tok (%d) exceeds num_experts (%d)",
@@ -215,12 +248,32 @@ static int read_quantization(ModelConfig *cfg, json_t *root, Error *err) {
     return 0;
 }
 
+/* tie_word_embeddings: the text model's, unless the top level (a multimodal
+ * folder's) says otherwise, as transformers' composite config reads it. */
+static int read_tie(ModelConfig *cfg, json_t *obj, Error *err) {
+    json_t *tie = json_object_get(obj, "tie_word_embeddings");
+    if (!tie || json_is_null(tie)) return 0;
+    if (!json_is_boolean(tie))
+        return error_set(err, "config.json: field 'tie_word_embeddings' must be true or false");
+    cfg->tie_word_embeddings = json_is_true(tie);
+    return 0;
+}
+
 static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
     memset(cfg, 0, sizeof *cfg);
     if (!json_is_object(root)) return error_set(err, "config.json: not a JSON object");
-    if (check_architecture(cfg, root, err) || check_unsupported_features(root, err)) return -1;
-    bool moe = cfg->num_experts < 0;
-    cfg->num_experts = 0;
+    const Family *family = check_architecture(root, err);
+    if (!family) return -1;
+    json_t *text = root;
+    if (family->multimodal) {
+        text = json_object_get(root, "text_config");
+        if (!json_is_object(text))
+            return error_set(err, "config.json: model_type '%s' needs a 'text_config' object",
+                             family->model_type);
+    }
+    if (check_unsupported_features(text, family->hybrid, err)) return -1;
+    cfg->hybrid = family->hybrid;
+    cfg->multimodal = family->multimodal;
 
     /* transformers' Qwen3Config defaults for the optional fields. */
     cfg->max_position_embeddings = 32768;
@@ -228,33 +281,30 @@ static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
     cfg->rope_theta = 10000.0;
     cfg->bos_token_id = -1;
 
-    if (read_int(root, "vocab_size", true, 1, 1 << 24, &cfg->vocab_size, err) ||
-        read_int(root, "hidden_size", true, 1, 1 << 16, &cfg->hidden_size, err) ||
-        read_int(root, "intermediate_size", true, 1, 1 << 18, &cfg->intermediate_size, err) ||
-        read_int(root, "num_hidden_layers", true, 1, MODEL_MAX_LAYERS, &cfg->num_layers, err) ||
-        read_int(root, "num_attention_heads", true, 1, 1024, &cfg->num_heads, err))
+    if (config_read_int(text, "vocab_size", true, 1, 1 << 24, &cfg->vocab_size, err) ||
+        config_read_int(text, "hidden_size", true, 1, 1 << 16, &cfg->hidden_size, err) ||
+        config_read_int(text, "intermediate_size", !family->moe || !family->hybrid, 1, 1 << 18,
+                        &cfg->intermediate_size, err) ||
+        config_read_int(text, "num_hidden_layers", true, 1, MODEL_MAX_LAYERS, &cfg->num_layers, err) ||
+        config_read_int(text, "num_attention_heads", true, 1, 1024, &cfg->num_heads, err))
         return -1;
     cfg->num_kv_heads = cfg->num_heads;
     cfg->head_dim = cfg->hidden_size / cfg->num_heads;
-    if (read_int(root, "num_key_value_heads", false, 1, 1024, &cfg->num_kv_heads, err) ||
-        read_int(root, "head_dim", false, 1, 1024, &cfg->head_dim, err) ||
-        read_int(root, "max_position_embeddings", false, 1, 1 << 24, &cfg->max_position_embeddings,
+    if (config_read_int(text, "num_key_value_heads", false, 1, 1024, &cfg->num_kv_heads, err) ||
+        config_read_int(text, "head_dim", false, 1, 1024, &cfg->head_dim, err) ||
+        config_read_int(text, "max_position_embeddings", false, 1, 1 << 24, &cfg->max_position_embeddings,
                  err) ||
-        read_number(root, "rms_norm_eps", 0.0, 1.0, &cfg->rms_norm_eps, err) ||
-        read_number(root, "rope_theta", 1.0, 1e12, &cfg->rope_theta, err))
+        config_read_number(text, "rms_norm_eps", 0.0, 1.0, &cfg->rms_norm_eps, err) ||
+        config_read_number(text, "rope_theta", 1.0, 1e12, &cfg->rope_theta, err))
         return -1;
-
-    json_t *tie = json_object_get(root, "tie_word_embeddings");
-    if (tie && !json_is_null(tie)) {
-        if (!json_is_boolean(tie))
-            return error_set(err, "config.json: field 'tie_word_embeddings' must be true or false");
-        cfg->tie_word_embeddings = json_is_true(tie);
-    }
-    json_t *bos = json_object_get(root, "bos_token_id");
+    if (read_tie(cfg, text, err) || (text != root && read_tie(cfg, root, err))) return -1;
+    json_t *bos = json_object_get(text, "bos_token_id");
     if (json_is_integer(bos) && json_integer_value(bos) >= 0 &&
         json_integer_value(bos) < cfg->vocab_size)
         cfg->bos_token_id = (int)json_integer_value(bos);
-    json_t *dtype = json_object_get(root, "torch_dtype");
+    json_t *dtype = json_object_get(text, "torch_dtype");
+    if (!json_is_string(dtype)) dtype = json_object_get(text, "dtype");
+    if (!json_is_string(dtype)) dtype = json_object_get(root, "torch_dtype");
     if (!json_is_string(dtype)) dtype = json_object_get(root, "dtype");
     if (json_is_string(dtype))
         snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", json_string_value(dtype));
@@ -267,9 +317,15 @@ static int parse_config(ModelConfig *cfg, json_t *root, Error *err) {
                          "config.json: num_attention_heads (%d) must be a multiple of "
                          "num_key_value_heads (%d)",
                          cfg->num_heads, cfg->num_kv_heads);
-    if (moe && read_moe(cfg, root, err)) return -1;
+    cfg->rotary_dim = cfg->head_dim;
+    if (family->moe && read_moe(cfg, text, err)) return -1;
+    if (family->moe && family->hybrid) cfg->norm_topk_prob = true; /* its router always renormalises */
+    if (family->moe && family->hybrid && cfg->intermediate_size == 0)
+        cfg->intermediate_size = cfg->moe_intermediate_size; /* no dense layer uses it */
+    if (family->hybrid && model_config_read_hybrid(cfg, text, err)) return -1;
     if (read_quantization(cfg, root, err)) return -1;
-    return read_eos(cfg, root, "config.json", err);
+    if (read_eos(cfg, text, "config.json", err)) return -1;
+    return text != root ? read_eos(cfg, root, "config.json", err) : 0;
 }
 
 /* Sampling defaults; values out of range are ignored rather than fatal (the
@@ -377,6 +433,22 @@ int model_config_load(ModelConfig *cfg, const char *model_dir, Error *err) {
 
 bool model_config_layer_is_sparse(const ModelConfig *cfg, int l) {
     return cfg->num_experts > 0 && l >= 0 && l < cfg->num_layers && cfg->sparse_layer[l];
+}
+
+bool model_config_layer_is_linear(const ModelConfig *cfg, int l) {
+    return cfg->hybrid && l >= 0 && l < cfg->num_layers && cfg->linear_layer[l];
+}
+
+int model_config_linear_key_dim(const ModelConfig *cfg) {
+    return cfg->linear_num_k_heads * cfg->linear_k_dim;
+}
+
+int model_config_linear_value_dim(const ModelConfig *cfg) {
+    return cfg->linear_num_v_heads * cfg->linear_v_dim;
+}
+
+int model_config_linear_conv_dim(const ModelConfig *cfg) {
+    return 2 * model_config_linear_key_dim(cfg) + model_config_linear_value_dim(cfg);
 }
 
 bool model_config_is_eos(const ModelConfig *cfg, int token_id) {

@@ -1,14 +1,19 @@
 /*
  * model_config.h - a Hugging Face Qwen3 config.json, as the forward pass needs it.
  *
- * Two architectures: Qwen3ForCausalLM (model_type qwen3, dense) and
+ * Two families. Qwen3: Qwen3ForCausalLM (model_type qwen3, dense) and
  * Qwen3MoeForCausalLM (model_type qwen3_moe: a layer's MLP is a router and
  * experts unless mlp_only_layers or decoder_sparse_step keep it dense).
+ * Qwen3.5 / 3.6 (model_type qwen3_5, qwen3_5_moe and their *_text forms,
+ * model_config_hybrid.c): hybrid layers, three Gated DeltaNet linear
+ * attention layers to one gated full attention layer, partial RoPE,
+ * zero-centred norms, a shared expert beside the routed ones; the
+ * multimodal folders' text_config is read and their vision tower ignored.
  * model_config_load() reads DIR/config.json (and DIR/generation_config.json for
  * extra end-of-sequence ids) with jansson, fills HF's defaults where HF has one,
  * and rejects anything the forward pass does not implement (other
- * architectures, rope scaling, sliding windows, attention biases, shared
- * experts, quantization methods other than Qwen's block FP8) with an error
+ * architectures, rope scaling, sliding windows, attention biases,
+ * quantization methods other than Qwen's block FP8) with an error
  * naming the field, so an unsupported model fails at start-up instead of
  * producing wrong tokens.
  */
@@ -55,6 +60,25 @@ typedef struct ModelConfig {
      * scales (model/weight_format.h); every other quantization_config is
      * refused by name. */
     bool fp8_weights;
+    /* A shared expert beside the routed ones (Qwen3.5 MoE, Qwen2-MoE style):
+     * sigmoid(shared_expert_gate . x) * MLP of this width; 0 = none. */
+    int shared_expert_intermediate_size;
+
+    /* Qwen3.5 (hybrid): rotary_dim = head_dim * partial_rotary_factor (the
+     * rest of each head passes unrotated; head_dim for Qwen3); q_proj holds
+     * a gate per query head (attn_output_gate: query then gate, head_dim
+     * each) that scales the attention output by its sigmoid; the model's
+     * RMSNorm weights are zero-centred (x * (1 + w)), which the loader
+     * folds in (model_weights.h), so the forward pass sees plain weights. */
+    bool hybrid;
+    int rotary_dim;
+    bool attn_output_gate;
+    bool multimodal; /* tensors under model.language_model. (a *ForConditionalGeneration folder) */
+    /* Gated DeltaNet layers (linear_layer[l] = 1): Hk key/query heads and
+     * Hv value heads of k_dim / v_dim, a causal conv of conv_kernel taps. */
+    unsigned char linear_layer[MODEL_MAX_LAYERS];
+    int num_linear_layers;
+    int linear_num_k_heads, linear_num_v_heads, linear_k_dim, linear_v_dim, linear_conv_kernel;
 } ModelConfig;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json; or,
@@ -69,5 +93,14 @@ bool model_config_is_eos(const ModelConfig *cfg, int token_id);
 /* Whether layer l's MLP is the router and experts (else a dense MLP of
  * intermediate_size). */
 bool model_config_layer_is_sparse(const ModelConfig *cfg, int l);
+
+/* Whether layer l is a Gated DeltaNet (linear attention) layer. */
+bool model_config_layer_is_linear(const ModelConfig *cfg, int l);
+
+/* A linear layer's widths: q and k are key_dim = Hk * k_dim each, v is
+ * value_dim = Hv * v_dim; the conv runs over all of them (conv_dim). */
+int model_config_linear_key_dim(const ModelConfig *cfg);
+int model_config_linear_value_dim(const ModelConfig *cfg);
+int model_config_linear_conv_dim(const ModelConfig *cfg);
 
 #endif

@@ -185,7 +185,6 @@ Test(model_config, moe_defaults_and_sparse_step) {
 }
 
 Test(model_config, moe_refusals) {
-    expect_error("{" MOE_FIELDS ", \"shared_expert_intermediate_size\": 5632}", "shared_expert_intermediate_size");
     expect_error("{" MOE_FIELDS ", \"n_shared_experts\": 2}", "shared experts");
     expect_error("{\"model_type\": \"qwen3_moe\", \"architectures\": [\"Qwen3ForCausalLM\"]}",
                  "Qwen3MoeForCausalLM");
@@ -197,4 +196,81 @@ Test(model_config, moe_refusals) {
     expect_error("{" MOE_FIELDS ", \"mlp_only_layers\": 1}", "mlp_only_layers");
     expect_error("{" MOE_FIELDS ", \"norm_topk_prob\": 1}", "norm_topk_prob");
     expect_error("{" MOE_FIELDS ", \"decoder_sparse_step\": 0}", "decoder_sparse_step");
+}
+
+/* A Qwen3-MoE folder with Qwen2-MoE's gated shared expert is read (its
+ * tensors are then required by the loader). */
+Test(model_config, moe_shared_expert) {
+    ModelConfig c;
+    Error err = {0};
+    cr_assert(model_config_parse(&c, "{" MOE_FIELDS ", \"shared_expert_intermediate_size\": 5632}", NULL, &err) == 0,
+              "%s", err.msg);
+    cr_expect_eq(c.shared_expert_intermediate_size, 5632);
+    cr_expect(!c.hybrid);
+}
+
+#define QWEN3_5_TEXT                                                                                   \
+    "\"vocab_size\": 1000, \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 8, "    \
+    "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, "                          \
+    "\"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 16, "            \
+    "\"linear_value_head_dim\": 8, \"linear_conv_kernel_dim\": 4, \"eos_token_id\": 7"
+
+/* The multimodal layout: text_config read, defaults as transformers'
+ * Qwen3_5TextConfig (every 4th layer full, a quarter of the head rotated). */
+Test(model_config, qwen3_5_multimodal) {
+    ModelConfig c;
+    Error err = {0};
+    const char *json = "{\"model_type\": \"qwen3_5\", \"architectures\": [\"Qwen3_5ForConditionalGeneration\"], "
+                       "\"tie_word_embeddings\": true, \"vision_config\": {\"depth\": 2}, \"text_config\": {"
+                       "\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"rope_parameters\": {\"rope_type\": "
+                       "\"default\", \"rope_theta\": 10000000, \"partial_rotary_factor\": 0.25, "
+                       "\"mrope_section\": [2, 1, 1], \"mrope_interleaved\": true}}}";
+    cr_assert(model_config_parse(&c, json, NULL, &err) == 0, "%s", err.msg);
+    cr_expect(c.hybrid && c.multimodal && c.attn_output_gate && c.tie_word_embeddings);
+    cr_expect_eq(c.num_layers, 8);
+    cr_expect_eq(c.rotary_dim, 8);
+    cr_expect_eq(c.rope_theta, 1e7);
+    cr_expect_eq(c.num_linear_layers, 6);
+    for (int l = 0; l < 8; l++) cr_expect_eq(model_config_layer_is_linear(&c, l), (l + 1) % 4 != 0, "layer %d", l);
+    cr_expect_eq(model_config_linear_key_dim(&c), 32);
+    cr_expect_eq(model_config_linear_value_dim(&c), 32);
+    cr_expect_eq(model_config_linear_conv_dim(&c), 96);
+    cr_expect_eq(c.num_eos_ids, 1);
+    cr_expect_eq(c.eos_ids[0], 7);
+    cr_expect_eq(c.num_experts, 0);
+}
+
+/* The text-only MoE layout: explicit layer_types, a shared expert, the
+ * router always renormalising. */
+Test(model_config, qwen3_5_moe_text) {
+    ModelConfig c;
+    Error err = {0};
+    const char *json = "{\"model_type\": \"qwen3_5_moe_text\", \"architectures\": [\"Qwen3_5MoeForCausalLM\"], "
+                       QWEN3_5_TEXT ", \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16, "
+                       "\"shared_expert_intermediate_size\": 24, \"layer_types\": [\"linear_attention\", "
+                       "\"full_attention\", \"linear\", \"attention\", \"linear_attention\", \"linear_attention\", "
+                       "\"linear_attention\", \"full_attention\"], \"partial_rotary_factor\": 0.5}";
+    cr_assert(model_config_parse(&c, json, NULL, &err) == 0, "%s", err.msg);
+    cr_expect(c.hybrid && !c.multimodal && c.norm_topk_prob);
+    cr_expect_eq(c.shared_expert_intermediate_size, 24);
+    cr_expect_eq(c.rotary_dim, 16);
+    static const int linear[8] = {1, 0, 1, 0, 1, 1, 1, 0};
+    for (int l = 0; l < 8; l++) cr_expect_eq(model_config_layer_is_linear(&c, l), linear[l], "layer %d", l);
+    for (int l = 0; l < 8; l++) cr_expect(model_config_layer_is_sparse(&c, l), "layer %d", l);
+}
+
+Test(model_config, qwen3_5_refusals) {
+    expect_error("{\"model_type\": \"qwen3_5\", " QWEN3_5_TEXT "}", "text_config");
+    expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"layer_types\": [\"linear_attention\"]}",
+                 "layer_types");
+    expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"layer_types\": [\"mamba\", \"mamba\", "
+                 "\"mamba\", \"mamba\", \"mamba\", \"mamba\", \"mamba\", \"mamba\"]}", "'mamba'");
+    expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"rope_parameters\": {\"rope_type\": \"yarn\"}}",
+                 "'yarn'");
+    expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"linear_num_value_heads\": 3}",
+                 "linear_num_value_heads");
+    expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"partial_rotary_factor\": 0.01}",
+                 "partial_rotary_factor");
+    expect_error("{\"model_type\": \"qwen3_5_text\", \"architectures\": [\"Qwen3ForCausalLM\"], " QWEN3_5_TEXT "}",
+                 "Qwen3_5ForCausalLM");
 }
