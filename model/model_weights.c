@@ -45,10 +45,20 @@ static void shape_string(char *buf, size_t size, const int64_t *shape, int ndim)
     if (used < size) snprintf(buf + used, size - used, "]");
 }
 
+/* A tensor of the text model as the checkpoint names it: a multimodal
+ * Qwen3.5 folder keeps "model.X" as "model.language_model.X". */
+static const char *checkpoint_name(const ModelWeights *w, const char *name, char *buf, size_t size) {
+    if (!w->config.multimodal || strncmp(name, "model.", 6) != 0) return name;
+    snprintf(buf, size, "model.language_model.%s", name + 6);
+    return buf;
+}
+
 /* Finds NAME and checks it is a float tensor of exactly the expected shape
  * (float8_e4m3fn too where fp8 says it may be). */
-static const TensorInfo *find_checked(ModelWeights *w, const char *name, int ndim,
+static const TensorInfo *find_checked(ModelWeights *w, const char *logical_name, int ndim,
                                       const int64_t *shape, bool fp8, Error *err) {
+    char buf[256];
+    const char *name = checkpoint_name(w, logical_name, buf, sizeof buf);
     const TensorInfo *t = safetensors_find(&w->checkpoint, name);
     /* A sentence-transformers checkpoint (Qwen3-Embedding) saves the base
      * model alone: the same tensors without the "model." prefix. */
@@ -76,15 +86,18 @@ static const TensorInfo *find_checked(ModelWeights *w, const char *name, int ndi
     return t;
 }
 
-static int checkpoint_vector(ModelWeights *w, const char *name, int n, const float **out,
-                             Error *err) {
-    int64_t shape[1] = {n};
-    const TensorInfo *t = find_checked(w, name, 1, shape, false, err);
+/* A small tensor of this shape (a norm, a conv kernel, a per-head constant)
+ * converted to an owned float32 array. */
+static int checkpoint_floats(ModelWeights *w, const char *name, int ndim, const int64_t *shape,
+                             float **out, Error *err) {
+    const TensorInfo *t = find_checked(w, name, ndim, shape, false, err);
     if (!t) return -1;
-    float *v = own(w, sizeof(float) * (size_t)n, err);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    float *v = own(w, sizeof(float) * n, err);
     if (!v) return -1;
     const uint8_t *src = t->data;
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         uint16_t h;
         switch (t->dtype) {
         case DTYPE_BF16: memcpy(&h, src + 2 * i, 2); v[i] = bf16_to_f32(h); break;
@@ -139,9 +152,9 @@ static bool has_fp8_nan(const uint8_t *p, size_t n) {
  * scale that is not finite is refused (it would poison every value of its tile). */
 static int checkpoint_fp8_scales(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
                                  Error *err) {
-    char scale_name[192];
+    char scale_name[192], buf[256];
     snprintf(scale_name, sizeof scale_name, "%s_scale_inv", name);
-    if (!safetensors_find(&w->checkpoint, scale_name))
+    if (!safetensors_find(&w->checkpoint, checkpoint_name(w, scale_name, buf, sizeof buf)))
         return error_set(err, "tensor '%s' is F8_E4M3 but the checkpoint has no '%s' (its block scales)", name,
                          scale_name);
     int64_t shape[2] = {(rows + FP8_BLOCK - 1) / FP8_BLOCK, (cols + FP8_BLOCK - 1) / FP8_BLOCK};
@@ -258,12 +271,14 @@ static int gguf_matrix(ModelWeights *w, const char *name, int rows, int cols, We
 
 /* ---- dummies: the same tensors from (seed, name) ---- */
 
-/* Norms near 1 (1 + 0.1 u), as trained models have them. */
-static int dummy_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
-    float *v = own(w, sizeof(float) * (size_t)n, err);
+/* Norms near 1 (1 + 0.1 u), as trained models have them; the DeltaNet's
+ * small tensors (conv taps, A_log, dt_bias) get the same, which keeps its
+ * decay moderate (g near -exp(1) * softplus(1)). */
+static int dummy_floats(ModelWeights *w, const char *name, size_t n, float **out, Error *err) {
+    float *v = own(w, sizeof(float) * n, err);
     if (!v) return -1;
     uint64_t key = dummy_key(name, w->dummy_seed);
-    for (int i = 0; i < n; i++) v[i] = 1.0f + dummy_value(key, (uint64_t)i, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = 1.0f + dummy_value(key, (uint64_t)i, 0.1f);
     *out = v;
     return 0;
 }
@@ -286,9 +301,32 @@ static int dummy_matrix(ModelWeights *w, const char *name, int rows, int cols, W
     return 0;
 }
 
-static int source_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
-    if (w->dummy) return dummy_vector(w, name, n, out, err);
-    return w->gguf.map ? gguf_vector(w, name, n, out, err) : checkpoint_vector(w, name, n, out, err);
+static int source_floats(ModelWeights *w, const char *name, int ndim, const int64_t *shape,
+                         float **out, Error *err) {
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    if (w->dummy) return dummy_floats(w, name, n, out, err);
+    if (w->gguf.map) {
+        if (ndim != 1) return error_set(err, "tensor '%s' is not read from GGUF files", name);
+        const float *v = NULL;
+        if (gguf_vector(w, name, (int)n, &v, err)) return -1;
+        *out = (float *)v; /* owned: converted by gguf_vector */
+        return 0;
+    }
+    return checkpoint_floats(w, name, ndim, shape, out, err);
+}
+
+/* A model RMSNorm's weight: Qwen3.5's are zero-centred (x * (1 + w)), and
+ * are stored as 1 + w so every norm is applied alike (model_weights.h); a
+ * dummy one is near 1 already. */
+static int source_norm(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
+    int64_t shape[1] = {n};
+    float *v;
+    if (source_floats(w, name, 1, shape, &v, err)) return -1;
+    if (w->config.hybrid && !w->dummy)
+        for (int i = 0; i < n; i++) v[i] += 1.0f;
+    *out = v;
+    return 0;
 }
 
 static int source_matrix(ModelWeights *w, const char *name, int rows, int cols, Weight *out,
@@ -302,7 +340,7 @@ static int source_matrix(ModelWeights *w, const char *name, int rows, int cols, 
 
 static int load_experts(ModelWeights *w, int i, LayerWeights *L, Error *err) {
     const ModelConfig *c = &w->config;
-    int H = c->hidden_size, MI = c->moe_intermediate_size;
+    int H = c->hidden_size, MI = c->moe_intermediate_size, SI = c->shared_expert_intermediate_size;
     char name[160];
     snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", i);
     if (source_matrix(w, name, c->num_experts, H, &L->router, err)) return -1;
@@ -315,24 +353,77 @@ static int load_experts(ModelWeights *w, int i, LayerWeights *L, Error *err) {
             return -1;
 #undef EXPERT
     }
+    if (SI == 0) return 0;
+    SharedExpertWeights *s = &L->shared;
+#define SHARED(proj) (snprintf(name, sizeof name, "model.layers.%d.mlp.%s", i, proj), name)
+    if (source_matrix(w, SHARED("shared_expert.gate_proj.weight"), SI, H, &s->gate_proj, err) ||
+        source_matrix(w, SHARED("shared_expert.up_proj.weight"), SI, H, &s->up_proj, err) ||
+        source_matrix(w, SHARED("shared_expert.down_proj.weight"), H, SI, &s->down_proj, err) ||
+        source_matrix(w, SHARED("shared_expert_gate.weight"), 1, H, &s->gate, err))
+        return -1;
+#undef SHARED
+    return 0;
+}
+
+/* Qwen3.5's Gated DeltaNet tensors (model_weights.h's LinearAttnWeights). */
+static int load_linear_attn(ModelWeights *w, int i, LinearAttnWeights *A, Error *err) {
+    const ModelConfig *c = &w->config;
+    int H = c->hidden_size, Hv = c->linear_num_v_heads, V = model_config_linear_value_dim(c);
+    int conv = model_config_linear_conv_dim(c);
+    int64_t conv_shape[3] = {conv, 1, c->linear_conv_kernel}, heads[1] = {Hv}, dv[1] = {c->linear_v_dim};
+    float *conv_w, *A_log, *dt_bias, *norm;
+    char name[128];
+#define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.linear_attn.%s", i, suffix), name)
+    if (source_matrix(w, NAME("in_proj_qkv.weight"), conv, H, &A->in_proj_qkv, err) ||
+        source_matrix(w, NAME("in_proj_z.weight"), V, H, &A->in_proj_z, err) ||
+        source_matrix(w, NAME("in_proj_b.weight"), Hv, H, &A->in_proj_b, err) ||
+        source_matrix(w, NAME("in_proj_a.weight"), Hv, H, &A->in_proj_a, err) ||
+        source_matrix(w, NAME("out_proj.weight"), H, V, &A->out_proj, err) ||
+        source_floats(w, NAME("conv1d.weight"), 3, conv_shape, &conv_w, err) ||
+        source_floats(w, NAME("A_log"), 1, heads, &A_log, err) ||
+        source_floats(w, NAME("dt_bias"), 1, heads, &dt_bias, err) ||
+        source_floats(w, NAME("norm.weight"), 1, dv, &norm, err))
+        return -1;
+#undef NAME
+    for (int h = 0; h < Hv; h++)
+        if (!isfinite(A_log[h]) || A_log[h] > 30.0f)
+            return error_set(err, "tensor 'model.layers.%d.linear_attn.A_log': value %d is %g (the "
+                                  "decay exp(A_log) must be finite)", i, h, (double)A_log[h]);
+    A->conv = conv_w;
+    A->A_log = A_log;
+    A->dt_bias = dt_bias;
+    A->norm = norm;
+    return 0;
+}
+
+static int load_attention(ModelWeights *w, int i, LayerWeights *L, Error *err) {
+    const ModelConfig *c = &w->config;
+    int H = c->hidden_size, D = c->head_dim;
+    int q_dim = c->num_heads * D, kv_dim = c->num_kv_heads * D;
+    int q_rows = c->attn_output_gate ? 2 * q_dim : q_dim;
+    char name[128];
+#define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.self_attn.%s", i, suffix), name)
+    if (source_norm(w, NAME("q_norm.weight"), D, &L->q_norm, err) ||
+        source_norm(w, NAME("k_norm.weight"), D, &L->k_norm, err) ||
+        source_matrix(w, NAME("q_proj.weight"), q_rows, H, &L->q_proj, err) ||
+        source_matrix(w, NAME("k_proj.weight"), kv_dim, H, &L->k_proj, err) ||
+        source_matrix(w, NAME("v_proj.weight"), kv_dim, H, &L->v_proj, err) ||
+        source_matrix(w, NAME("o_proj.weight"), H, q_dim, &L->o_proj, err))
+        return -1;
+#undef NAME
     return 0;
 }
 
 static int load_layer(ModelWeights *w, int i, Error *err) {
     const ModelConfig *c = &w->config;
     LayerWeights *L = &w->layers[i];
-    int H = c->hidden_size, D = c->head_dim, I = c->intermediate_size;
-    int q_dim = c->num_heads * D, kv_dim = c->num_kv_heads * D;
+    int H = c->hidden_size, I = c->intermediate_size;
     char name[128];
 #define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", i, suffix), name)
-    if (source_vector(w, NAME("input_layernorm.weight"), H, &L->input_norm, err) ||
-        source_vector(w, NAME("post_attention_layernorm.weight"), H, &L->post_attention_norm, err) ||
-        source_vector(w, NAME("self_attn.q_norm.weight"), D, &L->q_norm, err) ||
-        source_vector(w, NAME("self_attn.k_norm.weight"), D, &L->k_norm, err) ||
-        source_matrix(w, NAME("self_attn.q_proj.weight"), q_dim, H, &L->q_proj, err) ||
-        source_matrix(w, NAME("self_attn.k_proj.weight"), kv_dim, H, &L->k_proj, err) ||
-        source_matrix(w, NAME("self_attn.v_proj.weight"), kv_dim, H, &L->v_proj, err) ||
-        source_matrix(w, NAME("self_attn.o_proj.weight"), H, q_dim, &L->o_proj, err))
+    L->linear = model_config_layer_is_linear(c, i);
+    if (source_norm(w, NAME("input_layernorm.weight"), H, &L->input_norm, err) ||
+        source_norm(w, NAME("post_attention_layernorm.weight"), H, &L->post_attention_norm, err) ||
+        (L->linear ? load_linear_attn(w, i, &L->linear_attn, err) : load_attention(w, i, L, err)))
         return -1;
     if (L->experts) return load_experts(w, i, L, err);
     if (source_matrix(w, NAME("mlp.gate_proj.weight"), I, H, &L->gate_proj, err) ||
@@ -355,7 +446,7 @@ static int load_tensors(ModelWeights *w, Error *err) {
     for (int l = 0, s = 0; l < c->num_layers; l++)
         if (model_config_layer_is_sparse(c, l)) w->layers[l].experts = w->experts + (size_t)s++ * c->num_experts;
     if (source_matrix(w, "model.embed_tokens.weight", V, H, &w->embed_tokens, err) ||
-        source_vector(w, "model.norm.weight", H, &w->final_norm, err))
+        source_norm(w, "model.norm.weight", H, &w->final_norm, err))
         return -1;
     for (int l = 0; l < c->num_layers; l++)
         if (load_layer(w, l, err)) return -1;
@@ -474,14 +565,25 @@ int model_weights_copy_matrix(const ModelWeights *m, const Weight *w, void *dst,
 
 bool model_weights_tied(const ModelWeights *w) { return w->config.tie_word_embeddings; }
 
-int model_layer_max_matrices(const ModelConfig *c) { return 4 + (c->num_experts ? 1 + 3 * c->num_experts : 3); }
+int model_layer_max_matrices(const ModelConfig *c) {
+    return 5 + (c->num_experts ? 1 + 3 * c->num_experts + 4 : 3);
+}
 
 int model_layer_matrices(const ModelConfig *c, LayerWeights *L, Weight **out) {
     int n = 0;
-    out[n++] = &L->q_proj;
-    out[n++] = &L->k_proj;
-    out[n++] = &L->v_proj;
-    out[n++] = &L->o_proj;
+    if (L->linear) {
+        LinearAttnWeights *A = &L->linear_attn;
+        out[n++] = &A->in_proj_qkv;
+        out[n++] = &A->in_proj_z;
+        out[n++] = &A->in_proj_b;
+        out[n++] = &A->in_proj_a;
+        out[n++] = &A->out_proj;
+    } else {
+        out[n++] = &L->q_proj;
+        out[n++] = &L->k_proj;
+        out[n++] = &L->v_proj;
+        out[n++] = &L->o_proj;
+    }
     if (!L->experts) {
         out[n++] = &L->gate_proj;
         out[n++] = &L->up_proj;
@@ -494,7 +596,22 @@ int model_layer_matrices(const ModelConfig *c, LayerWeights *L, Weight **out) {
         out[n++] = &L->experts[e].up_proj;
         out[n++] = &L->experts[e].down_proj;
     }
+    if (c->shared_expert_intermediate_size) {
+        out[n++] = &L->shared.gate_proj;
+        out[n++] = &L->shared.up_proj;
+        out[n++] = &L->shared.down_proj;
+        out[n++] = &L->shared.gate;
+    }
     return n;
+}
+
+/* The float32 vectors a layer reads besides its matrices (norms, and a
+ * linear layer's conv taps and per-head constants). */
+static size_t layer_vector_floats(const ModelConfig *c, const LayerWeights *L) {
+    size_t n = 2 * (size_t)c->hidden_size;
+    if (!L->linear) return n + 2 * (size_t)c->head_dim;
+    return n + (size_t)model_config_linear_conv_dim(c) * (size_t)c->linear_conv_kernel +
+           2 * (size_t)c->linear_num_v_heads + (size_t)c->linear_v_dim;
 }
 
 size_t model_weights_bytes(const ModelWeights *w) {
@@ -505,7 +622,7 @@ size_t model_weights_bytes(const ModelWeights *w) {
     for (int l = 0; l < c->num_layers; l++) {
         int n = model_layer_matrices(c, &w->layers[l], mats);
         for (int i = 0; i < n; i++) bytes += weight_bytes(mats[i]);
-        bytes += sizeof(float) * (size_t)(2 * c->hidden_size + 2 * c->head_dim);
+        bytes += sizeof(float) * layer_vector_floats(c, &w->layers[l]);
     }
     return bytes;
 }
@@ -522,7 +639,7 @@ ModelSize model_weights_size(const ModelWeights *w) {
     Weight *mats[model_layer_max_matrices(c)];
     for (int l = 0; l < c->num_layers; l++) {
         int n = model_layer_matrices(c, &w->layers[l], mats);
-        double total = 0, bytes = 0, norms = 2.0 * c->hidden_size + 2.0 * c->head_dim;
+        double total = 0, bytes = 0, norms = (double)layer_vector_floats(c, &w->layers[l]);
         for (int i = 0; i < n; i++) {
             total += (double)mats[i]->rows * mats[i]->cols;
             bytes += (double)weight_bytes(mats[i]);

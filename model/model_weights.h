@@ -46,17 +46,41 @@ typedef struct ExpertWeights {
     Weight down_proj;          /* [hidden, moe_intermediate] */
 } ExpertWeights;
 
+/* A Gated DeltaNet layer (Qwen3.5's linear attention; model_config.h's
+ * Hk, Hv, k_dim, v_dim, conv_kernel; key_dim = Hk*k_dim, value_dim = Hv*v_dim). */
+typedef struct LinearAttnWeights {
+    Weight in_proj_qkv;    /* [2*key_dim + value_dim, hidden]: q, k, v */
+    Weight in_proj_z;      /* [value_dim, hidden]: the output gate */
+    Weight in_proj_b;      /* [Hv, hidden]: beta = sigmoid(b) */
+    Weight in_proj_a;      /* [Hv, hidden]: decay input */
+    Weight out_proj;       /* [hidden, value_dim] */
+    const float *conv;     /* [conv_dim, conv_kernel] (conv1d.weight [conv_dim, 1, K]) */
+    const float *A_log, *dt_bias; /* [Hv] */
+    const float *norm;     /* [v_dim], used as is */
+} LinearAttnWeights;
+
+/* The shared expert of a MoE layer that has one. */
+typedef struct SharedExpertWeights {
+    Weight gate_proj, up_proj; /* [shared_expert_intermediate, hidden] */
+    Weight down_proj;          /* [hidden, shared_expert_intermediate] */
+    Weight gate;               /* [1, hidden]: sigmoid(gate . x) scales its output */
+} SharedExpertWeights;
+
 typedef struct LayerWeights {
+    bool linear;                      /* a Gated DeltaNet layer: `linear_attn` instead of q..o */
     const float *input_norm;          /* [hidden] */
     const float *post_attention_norm; /* [hidden] */
     const float *q_norm, *k_norm;     /* [head_dim], applied per head */
-    Weight q_proj;                    /* [num_heads * head_dim, hidden] */
+    Weight q_proj;                    /* [num_heads * head_dim, hidden]; with attn_output_gate
+                                         [num_heads * 2 * head_dim]: per head, query then gate */
     Weight k_proj, v_proj;            /* [num_kv_heads * head_dim, hidden] */
     Weight o_proj;                    /* [hidden, num_heads * head_dim] */
     Weight gate_proj, up_proj;        /* dense: [intermediate, hidden] */
     Weight down_proj;                 /* dense: [hidden, intermediate] */
     Weight router;                    /* sparse: [num_experts, hidden] (mlp.gate) */
     ExpertWeights *experts;           /* sparse: [num_experts]; NULL in a dense layer */
+    SharedExpertWeights shared;       /* sparse with shared_expert_intermediate_size only */
+    LinearAttnWeights linear_attn;    /* linear layers only */
 } LayerWeights;
 
 typedef struct ModelWeights {
