@@ -275,7 +275,7 @@ static int graph_for(const CudaRunner *r, int n) {
 /* A padding sequence: token 0 at position 0, written to the padding block. */
 static RunnerSeq padding_seq(CudaRunner *r) {
     static const int32_t token = 0;
-    return (RunnerSeq){&token, 1, 0, &r->pad_block, 1, true, {}, POOLING_NONE, NULL};
+    return (RunnerSeq){&token, 1, 0, &r->pad_block, 1, -1, true, {}, POOLING_NONE, NULL};
 }
 
 /* b's sequences followed by padding up to n, in r->padded. */
@@ -586,10 +586,10 @@ static int warm_up(CudaRunner *r, Error *err) {
     r->layer_elems = (size_t)blocks * o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
     r->base.num_kv_blocks = blocks;
     {
-        seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, true, {}, POOLING_NONE, NULL};
+        seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, -1, true, {}, POOLING_NONE, NULL};
         RunnerBatch one = {seqs, 1, NULL, NULL, NULL};
         if (cuda_step(&r->base, &one, out, err)) goto done;
-        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, true, {}, POOLING_NONE, NULL};
+        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, -1, true, {}, POOLING_NONE, NULL};
         RunnerBatch many = {seqs, decode, NULL, NULL, NULL};
         if (cuda_step(&r->base, &many, out, err)) goto done;
     }
@@ -736,6 +736,11 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     if (model->gguf.map) {
         error_set(err, "GGUF files run on the CPU backend only for now (the CUDA runner reads "
                        "Hugging Face bf16 weights); use --device cpu");
+        return NULL;
+    }
+    if (c->hybrid || c->shared_expert_intermediate_size) {
+        error_set(err, "Qwen3.5 models (Gated DeltaNet layers, gated attention, shared experts) run "
+                       "on the CPU backend only for now; use --device cpu");
         return NULL;
     }
     CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);

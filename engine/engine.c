@@ -83,6 +83,7 @@ void engine_fork_samples(Engine *e, Request *r) {
     Sequence *first = &r->seqs[0];
     int k = (r->prompt_len - 1) / e->block_size;
     if (k > first->blocks.num_hashed) k = first->blocks.num_hashed;
+    if (e->runner->num_state_slots > 0) k = 0; /* the recurrent state is not in the blocks */
     for (int i = r->params.n - 1; i >= 1; i--) {
         if (init_sequence(r, i) != 0) { /* out of memory: the samples started go on */
             r->closed = true;
@@ -110,7 +111,8 @@ static int engine_init(Engine *e, Error *err) {
     e->next_id = 1;
     e->seed_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)e;
     int max_seqs = runner->options.max_num_seqs;
-    SchedulerOptions so = {max_seqs, runner->options.max_num_batched_tokens, SCHEDULING_FCFS};
+    SchedulerOptions so = {max_seqs, runner->options.max_num_batched_tokens, SCHEDULING_FCFS,
+                           runner->num_state_slots};
     e->bm = block_manager_create(runner->num_kv_blocks, e->block_size, err);
     if (!e->bm) return -1;
     e->sched = scheduler_create(&so, e->bm, max_seqs, err);

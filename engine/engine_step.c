@@ -63,6 +63,7 @@ static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch
             .start_pos = s->num_computed,
             .block_table = s->blocks.ids,
             .num_blocks = s->blocks.num_blocks,
+            .state_slot = s->state_slot,
             .compute_logits = so->seqs[i].compute_logits,
             .sample = {.params = s->params,
                        .seed = s->seed,

@@ -99,6 +99,15 @@ int runner_validate_batch(const Runner *r, const RunnerBatch *batch, Error *err)
             if (q->block_table[b] < 0 || q->block_table[b] >= r->num_kv_blocks)
                 return error_set(err, "sequence %d: KV block id %d is outside [0, %d)", s,
                                  q->block_table[b], r->num_kv_blocks);
+        if (r->num_state_slots > 0) {
+            if (q->state_slot < 0 || q->state_slot >= r->num_state_slots)
+                return error_set(err, "sequence %d: state slot %d is outside [0, %d)", s,
+                                 q->state_slot, r->num_state_slots);
+            for (int t = 0; t < s; t++)
+                if (batch->seqs[t].state_slot == q->state_slot)
+                    return error_set(err, "sequences %d and %d share state slot %d", t, s,
+                                     q->state_slot);
+        }
     }
     if (total > o->max_num_batched_tokens)
         return error_set(err, "batch of %ld tokens exceeds max_num_batched_tokens %d", total,

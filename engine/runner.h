@@ -36,6 +36,12 @@ typedef struct RunnerSeq {
     int start_pos;              /* tokens already in the KV cache = position of tokens[0] */
     const int32_t *block_table; /* KV block ids covering positions [0, start_pos + num_tokens) */
     int num_blocks;
+    /* A model with recurrent state (Runner.num_state_slots > 0: Qwen3.5's
+     * Gated DeltaNet layers): the slot holding this sequence's state, in
+     * [0, num_state_slots), the same slot for all its steps; a step with
+     * start_pos 0 starts it afresh, a later one continues what the previous
+     * step left. -1 for other models. */
+    int state_slot;
     bool compute_logits; /* false for a prefill chunk that is not the prompt's last */
     SampleInput sample;  /* how to choose the token; sample.params NULL means greedy */
     /* An embedding request's rows (POOLING_NONE for generation): the
@@ -128,7 +134,8 @@ struct Runner {
     const ModelWeights *model; /* borrowed: must outlive the runner */
     RunnerOptions options;     /* as resolved (device, threads, ...) */
     int num_kv_blocks;         /* KV capacity = num_kv_blocks * block_size tokens */
-    size_t kv_cache_bytes;     /* actually allocated */
+    size_t kv_cache_bytes;     /* actually allocated (the state slots included) */
+    int num_state_slots;       /* recurrent-state slots (RunnerSeq.state_slot); 0: none needed */
     char description[256];     /* one line for the start-up log */
 };
 

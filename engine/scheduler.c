@@ -18,6 +18,8 @@ struct Scheduler {
     Sequence **failed;
     int capacity; /* most sequences that can be scheduled or fail in one step */
     long long preemptions;
+    int *free_slots; /* recurrent-state slots not held (a stack) */
+    int num_free_slots;
 };
 
 static void queue_unlink(Queue *q, Sequence *s) {
@@ -98,7 +100,11 @@ Scheduler *scheduler_create(const SchedulerOptions *opts, BlockManager *bm, int 
     s->capacity = max_sequences > opts->max_num_seqs ? max_sequences : opts->max_num_seqs;
     s->scheduled = malloc(sizeof *s->scheduled * (size_t)s->capacity);
     s->failed = malloc(sizeof *s->failed * (size_t)s->capacity);
-    if (!s->scheduled || !s->failed) {
+    int slots = opts->num_state_slots > 0 ? opts->num_state_slots : 0;
+    s->free_slots = malloc(sizeof *s->free_slots * (size_t)(slots ? slots : 1));
+    for (int i = 0; s->free_slots && i < slots; i++) s->free_slots[i] = slots - 1 - i;
+    s->num_free_slots = slots;
+    if (!s->scheduled || !s->failed || !s->free_slots) {
         scheduler_destroy(s);
         error_set(err, "out of memory");
         return NULL;
@@ -110,6 +116,7 @@ void scheduler_destroy(Scheduler *s) {
     if (!s) return;
     free(s->scheduled);
     free(s->failed);
+    free(s->free_slots);
     free(s);
 }
 
@@ -121,20 +128,33 @@ void scheduler_set_policy(Scheduler *s, SchedulingPolicy policy) {
     }
 }
 
-void scheduler_add(Scheduler *s, Sequence *seq) {
+static void arrive(Scheduler *s, Sequence *seq) {
     seq->status = SEQ_WAITING;
+    seq->state_slot = -1;
+    if (s->opts.num_state_slots > 0) seq->no_prefix_reuse = true;
+}
+
+void scheduler_add(Scheduler *s, Sequence *seq) {
+    arrive(s, seq);
     enqueue(s, &s->waiting, seq, false);
 }
 
 void scheduler_add_front(Scheduler *s, Sequence *seq) {
-    seq->status = SEQ_WAITING;
+    arrive(s, seq);
     enqueue(s, &s->waiting, seq, true);
+}
+
+static void release_slot(Scheduler *s, Sequence *seq) {
+    if (seq->state_slot < 0) return;
+    s->free_slots[s->num_free_slots++] = seq->state_slot;
+    seq->state_slot = -1;
 }
 
 void scheduler_remove(Scheduler *s, Sequence *seq) {
     if (seq->status == SEQ_WAITING) queue_unlink(&s->waiting, seq);
     else if (seq->status == SEQ_RUNNING) queue_unlink(&s->running, seq);
     block_manager_release(s->bm, &seq->blocks);
+    release_slot(s, seq);
     seq->num_computed = 0;
     seq->status = SEQ_FINISHED;
 }
@@ -142,6 +162,7 @@ void scheduler_remove(Scheduler *s, Sequence *seq) {
 static void preempt(Scheduler *s, Sequence *seq) {
     queue_unlink(&s->running, seq);
     block_manager_release(s->bm, &seq->blocks);
+    release_slot(s, seq);
     seq->num_computed = 0;
     enqueue(s, &s->waiting, seq, true);
     seq->status = SEQ_WAITING;
@@ -193,7 +214,9 @@ static bool schedule_running(Scheduler *s, SchedulerOutput *out, int *budget) {
 /* Waiting sequences, head first, while blocks, tokens and sequence slots last. */
 static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
     int bs = block_manager_block_size(s->bm);
-    while (s->waiting.head && *budget > 0 && s->running.size < s->opts.max_num_seqs) {
+    bool stateful = s->opts.num_state_slots > 0;
+    while (s->waiting.head && *budget > 0 && s->running.size < s->opts.max_num_seqs &&
+           (!stateful || s->num_free_slots > 0)) {
         Sequence *seq = s->waiting.head;
         PrefixMatch match = {0};
         int cached = seq->num_computed; /* forked samples arrive holding blocks */
@@ -215,6 +238,7 @@ static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
         if (match.num_blocks > 0) block_manager_take_match(s->bm, &seq->blocks, &match);
         if (block_manager_grow(s->bm, &seq->blocks, cached + num_new) != 0) break; /* out of memory */
         queue_unlink(&s->waiting, seq);
+        if (stateful) seq->state_slot = s->free_slots[--s->num_free_slots];
         seq->num_computed = cached;
         if (seq->num_tokens == seq->num_prompt_tokens && seq->sample_index == 0)
             seq->num_cached_prompt = cached;

@@ -47,6 +47,13 @@ typedef struct SchedulerOptions {
     int max_num_seqs;
     int max_num_batched_tokens;
     SchedulingPolicy policy;
+    /* > 0: the model keeps a fixed-size recurrent state per sequence (Qwen3.5's
+     * Gated DeltaNet layers) in this many runner slots. A sequence holds one
+     * from admission until it finishes or is preempted (then recomputed from
+     * its first token, the state being gone), is admitted only when one is
+     * free, and never reuses cached prefix blocks: they hold the attention
+     * layers' K/V but not the state at that point. */
+    int num_state_slots;
 } SchedulerOptions;
 
 typedef struct ScheduledSeq {

@@ -39,7 +39,9 @@ typedef struct Sequence {
     bool constraint_failed;  /* no token can follow (the vocabulary cannot spell it) or a limit */
     bool end_forced;  /* min_tokens: this step's constraint allowed only end ids, which it kept */
     bool mask_failed; /* no memory for this step's token mask: the sample ends with an error */
-    bool no_prefix_reuse; /* mean or CLS pooling: every token's hidden state is needed */
+    bool no_prefix_reuse; /* mean or CLS pooling: every token's hidden state is needed; or a
+                           * model with recurrent state (it is not in the KV blocks) */
+    int state_slot;   /* the runner's recurrent-state slot while running (hybrid models), else -1 */
     int priority;     /* the request's: lower is served first (scheduler.h, SCHEDULING_PRIORITY) */
     uint64_t arrival; /* the request's submission order (its id): breaks ties of priority */
     struct Sequence *prev, *next; /* queue links */

@@ -3,7 +3,9 @@
  * model, no runner): FCFS keeps arrival order and preempts the most recently
  * admitted; PRIORITY keeps both queues ordered by (priority, arrival) -
  * new, resumed (forked) and preempted sequences each at their place - and
- * preempts the least urgent running sequence.
+ * preempts the least urgent running sequence. With recurrent-state slots
+ * (hybrid models) a sequence holds one from admission to its end or
+ * preemption, admission waits for a free one, and no prefix is reused.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -20,13 +22,18 @@ typedef struct Setup {
     int num;
 } Setup;
 
-static void setup_open(Setup *t, int num_blocks, int block_size, int max_num_seqs,
-                       SchedulingPolicy policy) {
+static void setup_open_slots(Setup *t, int num_blocks, int block_size, int max_num_seqs,
+                             SchedulingPolicy policy, int num_state_slots) {
     memset(t, 0, sizeof *t);
     Error err = {0};
     cr_assert(t->bm = block_manager_create(num_blocks, block_size, &err), "%s", err.msg);
-    SchedulerOptions o = {max_num_seqs, 4096, policy};
+    SchedulerOptions o = {max_num_seqs, 4096, policy, num_state_slots};
     cr_assert(t->s = scheduler_create(&o, t->bm, MAX_SEQS, &err), "%s", err.msg);
+}
+
+static void setup_open(Setup *t, int num_blocks, int block_size, int max_num_seqs,
+                       SchedulingPolicy policy) {
+    setup_open_slots(t, num_blocks, block_size, max_num_seqs, policy, 0);
 }
 
 static void setup_close(Setup *t) {
@@ -215,5 +222,61 @@ Test(scheduler, priority_requeues_the_preempted_at_its_place) {
     cr_assert_geq(out.num_seqs, 1);
     cr_expect_eq(out.seqs[0].seq, late_urgent, "the most urgent first");
     if (out.num_seqs >= 2) cr_expect_eq(out.seqs[1].seq, a, "then the preempted one, before its newer equal");
+    setup_close(&t);
+}
+
+/* Two slots for three sequences: the third waits for a slot, not for
+ * blocks; slots come back on removal and on preemption; a repeated prompt
+ * reuses no cached blocks. */
+Test(scheduler, state_slots) {
+    Setup t;
+    setup_open_slots(&t, 64, 4, 8, SCHEDULING_FCFS, 2);
+    Sequence *a = new_seq(&t, 8, 0, 1), *b = new_seq(&t, 8, 0, 2), *c = new_seq(&t, 8, 0, 3);
+    scheduler_add(t.s, a);
+    scheduler_add(t.s, b);
+    scheduler_add(t.s, c);
+    SchedulerOutput out;
+    step(&t, &out);
+    expect_order(&t, &out, (const int[]){0, 1}, 2, "two slots");
+    cr_expect(a->state_slot >= 0 && b->state_slot >= 0 && a->state_slot != b->state_slot);
+    cr_expect_eq(c->state_slot, -1);
+    int freed = a->state_slot;
+    scheduler_remove(t.s, a);
+    cr_expect_eq(a->state_slot, -1);
+    step(&t, &out);
+    expect_order(&t, &out, (const int[]){1, 2}, 2, "a's slot to c");
+    cr_expect_eq(c->state_slot, freed);
+    cr_expect_eq(c->num_computed, 8); /* its whole prompt was computed: no prefix from anyone */
+
+    /* The same prompt as b: computed from its first token all the same. */
+    Sequence *d = new_seq(&t, 8, 0, 4);
+    memcpy(d->tokens, b->tokens, sizeof(int32_t) * 8);
+    scheduler_remove(t.s, c);
+    scheduler_add(t.s, d);
+    scheduler_schedule(t.s, &out);
+    cr_assert_eq(out.num_seqs, 2);
+    cr_expect_eq(out.seqs[1].seq, d);
+    cr_expect_eq(d->num_computed, 0);
+    cr_expect_eq(out.seqs[1].num_new_tokens, 8, "no prefix reused by a stateful sequence");
+    setup_close(&t);
+}
+
+/* Under block pressure the victim gives its slot back with its blocks, and
+ * starts again from its first token. */
+Test(scheduler, preemption_returns_the_slot) {
+    Setup t;
+    setup_open_slots(&t, 5, 4, 8, SCHEDULING_FCFS, 2);
+    Sequence *a = new_seq(&t, 8, 0, 1), *b = new_seq(&t, 8, 0, 2);
+    scheduler_add(t.s, a);
+    scheduler_add(t.s, b);
+    SchedulerOutput out;
+    step(&t, &out); /* a: 2 blocks + b: 2 blocks, one left */
+    cr_assert_eq(out.num_seqs, 2);
+    step(&t, &out); /* a grows into the last block */
+    step(&t, &out); /* a needs another: b is preempted */
+    cr_expect_eq(scheduler_num_preemptions(t.s), 1);
+    cr_expect_eq(b->state_slot, -1);
+    cr_expect_eq(b->num_computed, 0);
+    cr_expect(a->state_slot >= 0);
     setup_close(&t);
 }
