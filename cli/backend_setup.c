@@ -63,12 +63,18 @@ static int load_weights(ModelWeights *w, const char *model_dir, const RunnerOpti
 static void log_model(const ModelWeights *w, const char *model_dir) {
     const ModelConfig *c = &w->config;
     ModelSize size = model_weights_size(w);
-    char arch[160] = "Qwen3";
+    char arch[256] = "Qwen3";
+    size_t used = 0;
+    if (c->hybrid)
+        used = (size_t)snprintf(arch, sizeof arch, "Qwen3.5 (%d of %d layers Gated DeltaNet, %d full "
+                                "attention; rotary dims %d of %d)", c->num_linear_layers, c->num_layers,
+                                c->num_layers - c->num_linear_layers, c->rotary_dim, c->head_dim);
     if (c->num_experts > 0) {
         int sparse = 0;
         for (int l = 0; l < c->num_layers; l++) sparse += model_config_layer_is_sparse(c, l);
-        snprintf(arch, sizeof arch, "Qwen3 MoE (%d of %d layers sparse: %d experts, %d per token)",
-                 sparse, c->num_layers, c->num_experts, c->num_experts_per_tok);
+        snprintf(arch + used, sizeof arch - used, "%s MoE (%d of %d layers sparse: %d experts, %d per "
+                 "token%s)", c->hybrid ? "," : "Qwen3", sparse, c->num_layers, c->num_experts,
+                 c->num_experts_per_tok, c->shared_expert_intermediate_size ? ", plus a shared one" : "");
     }
     char encodings[160];
     if (w->gguf.map || c->fp8_weights) { /* GGUF and FP8 files mix encodings: say which */

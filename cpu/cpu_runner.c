@@ -6,6 +6,12 @@
  *   store K,V in the paged cache -> attention -> o_proj -> residual ->
  *   RMSNorm -> down(silu(gate) * up), or the experts in a sparse layer
  *   (cpu_moe.h) -> residual] -> RMSNorm -> lm_head
+ * Qwen3.5 (hybrid) layers differ in three places: a linear layer's mixer is
+ * the Gated DeltaNet (in_proj -> cpu_gated_deltanet.h -> out_proj) over
+ * the sequence's state slot instead of attention; a full layer's attention
+ * output is scaled by sigmoid of its gate and RoPE turns only the first
+ * rotary_dim dims of each head; a sparse layer may add a gated shared
+ * expert. Only the full layers have K/V blocks.
  * over all new tokens of all sequences at once (prefill and decode tokens
  * side by side), then greedy selection per sequence. The lm_head runs only
  * for the rows whose logits someone needs; an embedding request's rows
@@ -22,6 +28,7 @@
 #include <sys/mman.h>
 
 #include "cpu_attention.h"
+#include "cpu_gated_deltanet.h"
 #include "cpu_kv_fp8.h"
 #include "cpu_matmul.h"
 #include "cpu_moe.h"
@@ -41,6 +48,7 @@ typedef enum Phase {
     PHASE_GATE_UP,
     PHASE_DOWN,
     PHASE_MOE,
+    PHASE_LINEAR_ATTN, /* the Gated DeltaNet between its projections */
     PHASE_ELEMENTWISE, /* embedding, norms, RoPE, KV store, SiLU, residuals */
     PHASE_LM_HEAD,
     PHASE_SAMPLE,
@@ -48,8 +56,8 @@ typedef enum Phase {
 } Phase;
 
 static const char *const PHASE_NAMES[NUM_PHASES] = {"qkv", "attention", "o_proj", "gate_up",
-                                                    "down", "moe", "elementwise", "lm_head",
-                                                    "sample"};
+                                                    "down", "moe", "linear_attn", "elementwise",
+                                                    "lm_head", "sample"};
 
 typedef struct CpuRunner {
     Runner base;
@@ -61,10 +69,24 @@ typedef struct CpuRunner {
     CpuMoe *moe; /* NULL for a dense model */
     double *inv_freq; /* [head_dim / 2] */
 
-    void *kv;              /* one mapping: K of every layer, then V of every layer */
+    void *kv;              /* one mapping: K of every full layer, then V of every full layer */
     KvCacheDtype kv_dtype; /* resolved: float32, bf16 (uint16_t) or fp8 (uint8_t e4m3) */
     float k_scale, v_scale; /* fp8: stored = e4m3(x / scale) (runner.h) */
     size_t layer_elems;    /* elements of K (or V) per layer */
+    int num_kv_layers;     /* layers with K/V: all but the linear ones */
+    int *kv_index;         /* [num_layers]: the layer's place among them (-1: linear) */
+
+    /* Qwen3.5's linear layers: the mixer and every sequence's state. */
+    CpuGdn *gdn;           /* NULL without linear layers */
+    float *states;         /* mapping: slot-major, then linear layer, then conv + recurrent */
+    size_t states_bytes;
+    size_t conv_floats, recurrent_floats; /* per sequence per linear layer */
+    int *linear_index;     /* [num_layers]: the layer's place among the linear ones (-1: full) */
+    GdnSeq *gdn_seqs;      /* [max_num_seqs] */
+    float *mixed, *lin_z, *lin_a, *lin_b, *lin_out; /* in_proj outputs, mixer output */
+    float *qgate;          /* [tokens, 2 * q width]: q_proj with attn_output_gate */
+    float *attn_gate;      /* [tokens, q width] */
+    float *shared_out, *shared_gate; /* the shared expert's [tokens, hidden] and [tokens] */
 
     /* activations, [max_num_batched_tokens, width] each */
     float *x, *h, *q, *k, *v, *attn, *gate, *up, *tmp;
@@ -100,16 +122,30 @@ static size_t kv_dtype_bytes(KvCacheDtype dtype) {
 
 size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype) {
     size_t elem = kv_dtype_bytes(dtype);
-    return 2 * elem * (size_t)cfg->num_layers * (size_t)block_size * (size_t)cfg->num_kv_heads *
+    size_t kv_layers = (size_t)(cfg->num_layers - (cfg->hybrid ? cfg->num_linear_layers : 0));
+    return 2 * elem * kv_layers * (size_t)block_size * (size_t)cfg->num_kv_heads *
            (size_t)cfg->head_dim;
+}
+
+static GdnShape gdn_shape(const ModelConfig *c) {
+    return (GdnShape){c->linear_num_k_heads, c->linear_num_v_heads, c->linear_k_dim, c->linear_v_dim,
+                      c->linear_conv_kernel, (float)c->rms_norm_eps};
+}
+
+size_t cpu_runner_state_slot_bytes(const ModelConfig *cfg) {
+    if (!cfg->hybrid || cfg->num_linear_layers == 0) return 0;
+    GdnShape s = gdn_shape(cfg);
+    return sizeof(float) * (size_t)cfg->num_linear_layers *
+           (gdn_conv_state_floats(&s) + gdn_recurrent_state_floats(&s));
 }
 
 static size_t kv_elem_size(const CpuRunner *r) { return kv_dtype_bytes(r->kv_dtype); }
 static void *k_layer(CpuRunner *r, int l) {
-    return (char *)r->kv + (size_t)l * r->layer_elems * kv_elem_size(r);
+    return (char *)r->kv + (size_t)r->kv_index[l] * r->layer_elems * kv_elem_size(r);
 }
 static void *v_layer(CpuRunner *r, int l) {
-    return (char *)r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_elems * kv_elem_size(r);
+    return (char *)r->kv + ((size_t)r->num_kv_layers + (size_t)r->kv_index[l]) * r->layer_elems *
+                               kv_elem_size(r);
 }
 
 /* n values into the cache at element `slot` of dst: copied, rounded to bf16
@@ -172,19 +208,27 @@ static void embed_token(CpuRunner *r, int t) {
 static void qk_norm_rope_store(CpuRunner *r, int t) {
     const ModelConfig *c = &r->cfg;
     const LayerWeights *L = &r->weights.layers[r->layer];
-    int D = c->head_dim;
+    int D = c->head_dim, R = c->rotary_dim; /* RoPE turns the first R dims of a head */
     float eps = (float)c->rms_norm_eps;
-    const float *cs = r->cos_sin + (size_t)t * D;
+    const float *cs = r->cos_sin + (size_t)t * R;
     float *q = r->q + (size_t)t * c->num_heads * D;
+    if (c->attn_output_gate) { /* q_proj's rows: per head, the query then its gate */
+        const float *qg = r->qgate + (size_t)t * c->num_heads * 2 * D;
+        float *gate = r->attn_gate + (size_t)t * c->num_heads * D;
+        for (int h = 0; h < c->num_heads; h++) {
+            memcpy(q + h * D, qg + (size_t)h * 2 * D, sizeof(float) * (size_t)D);
+            memcpy(gate + h * D, qg + (size_t)h * 2 * D + D, sizeof(float) * (size_t)D);
+        }
+    }
     for (int h = 0; h < c->num_heads; h++) {
         rmsnorm(q + h * D, q + h * D, L->q_norm, D, eps);
-        rope_apply(q + h * D, D, cs);
+        rope_apply(q + h * D, R, cs);
     }
     size_t kv_width = (size_t)c->num_kv_heads * D;
     float *k = r->k + (size_t)t * kv_width;
     for (int h = 0; h < c->num_kv_heads; h++) {
         rmsnorm(k + h * D, k + h * D, L->k_norm, D, eps);
-        rope_apply(k + h * D, D, cs);
+        rope_apply(k + h * D, R, cs);
     }
     /* Head-major blocks (cpu_attention.h): each head's rows of a block are
      * contiguous, so attention streams them. */
@@ -195,6 +239,29 @@ static void qk_norm_rope_store(CpuRunner *r, int t) {
         store_kv(r, v_layer(r, r->layer), at, r->v + (size_t)t * kv_width + (size_t)h * D, (size_t)D,
                  r->v_scale);
     }
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Gated attention (attn_output_gate): the output times sigmoid(gate). */
+static void apply_attn_gate(CpuRunner *r, int t) {
+    size_t n = (size_t)r->cfg.num_heads * (size_t)r->cfg.head_dim;
+    float *o = r->attn + (size_t)t * n;
+    const float *g = r->attn_gate + (size_t)t * n;
+    for (size_t i = 0; i < n; i++) o[i] *= sigmoidf(g[i]);
+}
+
+/* The shared expert's SwiGLU, and its output added to the routed experts'. */
+static void shared_silu_mul(CpuRunner *r, int t) {
+    size_t SI = (size_t)r->cfg.shared_expert_intermediate_size;
+    silu_mul(r->gate + t * SI, r->up + t * SI, SI);
+}
+
+static void shared_add(CpuRunner *r, int t) {
+    size_t H = (size_t)r->cfg.hidden_size;
+    float s = sigmoidf(r->shared_gate[t]), *out = r->tmp + t * H;
+    const float *x = r->shared_out + t * H;
+    for (size_t i = 0; i < H; i++) out[i] += s * x[i];
 }
 
 /* residual += attention output; h = post-attention norm. */
@@ -222,37 +289,89 @@ static void mlp_residual_norm(CpuRunner *r, int t) {
 
 /* Flattens the batch: token ids, RoPE tables and KV slots per new token. */
 static void prepare_tokens(CpuRunner *r, const RunnerBatch *b) {
-    int D = r->cfg.head_dim, bs = r->base.options.block_size, t = 0;
+    int R = r->cfg.rotary_dim, bs = r->base.options.block_size, t = 0;
     for (int s = 0; s < b->num_seqs; s++) {
         const RunnerSeq *seq = &b->seqs[s];
+        if (r->gdn) /* each layer points the states at its own part of the slot */
+            r->gdn_seqs[s] = (GdnSeq){.first_row = t, .num_rows = seq->num_tokens,
+                                      .fresh = seq->start_pos == 0};
         for (int i = 0; i < seq->num_tokens; i++, t++) {
             int pos = seq->start_pos + i;
             r->tokens[t] = seq->tokens[i];
             r->slots[t] = seq->block_table[pos / bs] * bs + pos % bs;
-            rope_cos_sin(r->cos_sin + (size_t)t * D, pos, r->inv_freq, D / 2);
+            rope_cos_sin(r->cos_sin + (size_t)t * R, pos, r->inv_freq, R / 2);
         }
     }
     r->num_tokens = t;
 }
 
-static void forward_layer(CpuRunner *r, int l) {
+/* Layer l's Gated DeltaNet: the four in_proj matmuls, the mixer over each
+ * sequence's state, out_proj into tmp. */
+static void linear_mixer(CpuRunner *r, int l) {
+    const LinearAttnWeights *A = &r->weights.layers[l].linear_attn;
+    const RunnerBatch *b = r->batch;
+    int T = r->num_tokens;
+    const Weight *proj[4] = {&A->in_proj_qkv, &A->in_proj_z, &A->in_proj_a, &A->in_proj_b};
+    float *proj_out[4] = {r->mixed, r->lin_z, r->lin_a, r->lin_b};
+    cpu_matmul_multi(r->matmul, r->h, T, proj, proj_out, 4);
+    mark(r, PHASE_QKV);
+    size_t slot_floats = (size_t)r->cfg.num_linear_layers * (r->conv_floats + r->recurrent_floats);
+    size_t layer_off = (size_t)r->linear_index[l] * (r->conv_floats + r->recurrent_floats);
+    for (int s = 0; s < b->num_seqs; s++) {
+        float *base = r->states + (size_t)b->seqs[s].state_slot * slot_floats + layer_off;
+        r->gdn_seqs[s].conv_state = base;
+        r->gdn_seqs[s].recurrent_state = base + r->conv_floats;
+    }
+    GdnLayerWeights w = {A->conv, A->A_log, A->dt_bias, A->norm};
+    cpu_gdn_forward(r->gdn, &w, r->gdn_seqs, b->num_seqs, r->mixed, r->lin_z, r->lin_a, r->lin_b,
+                    r->lin_out);
+    mark(r, PHASE_LINEAR_ATTN);
+    cpu_matmul(r->matmul, r->tmp, r->lin_out, T, &A->out_proj);
+    mark(r, PHASE_O_PROJ);
+}
+
+/* Full attention: projections, norms and RoPE, the paged cache, o_proj into tmp. */
+static void attention_mixer(CpuRunner *r, int l) {
     const LayerWeights *L = &r->weights.layers[l];
     int T = r->num_tokens;
-    r->layer = l;
     const Weight *qkv[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
-    float *qkv_out[3] = {r->q, r->k, r->v};
+    float *qkv_out[3] = {r->cfg.attn_output_gate ? r->qgate : r->q, r->k, r->v};
     cpu_matmul_multi(r->matmul, r->h, T, qkv, qkv_out, 3);
     mark(r, PHASE_QKV);
     for_each_token(r, qk_norm_rope_store);
     mark(r, PHASE_ELEMENTWISE);
     cpu_attention(r->attention, r->attn, r->q, k_layer(r, l), v_layer(r, l), r->batch);
     mark(r, PHASE_ATTENTION);
+    if (r->cfg.attn_output_gate) {
+        for_each_token(r, apply_attn_gate);
+        mark(r, PHASE_ELEMENTWISE);
+    }
     cpu_matmul(r->matmul, r->tmp, r->attn, T, &L->o_proj);
     mark(r, PHASE_O_PROJ);
+}
+
+/* The always-on expert of a sparse layer that has one, added into tmp. */
+static void shared_expert(CpuRunner *r, const LayerWeights *L) {
+    const SharedExpertWeights *S = &L->shared;
+    const Weight *in[3] = {&S->gate_proj, &S->up_proj, &S->gate};
+    float *in_out[3] = {r->gate, r->up, r->shared_gate};
+    cpu_matmul_multi(r->matmul, r->h, r->num_tokens, in, in_out, 3);
+    for_each_token(r, shared_silu_mul);
+    cpu_matmul(r->matmul, r->shared_out, r->gate, r->num_tokens, &S->down_proj);
+    for_each_token(r, shared_add);
+}
+
+static void forward_layer(CpuRunner *r, int l) {
+    const LayerWeights *L = &r->weights.layers[l];
+    int T = r->num_tokens;
+    r->layer = l;
+    if (L->linear) linear_mixer(r, l);
+    else attention_mixer(r, l);
     for_each_token(r, attn_residual_norm);
     mark(r, PHASE_ELEMENTWISE);
     if (L->experts) {
         cpu_moe(r->moe, r->tmp, r->h, T, L);
+        if (r->cfg.shared_expert_intermediate_size) shared_expert(r, L);
         mark(r, PHASE_MOE);
         for_each_token(r, mlp_residual_norm);
         mark(r, PHASE_ELEMENTWISE);
@@ -380,14 +499,20 @@ static void cpu_destroy(Runner *base) {
     CpuRunner *r = (CpuRunner *)base;
     if (r->profile) print_profile(r);
     cpu_moe_destroy(r->moe);
+    cpu_gdn_destroy(r->gdn);
     cpu_attention_destroy(r->attention);
     cpu_matmul_destroy(r->matmul);
     cpu_weights_free(&r->weights);
     thread_pool_destroy(r->pool);
-    if (r->kv) munmap(r->kv, 2 * (size_t)r->cfg.num_layers * r->layer_elems * kv_elem_size(r));
+    if (r->kv) munmap(r->kv, 2 * (size_t)r->num_kv_layers * r->layer_elems * kv_elem_size(r));
+    if (r->states) munmap(r->states, r->states_bytes);
     free(r->inv_freq);
+    free(r->kv_index);
+    free(r->linear_index);
+    free(r->gdn_seqs);
     float *bufs[] = {r->x, r->h, r->q, r->k, r->v, r->attn, r->gate, r->up, r->tmp,
-                     r->cos_sin, r->normed, r->logits};
+                     r->cos_sin, r->normed, r->logits, r->mixed, r->lin_z, r->lin_a, r->lin_b,
+                     r->lin_out, r->qgate, r->attn_gate, r->shared_out, r->shared_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(r->slots);
     free(r->tokens);
@@ -415,8 +540,28 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
 
     o.kv_cache_dtype = kv_cache_dtype_resolve(o.kv_cache_dtype, model);
     o.dtype = cpu_runner_dtype_resolve(o.dtype, model);
+    /* A hybrid model's state slots come out of the KV budget first: one per
+     * sequence that may run (max_num_seqs), or, where those would take more
+     * than half of it, as many as half holds, and max_num_seqs with them. */
+    size_t slot_bytes = cpu_runner_state_slot_bytes(c), num_slots = 0;
+    if (slot_bytes) {
+        num_slots = (size_t)o.max_num_seqs;
+        size_t fit = o.kv_cache_bytes / 2 / slot_bytes;
+        if (fit < 1) {
+            error_set(err, "KV cache budget of %zu bytes cannot hold the recurrent state of one "
+                           "sequence (%zu bytes) beside its KV blocks", o.kv_cache_bytes, slot_bytes);
+            return NULL;
+        }
+        if (num_slots > fit) {
+            log_info("max_num_seqs %d -> %zu: each sequence's recurrent state takes %.3g MB, and "
+                     "half the KV cache budget holds %zu of them (raise --kv-cache-memory to run more)",
+                     o.max_num_seqs, fit, slot_bytes / 1e6, fit);
+            num_slots = fit;
+            o.max_num_seqs = (int)fit;
+        }
+    }
     size_t block_bytes = cpu_runner_block_bytes(c, o.block_size, o.kv_cache_dtype);
-    size_t num_blocks = o.kv_cache_bytes / block_bytes;
+    size_t num_blocks = (o.kv_cache_bytes - num_slots * slot_bytes) / block_bytes;
     if (num_blocks < 1) {
         error_set(err, "KV cache budget of %zu bytes is smaller than one block (%zu bytes for %d "
                        "tokens)", o.kv_cache_bytes, block_bytes, o.block_size);
@@ -434,20 +579,45 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->base.model = model;
     r->cfg = *c;
     r->base.num_kv_blocks = (int)num_blocks;
-    r->base.kv_cache_bytes = num_blocks * block_bytes;
+    r->base.num_state_slots = (int)num_slots;
+    r->states_bytes = num_slots * slot_bytes;
+    r->base.kv_cache_bytes = num_blocks * block_bytes + r->states_bytes;
     r->kv_dtype = o.kv_cache_dtype;
     r->k_scale = r->v_scale = KV_FP8_DEFAULT_SCALE; /* uncalibrated, as vLLM (runner.h) */
     r->layer_elems = num_blocks * (size_t)o.block_size * c->num_kv_heads * c->head_dim;
+    r->kv_index = malloc(sizeof(int) * (size_t)c->num_layers);
+    r->linear_index = malloc(sizeof(int) * (size_t)c->num_layers);
+    if (!r->kv_index || !r->linear_index) {
+        error_set(err, "out of memory");
+        goto fail;
+    }
+    for (int l = 0, kv_layers = 0, linear = 0; l < c->num_layers; l++) {
+        bool lin = model_config_layer_is_linear(c, l);
+        r->kv_index[l] = lin ? -1 : kv_layers++;
+        r->linear_index[l] = lin ? linear++ : -1;
+        r->num_kv_layers = kv_layers;
+    }
 
-    /* Anonymous mapping: pages cost memory only once a block is written. */
-    void *kv = mmap(NULL, r->base.kv_cache_bytes, PROT_READ | PROT_WRITE,
+    /* Anonymous mappings: pages cost memory only once a block (or a
+     * sequence's state) is written. */
+    size_t kv_bytes = num_blocks * block_bytes;
+    void *kv = mmap(NULL, kv_bytes, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (kv == MAP_FAILED) {
-        error_set(err, "cannot reserve %zu bytes of KV cache: %s", r->base.kv_cache_bytes,
-                  strerror(errno));
+        error_set(err, "cannot reserve %zu bytes of KV cache: %s", kv_bytes, strerror(errno));
         goto fail;
     }
     r->kv = kv;
+    if (num_slots) {
+        void *states = mmap(NULL, r->states_bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (states == MAP_FAILED) {
+            error_set(err, "cannot reserve %zu bytes of recurrent state: %s", r->states_bytes,
+                      strerror(errno));
+            goto fail;
+        }
+        r->states = states;
+    }
     /* No MADV_HUGEPAGE here, unlike the weights: a sequence touches a few
      * KB of each block per layer, and a huge page would zero 2 MiB around it
      * on first touch (measured: 32 short requests 196 -> 235 tokens/s without
@@ -459,7 +629,8 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
 
     size_t T = (size_t)o.max_num_batched_tokens, H = (size_t)c->hidden_size;
     size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
-    size_t I = (size_t)c->intermediate_size;
+    size_t I = (size_t)c->intermediate_size, SI = (size_t)c->shared_expert_intermediate_size;
+    if (SI > I) I = SI; /* gate and up hold either MLP's */
     size_t max_logit_rows = (size_t)o.max_num_seqs;
     bool ok = true;
     r->x = alloc_floats(T * H, &ok);
@@ -471,19 +642,40 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->v = alloc_floats(T * KV, &ok);
     r->gate = alloc_floats(T * I, &ok);
     r->up = alloc_floats(T * I, &ok);
-    r->cos_sin = alloc_floats(T * c->head_dim, &ok);
+    r->cos_sin = alloc_floats(T * (size_t)c->rotary_dim, &ok);
+    if (c->attn_output_gate) {
+        r->qgate = alloc_floats(T * 2 * Q, &ok);
+        r->attn_gate = alloc_floats(T * Q, &ok);
+    }
+    if (SI) {
+        r->shared_out = alloc_floats(T * H, &ok);
+        r->shared_gate = alloc_floats(T, &ok);
+    }
+    size_t VD = (size_t)model_config_linear_value_dim(c), HV = (size_t)c->linear_num_v_heads;
+    if (num_slots) {
+        r->mixed = alloc_floats(T * (size_t)model_config_linear_conv_dim(c), &ok);
+        r->lin_z = alloc_floats(T * VD, &ok);
+        r->lin_out = alloc_floats(T * VD, &ok);
+        r->lin_a = alloc_floats(T * HV, &ok);
+        r->lin_b = alloc_floats(T * HV, &ok);
+        r->gdn_seqs = calloc((size_t)o.max_num_seqs, sizeof *r->gdn_seqs);
+        if (!r->gdn_seqs) ok = false;
+        GdnShape shape = gdn_shape(c);
+        r->conv_floats = gdn_conv_state_floats(&shape);
+        r->recurrent_floats = gdn_recurrent_state_floats(&shape);
+    }
     r->normed = alloc_floats(max_logit_rows * H, &ok);
     r->logits = alloc_floats(max_logit_rows * c->vocab_size, &ok);
     r->slots = malloc(sizeof(int32_t) * T);
     r->tokens = malloc(sizeof(int32_t) * T);
     r->logit_rows = malloc(sizeof(int) * (T > max_logit_rows ? T : max_logit_rows));
     r->sample_rows = malloc(sizeof(int) * max_logit_rows);
-    r->inv_freq = malloc(sizeof(double) * (size_t)(c->head_dim / 2));
+    r->inv_freq = malloc(sizeof(double) * (size_t)(c->rotary_dim / 2));
     if (!ok || !r->slots || !r->tokens || !r->logit_rows || !r->sample_rows || !r->inv_freq) {
         error_set(err, "out of memory (activations for %zu tokens)", T);
         goto fail;
     }
-    rope_inv_freq(r->inv_freq, c->head_dim, c->rope_theta);
+    rope_inv_freq(r->inv_freq, c->rotary_dim, c->rope_theta);
 
     r->pool = thread_pool_create(o.num_threads, err);
     if (!r->pool) goto fail;
@@ -500,6 +692,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     int max_cols = (int)(H > Q ? H : Q);
     if ((int)I > max_cols) max_cols = (int)I;
     if (c->moe_intermediate_size > max_cols) max_cols = c->moe_intermediate_size;
+    if ((int)VD > max_cols) max_cols = (int)VD;
     r->matmul = cpu_matmul_create(r->pool, (int)(T > max_logit_rows ? T : max_logit_rows), max_cols, err);
     if (r->matmul) cpu_matmul_set_bf16_inputs(r->matmul, o.dtype == COMPUTE_BF16);
     AttentionShape shape = {c->num_heads, c->num_kv_heads, c->head_dim, o.block_size};
@@ -512,6 +705,11 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     if (r->matmul && r->attention && c->num_experts > 0)
         r->moe = cpu_moe_create(r->pool, r->matmul, c, (int)T, err);
     if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) goto fail;
+    if (num_slots) {
+        GdnShape shape = gdn_shape(c);
+        r->gdn = cpu_gdn_create(r->pool, &shape, (int)T, err);
+        if (!r->gdn) goto fail;
+    }
     r->base.options = o;
     /* A level capped below the CPU's (NANOVLLM_CPU_ISA, to measure what an
      * older CPU would do) does not cap OpenBLAS, which prefill and prefill
@@ -524,10 +722,17 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
              "cpu (%d threads, %s kernels, OpenBLAS %s), %s matmul inputs, %s weights %s, %s KV cache",
              o.num_threads, cpu_isa_name(cpu_isa_active()), cpu_matmul_blas_core(),
              o.dtype == COMPUTE_BF16 ? "bf16" : "float32",
-             weight_type_name(model->layers[0].q_proj.type),
+             weight_type_name(model->layers[0].linear ? model->layers[0].linear_attn.in_proj_qkv.type
+                                                      : model->layers[0].q_proj.type),
              r->weights.memory ? "in huge pages" : "mapped in place",
              r->kv_dtype == KV_CACHE_FP8 ? "fp8_e4m3 (scales 1.0)"
              : r->kv_dtype == KV_CACHE_BF16 ? "bf16" : "float32");
+    if (num_slots) {
+        size_t used = strlen(r->base.description);
+        snprintf(r->base.description + used, sizeof r->base.description - used,
+                 ", %zu recurrent-state slots of %.3g MB (no prefix caching)", num_slots,
+                 slot_bytes / 1e6);
+    }
     return &r->base;
 
 fail:

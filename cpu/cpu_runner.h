@@ -19,6 +19,11 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
  * per value, so fp8 fits twice bf16's tokens in the same memory). */
 size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype);
 
+/* Bytes of one sequence's recurrent state (Qwen3.5's linear layers; 0 for
+ * other models): the runner takes one such slot per sequence it may run out
+ * of the KV budget (kv_cache_bytes) before cutting it into blocks. */
+size_t cpu_runner_state_slot_bytes(const ModelConfig *cfg);
+
 /* --dtype auto on the CPU: bf16 for a bf16 model where the CPU has bf16 dot
  * products (cpu_isa_active() >= AVX512_BF16), else float32; explicit values
  * stay as they are. */
