@@ -127,6 +127,13 @@ static json_t *shape_content(json_t *content, bool as_parts, size_t i, Error *er
     json_t *part;
     json_array_foreach(content, k, part) {
         const char *type = json_string_value(json_object_get(part, "type"));
+        if (type && (strstr(type, "image") || strstr(type, "video") || strstr(type, "audio"))) {
+            /* A multimodal checkpoint (Qwen3.5) serves its text model only. */
+            error_set_kind(err, ERROR_INVALID, "messages[%zu].content[%zu]: '%s' parts are not "
+                                               "supported: nanovllm serves the text model only (image, "
+                                               "video and audio inputs are refused)", i, k, type);
+            return NULL;
+        }
         if (!type || strcmp(type, "text") != 0 || !json_is_string(json_object_get(part, "text"))) {
             error_set_kind(err, ERROR_INVALID, "messages[%zu].content[%zu]: only {\"type\": \"text\", "
                                                "\"text\": ...} parts are supported", i, k);

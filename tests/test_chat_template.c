@@ -265,6 +265,10 @@ Test(chat_template, malformed_requests) {
     expect_error(ct, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
                  "messages[0].content must be a string");
     expect_error(ct, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+                 "messages[0].content[0]: 'image_url' parts are not supported: nanovllm serves the text model");
+    expect_error(ct, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\"}]}]}",
+                 "image, video and audio inputs are refused");
+    expect_error(ct, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"json\"}]}]}",
                  "messages[0].content[0]: only {\"type\": \"text\"");
     expect_error(ct, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": 3}]}",
                  "tool_calls must be a list");
