@@ -3,7 +3,8 @@
  * fields of the chat API through the real `nanovllm serve` on the tiny
  * random-weight model.
  *
- * tools_e2e runs tests/e2e/tools.mjs with the official OpenAI SDK (forced
+ * tools_e2e runs tests/e2e/tools.mjs with the official OpenAI SDK, on the
+ * tiny Qwen3 and on the tiny Qwen3.5 (hybrid) fixture (forced
  * calls valid against their schemas, a two-turn tool conversation,
  * answers forced by guided_regex split into reasoning, content and calls,
  * streams assembling to the non-streamed message, logit_bias, min_tokens,
@@ -24,14 +25,17 @@
 #include "helpers.h"
 #include "server_helpers.h"
 
-Test(server_tools, tools_e2e, .timeout = 600) {
+static void tools_e2e(const char *extra, const char *name) {
     if (access("tests/e2e/node_modules/openai/package.json", R_OK) != 0 ||
         access("tests/e2e/node_modules/ajv/package.json", R_OK) != 0)
         cr_assert_fail("the e2e packages are not installed: run scripts/setup.sh (npm ci --prefix tests/e2e)");
     TestServer s;
-    server_start(&s, "--api-key sekrit --served-model-name tiny-qwen3 --block-size 16 --kv-cache-memory 512MiB");
+    char args[512];
+    snprintf(args, sizeof args, "%s --api-key sekrit --served-model-name %s --block-size 16 --kv-cache-memory 512MiB",
+             extra, name);
+    server_start(&s, args);
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "node tests/e2e/tools.mjs %d tiny-qwen3 sekrit > %s/tools.txt 2>&1", s.port, s.dir);
+    snprintf(cmd, sizeof cmd, "node tests/e2e/tools.mjs %d %s sekrit > %s/tools.txt 2>&1", s.port, name, s.dir);
     int rc = system(cmd);
     char path[300];
     snprintf(path, sizeof path, "%s/tools.txt", s.dir);
@@ -40,6 +44,14 @@ Test(server_tools, tools_e2e, .timeout = 600) {
     cr_expect(strstr(out, "\nok "), "%s", out);
     free(out);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+Test(server_tools, tools_e2e, .timeout = 600) { tools_e2e("", "tiny-qwen3"); }
+
+/* The same checks on the tiny Qwen3.5 (hybrid) model: its recurrent state
+ * under the server's batching, streaming and structured decoding. */
+Test(server_tools, tools_e2e_qwen3_5, .timeout = 600) {
+    tools_e2e("--model tests/fixtures/tiny-qwen3_5/dense", "tiny-qwen3_5");
 }
 
 static const char FORCED_THINK[] =
