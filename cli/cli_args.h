@@ -84,7 +84,9 @@ int parse_common_option(int c, const char *name, const char *value, RunnerOption
     "  --device auto|cuda|cpu        where to run (default auto: GPU if usable, else CPU)\n"       \
     "  --threads N                   CPU threads (default: one per core)\n"                        \
     "  --kv-cache-memory BYTES       CPU KV cache budget, e.g. 4GiB (default "                     \
-    DEFAULT_TEXT(DEFAULT_KV_CACHE_GIB) "GiB)\n"                                                    \
+    DEFAULT_TEXT(DEFAULT_KV_CACHE_GIB) "GiB). Qwen3.5 models take a\n"                               \
+    "                                recurrent state per running sequence out of it first (at\n"   \
+    "                                most half: fewer sequences run), and reuse no cached prefix\n"\
     "  --kv-cache-dtype auto|bfloat16|float32|fp8|fp8_e4m3\n"                                      \
     "                                what the KV cache stores (default auto: bfloat16 when the\n"  \
     "                                model's weights are bf16, else float32; CUDA: bfloat16).\n"   \

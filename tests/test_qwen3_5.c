@@ -26,15 +26,17 @@
 #define HYBRID_TOL 2e-3 /* the fixtures' golden README: numpy float32 is 7e-4 from float64 */
 
 /* bf16 (the golden README's bf16 rule does not fit these models): a bf16 KV
- * cache alone moves the dense model's logits by 0.007 (measured), so its
- * checks are tight. Rounding every matmul input to bf16 moves them far more:
+ * cache alone moves the logits by 0.007 (dense) and 0.027 (MoE), measured,
+ * so its checks are tight (0.1). Rounding every matmul input to bf16 moves them far more:
  * the numpy reference itself, with its projections' inputs rounded the same
  * way, is up to 3.09 from float64 (len255; 0.37-1.0 on the other prompts),
  * this random model's logits having std 8 and its recurrence carrying the
- * error on. So those runs are held to 4.0 and to greedy tokens while the
- * golden margins stay above 1.0. */
+ * error on; ours measured 3.81 (AVX2, float32 sums of bf16 products). So
+ * those runs are held to 6.0, about twice numpy's own bf16 distance (a
+ * weak check: it catches a broken bf16 path, not a small bias), and to
+ * greedy tokens while the golden margins stay above 1.0. */
 typedef enum Precision { ALL_F32, KV_BF16, ALL_BF16 } Precision;
-static const double TOL[3] = {HYBRID_TOL, 0.05, 4.0};
+static const double TOL[3] = {HYBRID_TOL, 0.1, 6.0};
 static const double MIN_MARGIN[3] = {0.0, 0.1, 1.0};
 
 static const GoldenFixture DENSE = {"tests/fixtures/tiny-qwen3_5/dense",
