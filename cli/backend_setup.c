@@ -68,7 +68,7 @@ static void log_model(const ModelWeights *w, const char *model_dir) {
     if (c->hybrid)
         used = (size_t)snprintf(arch, sizeof arch, "Qwen3.5 (%d of %d layers Gated DeltaNet, %d full "
                                 "attention; rotary dims %d of %d)", c->num_linear_layers, c->num_layers,
-                                c->num_layers - c->num_linear_layers, c->rotary_dim, c->head_dim);
+                                c->num_layers - c->num_linear_layers, model_config_rotary_dim(c), c->head_dim);
     if (c->num_experts > 0) {
         int sparse = 0;
         for (int l = 0; l < c->num_layers; l++) sparse += model_config_layer_is_sparse(c, l);

@@ -208,7 +208,7 @@ static void embed_token(CpuRunner *r, int t) {
 static void qk_norm_rope_store(CpuRunner *r, int t) {
     const ModelConfig *c = &r->cfg;
     const LayerWeights *L = &r->weights.layers[r->layer];
-    int D = c->head_dim, R = c->rotary_dim; /* RoPE turns the first R dims of a head */
+    int D = c->head_dim, R = model_config_rotary_dim(c); /* RoPE turns the first R dims of a head */
     float eps = (float)c->rms_norm_eps;
     const float *cs = r->cos_sin + (size_t)t * R;
     float *q = r->q + (size_t)t * c->num_heads * D;
@@ -289,7 +289,7 @@ static void mlp_residual_norm(CpuRunner *r, int t) {
 
 /* Flattens the batch: token ids, RoPE tables and KV slots per new token. */
 static void prepare_tokens(CpuRunner *r, const RunnerBatch *b) {
-    int R = r->cfg.rotary_dim, bs = r->base.options.block_size, t = 0;
+    int R = model_config_rotary_dim(&r->cfg), bs = r->base.options.block_size, t = 0;
     for (int s = 0; s < b->num_seqs; s++) {
         const RunnerSeq *seq = &b->seqs[s];
         if (r->gdn) /* each layer points the states at its own part of the slot */
@@ -647,7 +647,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->v = alloc_floats(T * KV, &ok);
     r->gate = alloc_floats(T * I, &ok);
     r->up = alloc_floats(T * I, &ok);
-    r->cos_sin = alloc_floats(T * (size_t)c->rotary_dim, &ok);
+    r->cos_sin = alloc_floats(T * (size_t)model_config_rotary_dim(c), &ok);
     if (c->attn_output_gate) {
         r->qgate = alloc_floats(T * 2 * Q, &ok);
         r->attn_gate = alloc_floats(T * Q, &ok);
@@ -675,12 +675,12 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->tokens = malloc(sizeof(int32_t) * T);
     r->logit_rows = malloc(sizeof(int) * (T > max_logit_rows ? T : max_logit_rows));
     r->sample_rows = malloc(sizeof(int) * max_logit_rows);
-    r->inv_freq = malloc(sizeof(double) * (size_t)(c->rotary_dim / 2));
+    r->inv_freq = malloc(sizeof(double) * (size_t)(model_config_rotary_dim(c) / 2));
     if (!ok || !r->slots || !r->tokens || !r->logit_rows || !r->sample_rows || !r->inv_freq) {
         error_set(err, "out of memory (activations for %zu tokens)", T);
         goto fail;
     }
-    rope_inv_freq(r->inv_freq, c->rotary_dim, c->rope_theta);
+    rope_inv_freq(r->inv_freq, model_config_rotary_dim(c), c->rope_theta);
 
     r->pool = thread_pool_create(o.num_threads, err);
     if (!r->pool) goto fail;

@@ -142,6 +142,7 @@ int model_config_from_gguf(ModelConfig *cfg, const Gguf *g, Error *err) {
     if (cfg->head_dim % 2 || cfg->num_heads % cfg->num_kv_heads)
         return error_set(err, "head_dim %d / heads %d / kv heads %d: not a Qwen3 attention shape",
                          cfg->head_dim, cfg->num_heads, cfg->num_kv_heads);
+    cfg->rotary_dim = cfg->head_dim;
     if (moe) {
         int norm = 1;
         if (read_int(&k, "expert_count", true, 1, 4096, &cfg->num_experts, err) ||

@@ -435,6 +435,10 @@ bool model_config_layer_is_sparse(const ModelConfig *cfg, int l) {
     return cfg->num_experts > 0 && l >= 0 && l < cfg->num_layers && cfg->sparse_layer[l];
 }
 
+int model_config_rotary_dim(const ModelConfig *cfg) {
+    return cfg->rotary_dim > 0 ? cfg->rotary_dim : cfg->head_dim;
+}
+
 bool model_config_layer_is_linear(const ModelConfig *cfg, int l) {
     return cfg->hybrid && l >= 0 && l < cfg->num_layers && cfg->linear_layer[l];
 }

@@ -94,6 +94,10 @@ bool model_config_is_eos(const ModelConfig *cfg, int token_id);
  * intermediate_size). */
 bool model_config_layer_is_sparse(const ModelConfig *cfg, int l);
 
+/* The dims of a head RoPE turns: rotary_dim, or all of them where a config
+ * built elsewhere (a GGUF file's, a test's) leaves it 0. */
+int model_config_rotary_dim(const ModelConfig *cfg);
+
 /* Whether layer l is a Gated DeltaNet (linear attention) layer. */
 bool model_config_layer_is_linear(const ModelConfig *cfg, int l);
 
