@@ -99,7 +99,7 @@ def rope(tc):
 def full_attention_interval(tc):
     """The layer types as llama.cpp's one key: full attention iff (i + 1) % interval == 0."""
     full = [t == "full_attention" for t in ref.layer_types(tc)]
-    for k in range(1, len(full) + 1):
+    for k in range(1, len(full) + 2):  # len + 1: no full-attention layer
         if full == [(i + 1) % k == 0 for i in range(len(full))]:
             return k
     mg.die(f"layer_types {ref.layer_types(tc)} are not periodic: the GGUF has only "
