@@ -57,7 +57,6 @@ is written faithfully but llama.cpp refuses it (wrong tensor shape). Layer types
 periodic (full attention iff (i+1) % interval == 0): the file has full_attention_interval.
 """
 import argparse
-import json
 import os
 import sys
 
