@@ -30,6 +30,7 @@
 #include "cpu_attention.h"
 #include "cpu_gated_deltanet.h"
 #include "cpu_kv_fp8.h"
+#include "cpu_state_pool.h"
 #include "cpu_matmul.h"
 #include "cpu_moe.h"
 #include "cpu_ops.h"
@@ -78,9 +79,7 @@ typedef struct CpuRunner {
 
     /* Qwen3.5's linear layers: the mixer and every sequence's state. */
     CpuGdn *gdn;           /* NULL without linear layers */
-    float *states;         /* mapping: slot-major, then linear layer, then conv + recurrent */
-    size_t states_bytes;
-    size_t conv_floats, recurrent_floats; /* per sequence per linear layer */
+    CpuStatePool states;   /* slots and checkpoints (cpu_state_pool.h) */
     int *linear_index;     /* [num_layers]: the layer's place among the linear ones (-1: full) */
     GdnSeq *gdn_seqs;      /* [max_num_seqs] */
     float *mixed, *lin_z, *lin_a, *lin_b, *lin_out; /* in_proj outputs, mixer output */
@@ -132,12 +131,7 @@ static GdnShape gdn_shape(const ModelConfig *c) {
                       c->linear_conv_kernel, (float)c->rms_norm_eps};
 }
 
-size_t cpu_runner_state_slot_bytes(const ModelConfig *cfg) {
-    if (!cfg->hybrid || cfg->num_linear_layers == 0) return 0;
-    GdnShape s = gdn_shape(cfg);
-    return sizeof(float) * (size_t)cfg->num_linear_layers *
-           (gdn_conv_state_floats(&s) + gdn_recurrent_state_floats(&s));
-}
+size_t cpu_runner_state_slot_bytes(const ModelConfig *cfg) { return cpu_state_unit_bytes(cfg); }
 
 static size_t kv_elem_size(const CpuRunner *r) { return kv_dtype_bytes(r->kv_dtype); }
 static void *k_layer(CpuRunner *r, int l) {
@@ -315,12 +309,10 @@ static void linear_mixer(CpuRunner *r, int l) {
     float *proj_out[4] = {r->mixed, r->lin_z, r->lin_a, r->lin_b};
     cpu_matmul_multi(r->matmul, r->h, T, proj, proj_out, 4);
     mark(r, PHASE_QKV);
-    size_t slot_floats = (size_t)r->cfg.num_linear_layers * (r->conv_floats + r->recurrent_floats);
-    size_t layer_off = (size_t)r->linear_index[l] * (r->conv_floats + r->recurrent_floats);
     for (int s = 0; s < b->num_seqs; s++) {
-        float *base = r->states + (size_t)b->seqs[s].state_slot * slot_floats + layer_off;
+        float *base = cpu_state_layer(&r->states, b->seqs[s].state_slot, r->linear_index[l]);
         r->gdn_seqs[s].conv_state = base;
-        r->gdn_seqs[s].recurrent_state = base + r->conv_floats;
+        r->gdn_seqs[s].recurrent_state = base + r->states.conv_floats;
     }
     GdnLayerWeights w = {A->conv, A->A_log, A->dt_bias, A->norm};
     cpu_gdn_forward(r->gdn, &w, r->gdn_seqs, b->num_seqs, r->mixed, r->lin_z, r->lin_a, r->lin_b,
@@ -440,10 +432,14 @@ static int cpu_step(Runner *base, const RunnerBatch *b, int32_t *out, Error *err
     if (runner_validate_batch(base, b, err)) return -1;
     r->batch = b;
     if (r->profile) r->phase_start = now_seconds();
+    for (int s = 0; s < b->num_seqs; s++)
+        if (b->seqs[s].restore) cpu_state_restore(&r->states, b->seqs[s].state_slot, b->seqs[s].restore_checkpoint);
     prepare_tokens(r, b);
     for_each_token(r, embed_token);
     mark(r, PHASE_ELEMENTWISE);
     for (int l = 0; l < r->cfg.num_layers; l++) forward_layer(r, l);
+    for (int s = 0; s < b->num_seqs; s++)
+        if (b->seqs[s].save) cpu_state_save(&r->states, b->seqs[s].state_slot, b->seqs[s].save_checkpoint);
     pool_rows(r, b);
 
     size_t V = (size_t)r->cfg.vocab_size;
@@ -505,7 +501,7 @@ static void cpu_destroy(Runner *base) {
     cpu_weights_free(&r->weights);
     thread_pool_destroy(r->pool);
     if (r->kv) munmap(r->kv, 2 * (size_t)r->num_kv_layers * r->layer_elems * kv_elem_size(r));
-    if (r->states) munmap(r->states, r->states_bytes);
+    cpu_state_pool_free(&r->states);
     free(r->inv_freq);
     free(r->kv_index);
     free(r->linear_index);
@@ -540,28 +536,28 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
 
     o.kv_cache_dtype = kv_cache_dtype_resolve(o.kv_cache_dtype, model);
     o.dtype = cpu_runner_dtype_resolve(o.dtype, model);
-    /* A hybrid model's state slots come out of the KV budget first: one per
-     * sequence that may run (max_num_seqs), or, where those would take more
-     * than half of it, as many as half holds, and max_num_seqs with them. */
-    size_t slot_bytes = cpu_runner_state_slot_bytes(c), num_slots = 0;
+    /* A hybrid model's state slots and checkpoints come out of the KV
+     * budget first (cpu_state_plan: at most half of it); max_num_seqs falls
+     * to the slots there is room for. */
+    size_t slot_bytes = cpu_runner_state_slot_bytes(c);
+    int num_slots = 0, num_checkpoints = 0;
     if (slot_bytes) {
-        num_slots = (size_t)o.max_num_seqs;
-        size_t fit = o.kv_cache_bytes / 2 / slot_bytes;
-        if (fit < 1) {
+        if (cpu_state_plan(o.kv_cache_bytes, slot_bytes, o.max_num_seqs, &num_slots, &num_checkpoints)) {
             error_set(err, "KV cache budget of %zu bytes cannot hold the recurrent state of one "
                            "sequence (%zu bytes) beside its KV blocks", o.kv_cache_bytes, slot_bytes);
             return NULL;
         }
-        if (num_slots > fit) {
-            log_info("max_num_seqs %d -> %zu: each sequence's recurrent state takes %.3g MB, and "
-                     "half the KV cache budget holds %zu of them (raise --kv-cache-memory to run more)",
-                     o.max_num_seqs, fit, slot_bytes / 1e6, fit);
-            num_slots = fit;
-            o.max_num_seqs = (int)fit;
+        if (num_slots < o.max_num_seqs) {
+            log_info("max_num_seqs %d -> %d: each sequence's recurrent state takes %.3g MB, and "
+                     "half the KV cache budget holds %d of them with as many checkpoints (raise "
+                     "--kv-cache-memory to run more)",
+                     o.max_num_seqs, num_slots, slot_bytes / 1e6, num_slots);
+            o.max_num_seqs = num_slots;
         }
     }
+    size_t state_bytes = (size_t)(num_slots + num_checkpoints) * slot_bytes;
     size_t block_bytes = cpu_runner_block_bytes(c, o.block_size, o.kv_cache_dtype);
-    size_t num_blocks = (o.kv_cache_bytes - num_slots * slot_bytes) / block_bytes;
+    size_t num_blocks = (o.kv_cache_bytes - state_bytes) / block_bytes;
     if (num_blocks < 1) {
         error_set(err, "KV cache budget of %zu bytes is smaller than one block (%zu bytes for %d "
                        "tokens)", o.kv_cache_bytes, block_bytes, o.block_size);
@@ -579,9 +575,9 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     r->base.model = model;
     r->cfg = *c;
     r->base.num_kv_blocks = (int)num_blocks;
-    r->base.num_state_slots = (int)num_slots;
-    r->states_bytes = num_slots * slot_bytes;
-    r->base.kv_cache_bytes = num_blocks * block_bytes + r->states_bytes;
+    r->base.num_state_slots = num_slots;
+    r->base.num_state_checkpoints = num_checkpoints;
+    r->base.kv_cache_bytes = num_blocks * block_bytes + state_bytes;
     r->kv_dtype = o.kv_cache_dtype;
     r->k_scale = r->v_scale = KV_FP8_DEFAULT_SCALE; /* uncalibrated, as vLLM (runner.h) */
     r->layer_elems = num_blocks * (size_t)o.block_size * c->num_kv_heads * c->head_dim;
@@ -608,21 +604,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
         goto fail;
     }
     r->kv = kv;
-    if (num_slots) {
-        void *states = mmap(NULL, r->states_bytes, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (states == MAP_FAILED) {
-            error_set(err, "cannot reserve %zu bytes of recurrent state: %s", r->states_bytes,
-                      strerror(errno));
-            goto fail;
-        }
-        r->states = states;
-        /* Unlike a KV block, a slot is read and written whole every step of
-         * its sequence: huge pages save the TLB misses of ~5000 4 KiB pages
-         * a token (0.8B shape); failing that, small pages still work. */
-        if (madvise(states, r->states_bytes, MADV_HUGEPAGE) != 0 && getenv("NANOVLLM_VERBOSE"))
-            log_info("recurrent state: no huge pages (%s)", strerror(errno));
-    }
+    if (num_slots && cpu_state_pool_init(&r->states, c, num_slots, num_checkpoints, err)) goto fail;
     /* No MADV_HUGEPAGE here, unlike the weights: a sequence touches a few
      * KB of each block per layer, and a huge page would zero 2 MiB around it
      * on first touch (measured: 32 short requests 196 -> 235 tokens/s without
@@ -665,9 +647,6 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
         r->lin_b = alloc_floats(T * HV, &ok);
         r->gdn_seqs = calloc((size_t)o.max_num_seqs, sizeof *r->gdn_seqs);
         if (!r->gdn_seqs) ok = false;
-        GdnShape shape = gdn_shape(c);
-        r->conv_floats = gdn_conv_state_floats(&shape);
-        r->recurrent_floats = gdn_recurrent_state_floats(&shape);
     }
     r->normed = alloc_floats(max_logit_rows * H, &ok);
     r->logits = alloc_floats(max_logit_rows * c->vocab_size, &ok);
@@ -735,7 +714,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     if (num_slots) {
         size_t used = strlen(r->base.description);
         snprintf(r->base.description + used, sizeof r->base.description - used,
-                 ", %zu recurrent-state slots of %.3g MB (no prefix caching)", num_slots,
+                 ", %d recurrent-state slots and %d checkpoints of %.3g MB", num_slots, num_checkpoints,
                  slot_bytes / 1e6);
     }
     return &r->base;

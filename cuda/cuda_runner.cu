@@ -275,7 +275,7 @@ static int graph_for(const CudaRunner *r, int n) {
 /* A padding sequence: token 0 at position 0, written to the padding block. */
 static RunnerSeq padding_seq(CudaRunner *r) {
     static const int32_t token = 0;
-    return (RunnerSeq){&token, 1, 0, &r->pad_block, 1, -1, true, {}, POOLING_NONE, NULL};
+    return (RunnerSeq){&token, 1, 0, &r->pad_block, 1, -1, false, false, -1, -1, true, {}, POOLING_NONE, NULL};
 }
 
 /* b's sequences followed by padding up to n, in r->padded. */
@@ -586,10 +586,10 @@ static int warm_up(CudaRunner *r, Error *err) {
     r->layer_elems = (size_t)blocks * o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
     r->base.num_kv_blocks = blocks;
     {
-        seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, -1, true, {}, POOLING_NONE, NULL};
+        seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, -1, false, false, -1, -1, true, {}, POOLING_NONE, NULL};
         RunnerBatch one = {seqs, 1, NULL, NULL, NULL};
         if (cuda_step(&r->base, &one, out, err)) goto done;
-        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, -1, true, {}, POOLING_NONE, NULL};
+        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, -1, false, false, -1, -1, true, {}, POOLING_NONE, NULL};
         RunnerBatch many = {seqs, decode, NULL, NULL, NULL};
         if (cuda_step(&r->base, &many, out, err)) goto done;
     }

@@ -108,6 +108,17 @@ int runner_validate_batch(const Runner *r, const RunnerBatch *batch, Error *err)
                     return error_set(err, "sequences %d and %d share state slot %d", t, s,
                                      q->state_slot);
         }
+        int nc = r->num_state_checkpoints;
+        if ((q->restore || q->save) && r->num_state_slots == 0)
+            return error_set(err, "sequence %d: a state checkpoint for a model without state", s);
+        if (q->restore && (q->restore_checkpoint < 0 || q->restore_checkpoint >= nc || q->start_pos == 0))
+            return error_set(err, "sequence %d: restore from checkpoint %d of %d at position %d", s,
+                             q->restore_checkpoint, nc, q->start_pos);
+        if (q->save && (q->save_checkpoint < 0 || q->save_checkpoint >= nc))
+            return error_set(err, "sequence %d: save to checkpoint %d of %d", s, q->save_checkpoint, nc);
+        for (int t = 0; q->save && t < s; t++)
+            if (batch->seqs[t].save && batch->seqs[t].save_checkpoint == q->save_checkpoint)
+                return error_set(err, "sequences %d and %d save to checkpoint %d", t, s, q->save_checkpoint);
     }
     if (total > o->max_num_batched_tokens)
         return error_set(err, "batch of %ld tokens exceeds max_num_batched_tokens %d", total,

@@ -42,6 +42,13 @@ typedef struct RunnerSeq {
      * start_pos 0 starts it afresh, a later one continues what the previous
      * step left. -1 for other models. */
     int state_slot;
+    /* Prefix caching for such models, with Runner.num_state_checkpoints > 0:
+     * restore copies checkpoint restore_checkpoint into the slot before the
+     * step (a sequence starting at start_pos > 0 from a cached prefix whose
+     * state was saved there); save copies the slot, as the step leaves it,
+     * into save_checkpoint after the step. */
+    bool restore, save;
+    int restore_checkpoint, save_checkpoint;
     bool compute_logits; /* false for a prefill chunk that is not the prompt's last */
     SampleInput sample;  /* how to choose the token; sample.params NULL means greedy */
     /* An embedding request's rows (POOLING_NONE for generation): the
@@ -136,6 +143,7 @@ struct Runner {
     int num_kv_blocks;         /* KV capacity = num_kv_blocks * block_size tokens */
     size_t kv_cache_bytes;     /* actually allocated (the state slots included) */
     int num_state_slots;       /* recurrent-state slots (RunnerSeq.state_slot); 0: none needed */
+    int num_state_checkpoints; /* copies of a slot kept for prefix caching (RunnerSeq.save) */
     char description[256];     /* one line for the start-up log */
 };
 
