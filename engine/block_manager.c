@@ -233,6 +233,15 @@ PrefixMatch block_manager_match(BlockManager *bm, const int32_t *tokens, int n, 
     return m;
 }
 
+uint64_t block_manager_chain_hash(BlockManager *bm, uint64_t prev, const int32_t *block_tokens) {
+    return block_hash(bm, prev, block_tokens);
+}
+
+void block_manager_count_prefix(BlockManager *bm, long long query_tokens, long long hit_tokens) {
+    bm->query_tokens += query_tokens;
+    bm->hit_tokens += hit_tokens;
+}
+
 int block_manager_take_match(BlockManager *bm, BlockTable *t, const PrefixMatch *m) {
     Error err;
     if (t->num_blocks != 0 || table_reserve(t, m->num_blocks, &err)) return -1;

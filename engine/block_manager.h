@@ -64,6 +64,14 @@ BlockManagerStats block_manager_stats(const BlockManager *bm);
 PrefixMatch block_manager_match(BlockManager *bm, const int32_t *tokens, int n, int max_blocks,
                                 bool count_stats);
 
+/* The chain hash a block of these block_size tokens gets after the block
+ * whose hash is prev (0 for the first block), as commit will give it. */
+uint64_t block_manager_chain_hash(BlockManager *bm, uint64_t prev, const int32_t *block_tokens);
+
+/* Adds a lookup to the query/hit counters (for a caller that matched without
+ * counting and used only part of the match). */
+void block_manager_count_prefix(BlockManager *bm, long long query_tokens, long long hit_tokens);
+
 /* Appends the matched blocks to an empty table (taking a reference on each). */
 int block_manager_take_match(BlockManager *bm, BlockTable *t, const PrefixMatch *m);
 

@@ -111,10 +111,13 @@ static int engine_init(Engine *e, Error *err) {
     e->next_id = 1;
     e->seed_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)e;
     int max_seqs = runner->options.max_num_seqs;
-    SchedulerOptions so = {max_seqs, runner->options.max_num_batched_tokens, SCHEDULING_FCFS,
-                           runner->num_state_slots};
     e->bm = block_manager_create(runner->num_kv_blocks, e->block_size, err);
     if (!e->bm) return -1;
+    if (runner->num_state_slots > 0 && runner->num_state_checkpoints > 0 &&
+        !(e->state_cache = state_cache_create(runner->num_state_checkpoints, err)))
+        return -1;
+    SchedulerOptions so = {max_seqs, runner->options.max_num_batched_tokens, SCHEDULING_FCFS,
+                           runner->num_state_slots, e->state_cache};
     e->sched = scheduler_create(&so, e->bm, max_seqs, err);
     if (!e->sched) return -1;
     e->batch_seqs = malloc(sizeof *e->batch_seqs * (size_t)max_seqs);
@@ -165,6 +168,7 @@ void engine_destroy(Engine *e) {
         free_request(r);
     }
     scheduler_destroy(e->sched);
+    state_cache_destroy(e->state_cache);
     block_manager_destroy(e->bm);
     free(e->aborts);
     free(e->batch_seqs);

@@ -56,6 +56,7 @@ struct Engine {
     const Tokenizer *tok; /* optional: text and stop strings */
     BlockManager *bm;
     Scheduler *sched;
+    StateCache *state_cache; /* models with recurrent state and runner checkpoints; else NULL */
     int block_size;
 
     Request *live; /* admitted requests (engine thread only) */

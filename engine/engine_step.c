@@ -52,6 +52,29 @@ static void take_intake(Engine *e) {
     if (aborts != small) free(aborts);
 }
 
+/* A stateful sequence admitted on a cached prefix starts from the state
+ * saved at its end; a step ending on a block boundary saves the state there
+ * (state_cache.h), for later prompts that share this prefix. */
+static void plan_state_checkpoints(Engine *e, Sequence *s, RunnerSeq *q, int num_new) {
+    if (s->restore_checkpoint >= 0) {
+        q->restore = true;
+        q->restore_checkpoint = s->restore_checkpoint;
+        s->restore_checkpoint = -1;
+    }
+    int bs = e->block_size, end = s->num_computed + num_new;
+    if (end % bs != 0) return;
+    /* The chain hash commit will give the block ending at `end`: from the
+     * last hashed block on (this step may fill several). */
+    int h = s->blocks.num_hashed;
+    uint64_t hash = h > 0 ? s->blocks.hashes[h - 1] : 0;
+    for (int b = h; b < end / bs; b++) hash = block_manager_chain_hash(e->bm, hash, s->tokens + (size_t)b * bs);
+    if (state_cache_holds(e->state_cache, hash)) return; /* the same state is kept already */
+    int c = state_cache_take(e->state_cache, scheduler_step_id(e->sched), hash);
+    if (c < 0) return;
+    q->save = true;
+    q->save_checkpoint = c;
+}
+
 static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch) {
     bool any_logprobs = false;
     for (int i = 0; i < so->num_seqs; i++) {
@@ -74,6 +97,7 @@ static void build_batch(Engine *e, const SchedulerOutput *so, RunnerBatch *batch
                        .output = s->tokens + s->num_prompt_tokens,
                        .output_len = sequence_num_output(s)},
         };
+        if (e->state_cache) plan_state_checkpoints(e, s, &e->batch_seqs[i], so->seqs[i].num_new_tokens);
         if (r->pooling != POOLING_NONE) {
             /* Prefill only: the last chunk pools instead of sampling. A
              * mean restarts whenever the prompt is computed from its start
@@ -112,6 +136,8 @@ static void postprocess(Engine *e, const SchedulerOutput *so) {
         Sequence *s = so->seqs[i].seq;
         s->num_computed += so->seqs[i].num_new_tokens;
         block_manager_commit(e->bm, &s->blocks, s->tokens, s->num_computed);
+        const RunnerSeq *q = &e->batch_seqs[i];
+        if (q->save) state_cache_publish(e->state_cache, q->save_checkpoint); /* saved: findable */
         if (!so->seqs[i].compute_logits) continue;
         Request *r = s->owner;
         if (r->pooling != POOLING_NONE) { /* the whole prompt is in: the vector is done */

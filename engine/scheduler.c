@@ -20,6 +20,7 @@ struct Scheduler {
     long long preemptions;
     int *free_slots; /* recurrent-state slots not held (a stack) */
     int num_free_slots;
+    uint64_t step;
 };
 
 static void queue_unlink(Queue *q, Sequence *s) {
@@ -131,7 +132,8 @@ void scheduler_set_policy(Scheduler *s, SchedulingPolicy policy) {
 static void arrive(Scheduler *s, Sequence *seq) {
     seq->status = SEQ_WAITING;
     seq->state_slot = -1;
-    if (s->opts.num_state_slots > 0) seq->no_prefix_reuse = true;
+    seq->restore_checkpoint = -1;
+    if (s->opts.num_state_slots > 0 && !s->opts.state_cache) seq->no_prefix_reuse = true;
 }
 
 void scheduler_add(Scheduler *s, Sequence *seq) {
@@ -174,6 +176,27 @@ static void fail(Scheduler *s, Sequence *seq, SchedulerOutput *out) {
     out->failed[out->num_failed++] = seq;
 }
 
+/* A stateful sequence's prefill stops at the last block boundary before its
+ * end, once, so that the state there can be saved for a later prompt with
+ * the same prefix (SchedulerOptions.state_cache). */
+static int cut_at_boundary(const Scheduler *s, const Sequence *seq, int computed, int num_new) {
+    if (!s->opts.state_cache) return num_new;
+    int bs = block_manager_block_size(s->bm), boundary = (seq->num_tokens - 1) / bs * bs;
+    if (computed < boundary && computed + num_new > boundary) return boundary - computed;
+    return num_new;
+}
+
+/* A stateful sequence can start from a cached prefix only where a
+ * checkpoint holds the state: the longest matched prefix that has one. */
+static int trim_to_checkpoint(Scheduler *s, PrefixMatch *m) {
+    int k = m->num_blocks, checkpoint = -1;
+    while (k > 0 && (checkpoint = state_cache_find(s->opts.state_cache, m->hashes[k - 1])) < 0) k--;
+    m->num_blocks = k;
+    m->num_free = 0;
+    for (int b = 0; b < k; b++) m->num_free += block_manager_ref_count(s->bm, m->ids[b]) == 0;
+    return checkpoint;
+}
+
 static void add_scheduled(SchedulerOutput *out, Sequence *seq, int num_new) {
     out->seqs[out->num_seqs++] = (ScheduledSeq){seq, num_new,
                                                 seq->num_computed + num_new == seq->num_tokens};
@@ -188,6 +211,7 @@ static bool schedule_running(Scheduler *s, SchedulerOutput *out, int *budget) {
     while (seq && *budget > 0) {
         int num_new = seq->num_tokens - seq->num_computed;
         if (num_new > *budget) num_new = *budget;
+        if (seq->state_slot >= 0) num_new = cut_at_boundary(s, seq, seq->num_computed, num_new);
         bool fits = true;
         while (block_manager_grow(s->bm, &seq->blocks, seq->num_computed + num_new) != 0) {
             Sequence *victim = s->running.tail;
@@ -220,15 +244,21 @@ static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
         Sequence *seq = s->waiting.head;
         PrefixMatch match = {0};
         int cached = seq->num_computed; /* forked samples arrive holding blocks */
+        int checkpoint = -1;
         if (seq->blocks.num_blocks == 0 && !seq->no_prefix_reuse) {
             /* The block holding the last token is never reused, so at least
              * that token is computed and gives logits. */
             match = block_manager_match(s->bm, seq->tokens, seq->num_tokens,
-                                        (seq->num_tokens - 1) / bs, true);
+                                        (seq->num_tokens - 1) / bs, !stateful);
+            if (stateful) {
+                checkpoint = trim_to_checkpoint(s, &match);
+                block_manager_count_prefix(s->bm, seq->num_tokens, (long long)match.num_blocks * bs);
+            }
             cached = match.num_blocks * bs;
         }
         int num_new = seq->num_tokens - cached;
         if (num_new > *budget) num_new = *budget;
+        if (stateful) num_new = cut_at_boundary(s, seq, cached, num_new);
         int held = seq->blocks.num_blocks + match.num_blocks;
         int need = (cached + num_new + bs - 1) / bs - held;
         if (need > block_manager_num_free(s->bm) - match.num_free) {
@@ -238,7 +268,11 @@ static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
         if (match.num_blocks > 0) block_manager_take_match(s->bm, &seq->blocks, &match);
         if (block_manager_grow(s->bm, &seq->blocks, cached + num_new) != 0) break; /* out of memory */
         queue_unlink(&s->waiting, seq);
-        if (stateful) seq->state_slot = s->free_slots[--s->num_free_slots];
+        if (stateful) {
+            seq->state_slot = s->free_slots[--s->num_free_slots];
+            seq->restore_checkpoint = cached > 0 ? checkpoint : -1;
+            if (seq->restore_checkpoint >= 0) state_cache_pin(s->opts.state_cache, checkpoint, s->step);
+        }
         seq->num_computed = cached;
         if (seq->num_tokens == seq->num_prompt_tokens && seq->sample_index == 0)
             seq->num_cached_prompt = cached;
@@ -250,10 +284,13 @@ static void schedule_waiting(Scheduler *s, SchedulerOutput *out, int *budget) {
 }
 
 void scheduler_schedule(Scheduler *s, SchedulerOutput *out) {
+    s->step++;
     *out = (SchedulerOutput){.seqs = s->scheduled, .failed = s->failed};
     int budget = s->opts.max_num_batched_tokens;
     if (!schedule_running(s, out, &budget)) schedule_waiting(s, out, &budget);
 }
+
+uint64_t scheduler_step_id(const Scheduler *s) { return s->step; }
 
 int scheduler_num_running(const Scheduler *s) { return s->running.size; }
 int scheduler_num_waiting(const Scheduler *s) { return s->waiting.size; }

@@ -40,6 +40,7 @@
 
 #include "block_manager.h"
 #include "sequence.h"
+#include "state_cache.h"
 
 typedef enum SchedulingPolicy { SCHEDULING_FCFS, SCHEDULING_PRIORITY } SchedulingPolicy;
 
@@ -51,9 +52,14 @@ typedef struct SchedulerOptions {
      * Gated DeltaNet layers) in this many runner slots. A sequence holds one
      * from admission until it finishes or is preempted (then recomputed from
      * its first token, the state being gone), is admitted only when one is
-     * free, and never reuses cached prefix blocks: they hold the attention
-     * layers' K/V but not the state at that point. */
+     * free. Cached prefix blocks hold the attention layers' K/V but not the
+     * state: without state_cache no prefix is reused; with it, a prefix is
+     * reused up to the longest one whose end has a checkpoint
+     * (Sequence.restore_checkpoint), and a prefill is cut at the last block
+     * boundary before the sequence's end, so that the state there can be
+     * saved (the engine saves at every step that ends on a boundary). */
     int num_state_slots;
+    StateCache *state_cache; /* borrowed; NULL: no prefix caching for stateful models */
 } SchedulerOptions;
 
 typedef struct ScheduledSeq {
@@ -88,6 +94,9 @@ void scheduler_add_front(Scheduler *s, Sequence *seq);
 void scheduler_remove(Scheduler *s, Sequence *seq);
 
 void scheduler_schedule(Scheduler *s, SchedulerOutput *out);
+
+/* Which scheduling step the last scheduler_schedule made (state_cache pins). */
+uint64_t scheduler_step_id(const Scheduler *s);
 
 int scheduler_num_running(const Scheduler *s);
 int scheduler_num_waiting(const Scheduler *s);

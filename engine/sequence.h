@@ -42,6 +42,7 @@ typedef struct Sequence {
     bool no_prefix_reuse; /* mean or CLS pooling: every token's hidden state is needed; or a
                            * model with recurrent state (it is not in the KV blocks) */
     int state_slot;   /* the runner's recurrent-state slot while running (hybrid models), else -1 */
+    int restore_checkpoint; /* admitted on a cached prefix: the state to start from (state_cache.h), else -1 */
     int priority;     /* the request's: lower is served first (scheduler.h, SCHEDULING_PRIORITY) */
     uint64_t arrival; /* the request's submission order (its id): breaks ties of priority */
     struct Sequence *prev, *next; /* queue links */

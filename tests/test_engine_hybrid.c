@@ -2,10 +2,12 @@
  * test_engine_hybrid.c - the engine with a model that keeps recurrent state
  * per sequence (the tiny Qwen3.5 fixtures, tests/fixtures/tiny-qwen3_5):
  * state slots taken and given back with the sequences, preemption
- * (recompute from the first token), n > 1 samples (each computes its own
- * prompt: the state is not in the shared blocks), a repeated prompt (no
- * prefix reuse: num_cached_tokens stays 0) and chunked prefill all give
- * what a request alone gets, greedy, with a float32 cache and matmuls.
+ * (recompute from the first token), chunked prefill, n > 1 samples, a
+ * repeated prompt and a conversation's next turn (prefix caching through
+ * state checkpoints: each reuses the cached prefix up to the last block
+ * boundary whose state was saved) all give what a request alone gets,
+ * greedy, with a float32 cache and matmuls; without checkpoints nothing is
+ * reused.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -47,8 +49,10 @@ typedef struct Hybrid {
     Engine *e;
 } Hybrid;
 
-/* num_blocks blocks of 16 tokens beside max_seqs state slots. */
-static void open_hybrid(Hybrid *h, const char *model, int num_blocks, int max_seqs, int max_batched) {
+/* num_blocks blocks of 16 tokens beside max_seqs state slots and as many
+ * checkpoints (prefix caching), or none (checkpoints false). */
+static void open_hybrid_with(Hybrid *h, const char *model, int num_blocks, int max_seqs, int max_batched,
+                             bool checkpoints) {
     Error err = {0};
     cr_assert(model_weights_load(&h->w, model, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
@@ -60,13 +64,19 @@ static void open_hybrid(Hybrid *h, const char *model, int num_blocks, int max_se
     o.max_num_batched_tokens = max_batched;
     o.max_model_len = 1024;
     o.kv_cache_bytes = cpu_runner_block_bytes(&h->w.config, 16, KV_CACHE_F32) * (size_t)num_blocks +
-                       cpu_runner_state_slot_bytes(&h->w.config) * (size_t)max_seqs;
+                       cpu_runner_state_slot_bytes(&h->w.config) * 2 * (size_t)max_seqs;
     h->runner = cpu_runner_create(&h->w, &o, &err);
     cr_assert(h->runner, "%s", err.msg);
     cr_assert_eq(h->runner->num_state_slots, max_seqs);
+    cr_assert_eq(h->runner->num_state_checkpoints, max_seqs);
     cr_assert_eq(h->runner->num_kv_blocks, num_blocks);
+    if (!checkpoints) h->runner->num_state_checkpoints = 0; /* the engine then caches no prefix */
     h->e = engine_create(&h->w, h->runner, &err);
     cr_assert(h->e, "%s", err.msg);
+}
+
+static void open_hybrid(Hybrid *h, const char *model, int num_blocks, int max_seqs, int max_batched) {
+    open_hybrid_with(h, model, num_blocks, max_seqs, max_batched, true);
 }
 
 static void close_hybrid(Hybrid *h) {
@@ -143,14 +153,16 @@ Test(engine_hybrid, crowded_equals_alone_dense, .timeout = 120) { crowded_equals
 Test(engine_hybrid, crowded_equals_alone_moe, .timeout = 120) { crowded_equals_alone(HYBRID_MOE); }
 
 /* n = 3 samples and the same prompt again: every sample equals the prompt
- * alone, and nothing is taken from the prefix cache. */
-Test(engine_hybrid, samples_and_repeats_recompute) {
+ * alone; the repeat (and the forked samples) start from the state saved at
+ * the prompt's last block boundary, the repeat's num_cached_tokens says so.
+ * Without checkpoints the same runs reuse nothing. */
+static void samples_and_repeats(bool checkpoints) {
     int32_t *prompts[N];
     for (int i = 0; i < N; i++) prompts[i] = random_prompt(LENS[i], 700 + i);
     Got alone[N] = {0};
     run_alone(HYBRID_DENSE, prompts, alone);
     Hybrid h;
-    open_hybrid(&h, HYBRID_DENSE, 200, 4, 512);
+    open_hybrid_with(&h, HYBRID_DENSE, 200, 4, 512, checkpoints);
     for (int i = 2; i < 5; i++) {
         Got many = {0}, again = {0};
         submit(h.e, prompts[i], LENS[i], 20, 3, &many);
@@ -159,11 +171,45 @@ Test(engine_hybrid, samples_and_repeats_recompute) {
         submit(h.e, prompts[i], LENS[i], 20, 1, &again);
         run_all(h.e);
         expect_same(&alone[i], &again, 1, "repeated", i);
-        cr_expect_eq(again.cached, 0, "prompt %d: %d tokens reused from the prefix cache", i, again.cached);
+        int want = checkpoints ? (LENS[i] - 1) / 16 * 16 : 0;
+        cr_expect_eq(again.cached, want, "prompt %d: %d tokens reused, expected %d", i, again.cached, want);
     }
     EngineStats st = engine_stats(h.e);
     cr_expect_eq(st.num_running, 0);
-    cr_expect_eq(st.prefix_hit_tokens, 0);
+    if (!checkpoints) cr_expect_eq(st.prefix_hit_tokens, 0);
     close_hybrid(&h);
     for (int i = 0; i < N; i++) free(prompts[i]);
+}
+
+Test(engine_hybrid, samples_and_repeats_reuse_checkpoints) { samples_and_repeats(true); }
+Test(engine_hybrid, samples_and_repeats_recompute_without) { samples_and_repeats(false); }
+
+/* A conversation's next turn: the first turn's prompt and answer, then more
+ * tokens. Decode saved the state at each block boundary it crossed, so the
+ * second turn starts past the first prompt; its tokens equal a fresh engine's. */
+Test(engine_hybrid, next_turn_reuses_the_answer) {
+    int32_t *first = random_prompt(40, 900), *more = random_prompt(9, 901);
+    Hybrid h;
+    open_hybrid(&h, HYBRID_DENSE, 200, 4, 512);
+    Got turn1 = {0}, turn2 = {0}, fresh = {0};
+    submit(h.e, first, 40, 20, 1, &turn1);
+    run_all(h.e);
+    int32_t second[69];
+    memcpy(second, first, sizeof(int32_t) * 40);
+    memcpy(second + 40, turn1.ids[0], sizeof(int32_t) * 20);
+    memcpy(second + 60, more, sizeof(int32_t) * 9);
+    submit(h.e, second, 69, 20, 1, &turn2);
+    run_all(h.e);
+    /* 59 tokens of turn one were computed (its last answer token never was):
+     * the boundary at 48 was saved during decode; 64 is not reached. */
+    cr_expect_eq(turn2.cached, 48, "turn two reused %d tokens", turn2.cached);
+    close_hybrid(&h);
+    open_hybrid_with(&h, HYBRID_DENSE, 200, 4, 512, false);
+    submit(h.e, second, 69, 20, 1, &fresh);
+    run_all(h.e);
+    cr_expect_eq(fresh.cached, 0);
+    expect_same(&fresh, &turn2, 1, "next turn", 0);
+    close_hybrid(&h);
+    free(first);
+    free(more);
 }

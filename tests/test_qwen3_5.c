@@ -297,12 +297,24 @@ Test(qwen3_5, slots_are_validated) {
     cr_expect(runner_step(r, &batch, out, &err) != 0);
     seqs[1].state_slot = 1;
     cr_expect(runner_step(r, &batch, out, &err) == 0, "%s", err.msg);
+    seqs[1].restore = true; /* at position 0: nothing to restore */
+    seqs[1].restore_checkpoint = 0;
+    cr_expect(runner_step(r, &batch, out, &err) != 0);
+    cr_expect(strstr(err.msg, "restore"), "%s", err.msg);
+    seqs[1].restore = false;
+    seqs[0].save = seqs[1].save = true;
+    seqs[0].save_checkpoint = seqs[1].save_checkpoint = 1;
+    cr_expect(runner_step(r, &batch, out, &err) != 0);
+    cr_expect(strstr(err.msg, "save to checkpoint"), "%s", err.msg);
+    seqs[1].save_checkpoint = r->num_state_checkpoints;
+    cr_expect(runner_step(r, &batch, out, &err) != 0);
     cr_expect(strstr(r->description, "recurrent-state slots"), "%s", r->description);
     tiny_close(&w, r);
 }
 
-/* The state slots come out of the KV budget: max_num_seqs of them while
- * they take at most half, else as many as half holds (max_num_seqs with them). */
+/* The state slots and checkpoints come out of the KV budget: a slot and a
+ * checkpoint per max_num_seqs while they take at most half, else as many as
+ * half holds, half of them slots (max_num_seqs with them). */
 Test(qwen3_5, state_slots_share_the_kv_budget) {
     ModelWeights w;
     Error err = {0};
@@ -317,24 +329,67 @@ Test(qwen3_5, state_slots_share_the_kv_budget) {
     o.kv_cache_dtype = KV_CACHE_F32;
     o.dtype = COMPUTE_F32;
     o.max_num_seqs = 4;
-    int blocks = (int)((4 * slot + block - 1) / block) + 3; /* the slots take under half */
-    o.kv_cache_bytes = 4 * slot + (size_t)blocks * block;
+    int blocks = (int)((8 * slot + block - 1) / block) + 3; /* the units take under half */
+    o.kv_cache_bytes = 8 * slot + (size_t)blocks * block;
     Runner *r = cpu_runner_create(&w, &o, &err);
     cr_assert(r, "%s", err.msg);
     cr_expect_eq(r->num_state_slots, 4);
+    cr_expect_eq(r->num_state_checkpoints, 4);
     cr_expect_eq(r->num_kv_blocks, blocks);
     cr_expect_eq(r->options.max_num_seqs, 4);
     runner_destroy(r);
     o.max_num_seqs = 64;
-    o.kv_cache_bytes = 8 * slot;
+    o.kv_cache_bytes = 18 * slot; /* half holds 9: 4 slots, 5 checkpoints */
     r = cpu_runner_create(&w, &o, &err);
     cr_assert(r, "%s", err.msg);
     cr_expect_eq(r->num_state_slots, 4);
+    cr_expect_eq(r->num_state_checkpoints, 5);
     cr_expect_eq(r->options.max_num_seqs, 4);
-    cr_expect_eq(r->num_kv_blocks, (int)(4 * slot / block));
+    cr_expect_eq(r->num_kv_blocks, (int)(9 * slot / block));
+    runner_destroy(r);
+    o.kv_cache_bytes = 2 * slot + block; /* one unit: a slot, no checkpoint */
+    r = cpu_runner_create(&w, &o, &err);
+    cr_assert(r, "%s", err.msg);
+    cr_expect_eq(r->num_state_slots, 1);
+    cr_expect_eq(r->num_state_checkpoints, 0);
     runner_destroy(r);
     o.kv_cache_bytes = slot;
     cr_expect_null(cpu_runner_create(&w, &o, &err));
     cr_expect(strstr(err.msg, "recurrent state"), "%s", err.msg);
     model_weights_free(&w);
+}
+
+/* A checkpoint saved after 64 tokens, restored into another slot: the rest
+ * of the prompt computed from there equals one call over the whole prompt,
+ * at every position. */
+Test(qwen3_5, checkpoint_restore_equals_one_call) {
+    ModelWeights w;
+    Runner *r;
+    open_hybrid(&DENSE, &w, &r, ALL_F32);
+    cr_assert_gt(r->num_state_checkpoints, 2);
+    json_t *g = golden_load_from(&DENSE);
+    int n;
+    int32_t *ids = json_ids(json_object_get(golden_prompt(g, "len300"), "prompt_ids"), &n), next;
+    int32_t *table = table_for(0, (n + 15) / 16);
+    float *one = malloc(sizeof(float) * (size_t)n * VOCAB), *rest = malloc(sizeof(float) * (size_t)(n - 64) * VOCAB);
+    step_one(r, ids, n, 0, table, 0, one, &next);
+    RunnerSeq seq = {.tokens = ids, .num_tokens = 64, .block_table = table, .num_blocks = 4, .state_slot = 1,
+                     .save = true, .save_checkpoint = 2, .compute_logits = true};
+    RunnerBatch batch = {.seqs = &seq, .num_seqs = 1};
+    Error err = {0};
+    cr_assert(runner_step(r, &batch, &next, &err) == 0, "%s", err.msg);
+    seq = (RunnerSeq){.tokens = ids + 64, .num_tokens = n - 64, .start_pos = 64, .block_table = table,
+                      .num_blocks = (n + 15) / 16, .state_slot = 3, .restore = true, .restore_checkpoint = 2,
+                      .compute_logits = true};
+    batch.all_logits = rest;
+    cr_assert(runner_step(r, &batch, &next, &err) == 0, "%s", err.msg);
+    double diff = max_abs_diff(one + (size_t)64 * VOCAB, rest, (size_t)(n - 64) * VOCAB);
+    cr_log_info("restored from a checkpoint vs one call: max diff %.3g", diff);
+    cr_expect(diff <= HYBRID_TOL, "restored run differs by %g", diff);
+    free(one);
+    free(rest);
+    free(table);
+    free(ids);
+    json_decref(g);
+    tiny_close(&w, r);
 }

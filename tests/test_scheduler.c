@@ -27,7 +27,7 @@ static void setup_open_slots(Setup *t, int num_blocks, int block_size, int max_n
     memset(t, 0, sizeof *t);
     Error err = {0};
     cr_assert(t->bm = block_manager_create(num_blocks, block_size, &err), "%s", err.msg);
-    SchedulerOptions o = {max_num_seqs, 4096, policy, num_state_slots};
+    SchedulerOptions o = {max_num_seqs, 4096, policy, num_state_slots, NULL};
     cr_assert(t->s = scheduler_create(&o, t->bm, MAX_SEQS, &err), "%s", err.msg);
 }
 
