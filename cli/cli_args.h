@@ -85,8 +85,9 @@ int parse_common_option(int c, const char *name, const char *value, RunnerOption
     "  --threads N                   CPU threads (default: one per core)\n"                        \
     "  --kv-cache-memory BYTES       CPU KV cache budget, e.g. 4GiB (default "                     \
     DEFAULT_TEXT(DEFAULT_KV_CACHE_GIB) "GiB). Qwen3.5 models take a\n"                               \
-    "                                recurrent state per running sequence out of it first (at\n"   \
-    "                                most half: fewer sequences run), and reuse no cached prefix\n"\
+    "                                recurrent state per running sequence and as many state\n"     \
+    "                                checkpoints (their prefix caching) out of it first, at most\n"\
+    "                                half of it (fewer sequences run when it holds fewer)\n"       \
     "  --kv-cache-dtype auto|bfloat16|float32|fp8|fp8_e4m3\n"                                      \
     "                                what the KV cache stores (default auto: bfloat16 when the\n"  \
     "                                model's weights are bf16, else float32; CUDA: bfloat16).\n"   \
