@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "cuda_gdn_plan.h"
 #include "cuda_kernels.h"
 #include "cuda_moe.h"
 #include "cuda_sampler.h"
@@ -54,7 +55,7 @@ static void *k_layer(CudaRunner *r, int l) {
     return (char *)r->kv + (size_t)l * r->layer_elems * (r->kv_fp8 ? 1 : sizeof(uint16_t));
 }
 static void *v_layer(CudaRunner *r, int l) {
-    return (char *)r->kv + ((size_t)r->cfg.num_layers + l) * r->layer_elems * (r->kv_fp8 ? 1 : sizeof(uint16_t));
+    return (char *)r->kv + ((size_t)r->num_kv_layers + l) * r->layer_elems * (r->kv_fp8 ? 1 : sizeof(uint16_t));
 }
 static uint16_t *k_bf16(CudaRunner *r, int l) { return (uint16_t *)k_layer(r, l); }
 static uint16_t *v_bf16(CudaRunner *r, int l) { return (uint16_t *)v_layer(r, l); }
@@ -105,9 +106,12 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
     L->seqs = L->pool + align4(2 * (size_t)b->num_seqs);
     L->items = L->seqs + 4 * (size_t)b->num_seqs;
     size_t items_cap = 3 * (size_t)r->max_items;
-    L->tables = L->items + align4(items_cap);
+    L->gdn = L->items + align4(items_cap);
+    L->tables = L->gdn + (r->hybrid ? 4 * (size_t)b->num_seqs : 0);
+    L->num_seqs = b->num_seqs;
     int32_t *m = r->meta_host;
     CudaAttnSeq *seqs = (CudaAttnSeq *)(m + L->seqs);
+    CudaGdnSeq *gdn = (CudaGdnSeq *)(m + L->gdn);
     CudaAttnItem *items = (CudaAttnItem *)(m + L->items);
     size_t table_at = L->tables;
     int t = 0;
@@ -120,6 +124,9 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
             m[L->pool + 2 * n_pool++ + 1] = count;
         }
         seqs[s] = (CudaAttnSeq){t, q->start_pos, q->num_tokens, (int32_t)(table_at - L->tables)};
+        if (r->hybrid) /* a padding sequence (no slot): 0 rows, a no-op */
+            gdn[s] = q->state_slot >= 0 ? (CudaGdnSeq){t, q->num_tokens, q->state_slot, q->start_pos == 0}
+                                        : (CudaGdnSeq){t, 0, 0, 0};
         memcpy(m + table_at, q->block_table, sizeof(int32_t) * (size_t)blocks);
         table_at += (size_t)blocks;
         for (int i = 0; i < q->num_tokens; i++, t++) {
@@ -172,6 +179,10 @@ static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Erro
                               D, bs, splits, r->split_workspace, r->stream, err);
     return cuda_decode_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh,
                                  nkv, D, bs, splits, r->split_workspace, r->split_counters, r->stream, err);
+}
+
+int cuda_runner_attention(CudaRunner *r, int kv_layer, const StepLayout *L, int splits, Error *err) {
+    return attention(r, kv_layer, L, splits, err);
 }
 
 /* q/k norm + RoPE, and K and V into layer l's cache in its element type. */
@@ -232,12 +243,13 @@ static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
         const CudaLayerWeights *W = &r->weights.layers[l];
         const float *next_norm = l + 1 < c->num_layers ? r->weights.layers[l + 1].input_norm
                                                        : r->weights.final_norm;
-        if (gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ||
-            store_kv(r, l, W, L, err) ||
-            attention(r, l, L, splits, err) ||
-            gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err) ||
+        if ((r->hybrid ? cuda_hybrid_mixer(r, l, L, splits, err)
+                       : gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ||
+                             store_kv(r, l, W, L, err) ||
+                             attention(r, l, L, splits, err) ||
+                             gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err)) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
-            mlp(r, W, T, err) ||
+            mlp(r, W, T, err) || (r->hybrid && cuda_hybrid_shared_expert(r, W, T, err)) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, next_norm, T, H, eps, s, err)) /* h: next input */
             return error_prefix(err, "layer %d", l);
     }
@@ -350,7 +362,9 @@ static int step_on_stream(Runner *base, const RunnerBatch *b, int32_t *out, Erro
     if (runner_validate_batch(base, b, err)) return -1;
     const size_t V = (size_t)r->cfg.vocab_size;
     StepLayout L;
-    if (run_model(r, b, &L, err)) return -1;
+    if ((r->hybrid && cuda_hybrid_restore(r, b, err)) || run_model(r, b, &L, err) ||
+        (r->hybrid && cuda_hybrid_save(r, b, err)))
+        return -1;
 
     if (b->all_logits) { /* tests and tools: everything through the host */
         if (copy_all_logits(r, b, L.num_tokens, err)) return -1;
@@ -427,6 +441,7 @@ static void cuda_destroy(Runner *base) {
     cuda_matmul_destroy(r->matmul);
     cuda_weights_free(&r->weights);
     cuda_moe_free(&r->moe);
+    cuda_hybrid_free(r);
     void *device[] = {r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
                       r->split_workspace, r->split_counters, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
@@ -462,14 +477,16 @@ static int setup_matmul(CudaRunner *r, Error *err) {
     return r->matmul ? 0 : -1;
 }
 
-/* cos and sin of every (position, frequency), in double as the CPU runner. */
+/* cos and sin of every (position, frequency), in double as the CPU runner;
+ * the frequencies of rotary_dim (head_dim but in a hybrid, partial RoPE). */
 static int upload_rope(CudaRunner *r, Error *err) {
-    int half = r->cfg.head_dim / 2, P = r->base.options.max_model_len;
+    const int R = model_config_rotary_dim(&r->cfg);
+    int half = R / 2, P = r->base.options.max_model_len;
     size_t n = (size_t)P * half * 2;
     float *table = (float *)malloc(sizeof(float) * n);
     if (!table) return error_set(err, "out of memory (RoPE table)");
     for (int i = 0; i < half; i++) {
-        double inv_freq = 1.0 / pow(r->cfg.rope_theta, (2.0 * i) / r->cfg.head_dim);
+        double inv_freq = 1.0 / pow(r->cfg.rope_theta, (2.0 * i) / R);
         for (int p = 0; p < P; p++) {
             double angle = (double)p * inv_freq;
             table[((size_t)p * half + i) * 2] = (float)cos(angle);
@@ -536,7 +553,7 @@ static int alloc_activations(CudaRunner *r, Error *err) {
     r->max_blocks_per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;
     r->max_items = (int)(T / (size_t)r->tile_tokens + S);
     r->meta_capacity = 3 * align4(T) + align4(S) + align4(2 * S) + 4 * S + align4(3 * (size_t)r->max_items) +
-                       S * (size_t)r->max_blocks_per_seq;
+                       S * (size_t)r->max_blocks_per_seq + (r->hybrid ? 4 * S : 0);
     r->meta_dev = (int32_t *)cuda_alloc(sizeof(int32_t) * r->meta_capacity, err);
     if (!r->meta_dev) return -1;
     CUDA_TRY(cudaMallocHost((void **)&r->meta_host, sizeof(int32_t) * r->meta_capacity),
@@ -587,9 +604,10 @@ static int warm_up(CudaRunner *r, Error *err) {
     r->base.num_kv_blocks = blocks;
     {
         seqs[0] = (RunnerSeq){tokens, prefill, 0, table, blocks, -1, false, false, -1, -1, true, {}, POOLING_NONE, NULL};
+        if (r->hybrid) seqs[0].state_slot = 0; /* the slots are as free as the blocks */
         RunnerBatch one = {seqs, 1, NULL, NULL, NULL};
         if (cuda_step(&r->base, &one, out, err)) goto done;
-        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, -1, false, false, -1, -1, true, {}, POOLING_NONE, NULL};
+        for (int s = 0; s < decode; s++) seqs[s] = (RunnerSeq){tokens, 1, 0, table, 1, r->hybrid ? s : -1, false, false, -1, -1, true, {}, POOLING_NONE, NULL};
         RunnerBatch many = {seqs, decode, NULL, NULL, NULL};
         if (cuda_step(&r->base, &many, out, err)) goto done;
     }
@@ -636,7 +654,7 @@ static int alloc_kv_cache(CudaRunner *r, Error *err) {
     r->pad_block = (int32_t)blocks;
     r->layer_elems = (blocks + 1) * (size_t)o->block_size * r->cfg.num_kv_heads * r->cfg.head_dim;
     r->base.num_kv_blocks = (int)blocks;
-    r->base.kv_cache_bytes = blocks * block_bytes;
+    r->base.kv_cache_bytes = blocks * block_bytes + r->hy.bytes; /* runner.h: the state included */
     return 0;
 }
 
@@ -738,9 +756,10 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
                        "Hugging Face bf16 weights); use --device cpu");
         return NULL;
     }
-    if (c->hybrid || c->shared_expert_intermediate_size) {
-        error_set(err, "Qwen3.5 models (Gated DeltaNet layers, gated attention, shared experts) run "
-                       "on the CPU backend only for now; use --device cpu");
+    if ((c->hybrid || c->shared_expert_intermediate_size) &&
+        (c->fp8_weights || o.kv_cache_dtype == KV_CACHE_FP8 || !c->hybrid)) {
+        error_set(err, "Qwen3.5 models on CUDA take bf16 weights and a bf16 KV cache for now (FP8 "
+                       "checkpoints and --kv-cache-dtype fp8 run on the CPU backend); use --device cpu");
         return NULL;
     }
     CudaRunner *r = (CudaRunner *)calloc(1, sizeof *r);
@@ -754,6 +773,8 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     r->base.options = o;
     r->cfg = *c;
     r->kv_fp8 = o.kv_cache_dtype == KV_CACHE_FP8;
+    r->hybrid = c->hybrid;
+    r->num_kv_layers = cuda_runner_kv_layers(c);
     r->k_scale = r->v_scale = KV_FP8_DEFAULT_SCALE;
     double t0 = now_seconds();
     int rc = pick_device(r, err);
@@ -772,6 +793,7 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
      * not wait for (non-blocking): they must have landed before it starts. */
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = error_set(err, "uploading the model to the GPU");
     if (rc == 0) rc = alloc_activations(r, err);
+    if (rc == 0 && r->hybrid) rc = cuda_hybrid_setup(r, err);
     if (rc == 0) rc = warm_up(r, err);
     if (rc == 0) rc = alloc_kv_cache(r, err);
     if (rc) {

@@ -26,12 +26,18 @@ extern "C" {
 
 Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err);
 
-/* Bytes of one KV block on the GPU: K and V of every layer, bf16 (any
+/* The layers with K and V: all of them, but a hybrid model's full-attention
+ * layers only (its Gated DeltaNet layers keep a recurrent state instead). */
+static inline int cuda_runner_kv_layers(const ModelConfig *cfg) {
+    return cfg->num_layers - (cfg->hybrid ? cfg->num_linear_layers : 0);
+}
+
+/* Bytes of one KV block on the GPU: K and V of every KV layer, bf16 (any
  * dtype but fp8, as the runner resolves them) or one e4m3 byte a value
  * (KV_CACHE_FP8: twice the tokens in the same memory). */
 static inline size_t cuda_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDtype dtype) {
-    return 2 * (dtype == KV_CACHE_FP8 ? 1 : sizeof(uint16_t)) * (size_t)cfg->num_layers * (size_t)block_size *
-           (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
+    return 2 * (dtype == KV_CACHE_FP8 ? 1 : sizeof(uint16_t)) * (size_t)cuda_runner_kv_layers(cfg) *
+           (size_t)block_size * (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
 }
 
 #ifdef __cplusplus

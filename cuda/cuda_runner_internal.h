@@ -21,6 +21,27 @@ extern "C" {
 
 #define MAX_GRAPHS 64
 
+/* A hybrid (Qwen3.5) model's part of the runner (cuda_runner_hybrid.cu). */
+typedef struct CudaHybrid {
+    /* The recurrent-state pool, cpu_state_pool.h's layout: units of
+     * unit_floats (every linear layer's conv state then recurrent state, one
+     * layer after another); unit u is slot u for u < num_slots, checkpoint
+     * u - num_slots after. */
+    float *states;
+    size_t unit_floats, layer_floats, bytes;
+    int num_slots, num_checkpoints;
+    int *kv_index, *linear_index; /* [num_layers]: the layer's place among the full / linear ones, or -1 */
+    /* activations: wide [tokens, max(conv_dim, 2Q + 2KV)] float32 (in_proj_qkv's
+     * output, or a full layer's fused q+gate/k/v); z [tokens, value_dim],
+     * a and b [tokens, Hv] float32; out [tokens, value_dim] bf16 */
+    float *wide, *z, *a, *b;
+    uint16_t *out;
+    /* the shared expert: gate_up [tokens, 2 SI], its act [tokens, SI] bf16,
+     * its output [tokens, hidden] and gate [tokens] */
+    float *sh_gate_up, *sh_out, *sh_gate;
+    uint16_t *sh_act;
+} CudaHybrid;
+
 typedef struct CudaRunner {
     Runner base;
     ModelConfig cfg;
@@ -28,9 +49,12 @@ typedef struct CudaRunner {
     cudaStream_t stream;
     CudaMatmul *matmul; /* every projection: gemv, cuBLAS, FP8 (cuda_matmul.h) */
     CudaWeights weights;
-    float *rope;       /* [max_model_len, head_dim / 2, 2]: cos, sin */
+    float *rope;       /* [max_model_len, rotary_dim / 2, 2]: cos, sin (rotary_dim: head_dim but in hybrids) */
     void *kv;           /* K of every layer, then V of every layer: bf16, or e4m3 bytes when kv_fp8 */
     size_t layer_elems; /* values of K (or V) per layer */
+    int num_kv_layers;  /* layers with K/V (cuda_runner_kv_layers): V starts after their K */
+    bool hybrid;        /* Qwen3.5: Gated DeltaNet and gated full layers (hy) */
+    CudaHybrid hy;
     bool kv_fp8;        /* --kv-cache-dtype fp8: one byte a value (cuda_kv_fp8.h) */
     float k_scale, v_scale; /* the fp8 cache's scales (KV_FP8_DEFAULT_SCALE) */
 
@@ -80,9 +104,32 @@ typedef struct CudaRunner {
 
 /* Where each part of the metadata sits in meta_host / meta_dev (int32 offsets). */
 typedef struct StepLayout {
-    int num_tokens, num_items, num_logit_rows, num_pool_rows;
-    size_t tokens, positions, slots, logit_rows, pool, seqs, items, tables, total;
+    int num_tokens, num_items, num_logit_rows, num_pool_rows, num_seqs;
+    size_t tokens, positions, slots, logit_rows, pool, seqs, items, gdn, tables, total;
 } StepLayout;
+/* gdn: a hybrid model's CudaGdnSeq per sequence (4 int32 each, padding
+ * sequences 0 rows), before the tables; none otherwise (gdn == tables). */
+
+/* cuda_runner.cu, for the hybrid layers: paged attention over KV layer
+ * kv_layer (the q in r->q, out in r->attn). */
+int cuda_runner_attention(CudaRunner *r, int kv_layer, const StepLayout *L, int splits, Error *err);
+
+/* cuda_runner_hybrid.cu */
+
+/* Before the warm-up: the hybrid activations, the layer indexes and the
+ * state pool (slots and checkpoints out of the memory budget, max_num_seqs
+ * lowered to the slots there is room for); sets Runner.num_state_*. */
+int cuda_hybrid_setup(CudaRunner *r, Error *err);
+void cuda_hybrid_free(CudaRunner *r);
+/* Layer l's token mixer into r->delta (r->h its input): Gated DeltaNet or gated attention. */
+int cuda_hybrid_mixer(CudaRunner *r, int l, const StepLayout *L, int splits, Error *err);
+/* A sparse layer's shared expert added into r->delta (nothing without one). */
+int cuda_hybrid_shared_expert(CudaRunner *r, const CudaLayerWeights *W, int T, Error *err);
+/* Checkpoints copied into slots before the step (restore), slots into
+ * checkpoints after it (save), on the stream, outside any graph. */
+int cuda_hybrid_restore(CudaRunner *r, const RunnerBatch *b, Error *err);
+int cuda_hybrid_save(CudaRunner *r, const RunnerBatch *b, Error *err);
+
 
 /* cuda_runner_sampling.cu */
 

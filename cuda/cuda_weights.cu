@@ -233,6 +233,38 @@ static int lay_out_experts(Plan *p, CudaLayerWeights *dst, const LayerWeights *s
     return rc;
 }
 
+/* A Gated DeltaNet layer's projections (bf16) and its float32 vectors. */
+static int lay_out_linear(Plan *p, CudaLayerWeights *dst, const LayerWeights *src, const ModelConfig *c, int l,
+                          Error *err) {
+    const LinearAttnWeights *A = &src->linear_attn;
+    const Weight *qkv[1] = {&A->in_proj_qkv}, *z[1] = {&A->in_proj_z}, *a[1] = {&A->in_proj_a},
+                 *b[1] = {&A->in_proj_b}, *out[1] = {&A->out_proj};
+    const int hv = c->linear_num_v_heads, conv = model_config_linear_conv_dim(c);
+    char what[48];
+    snprintf(what, sizeof what, "layer %d's linear attention", l);
+    dst->linear = true;
+    return dense(p, &dst->lin_qkv, qkv, 1, what, err) || dense(p, &dst->lin_z, z, 1, what, err) ||
+                   dense(p, &dst->lin_a, a, 1, what, err) || dense(p, &dst->lin_b, b, 1, what, err) ||
+                   dense(p, &dst->lin_out, out, 1, what, err) ||
+                   vector(p, &dst->conv, A->conv, conv * c->linear_conv_kernel, err) ||
+                   vector(p, &dst->A_log, A->A_log, hv, err) || vector(p, &dst->dt_bias, A->dt_bias, hv, err) ||
+                   vector(p, &dst->lin_norm, A->norm, c->linear_v_dim, err)
+               ? -1
+               : 0;
+}
+
+/* A sparse layer's shared expert: gate and up stacked, down, the gate row. */
+static int lay_out_shared(Plan *p, CudaLayerWeights *dst, const LayerWeights *src, int l, Error *err) {
+    const SharedExpertWeights *S = &src->shared;
+    const Weight *gate_up[2] = {&S->gate_proj, &S->up_proj}, *down[1] = {&S->down_proj}, *gate[1] = {&S->gate};
+    char what[48];
+    snprintf(what, sizeof what, "layer %d's shared expert", l);
+    return dense(p, &dst->shared_gate_up, gate_up, 2, what, err) || dense(p, &dst->shared_down, down, 1, what, err) ||
+                   dense(p, &dst->shared_gate, gate, 1, what, err)
+               ? -1
+               : 0;
+}
+
 static int lay_out(Plan *p, CudaWeights *w, const ModelWeights *m, Error *err) {
     const ModelConfig *c = &m->config;
     if (stack_bf16(p, &w->embed, &m->embed_tokens, "the embeddings", err)) return -1;
@@ -257,6 +289,14 @@ static int lay_out(Plan *p, CudaWeights *w, const ModelWeights *m, Error *err) {
         int mlp = src->experts ? lay_out_experts(p, dst, src, c->num_experts, l, err)
                                : (dense(p, &dst->gate_up, gate_up, 2, what[2], err) ||
                                   dense(p, &dst->down, down, 1, what[3], err));
+        if (src->experts && c->shared_expert_intermediate_size && !mlp) mlp = lay_out_shared(p, dst, src, l, err);
+        if (src->linear) { /* Qwen3.5's Gated DeltaNet layer: no q/k/v, o_proj or q/k norms */
+            if (mlp || lay_out_linear(p, dst, src, c, l, err) ||
+                vector(p, &dst->input_norm, src->input_norm, c->hidden_size, err) ||
+                vector(p, &dst->post_attention_norm, src->post_attention_norm, c->hidden_size, err))
+                return -1;
+            continue;
+        }
         if (mlp || dense(p, &dst->qkv, qkv, 3, what[0], err) || dense(p, &dst->o_proj, o, 1, what[1], err) ||
             vector(p, &dst->input_norm, src->input_norm, c->hidden_size, err) ||
             vector(p, &dst->post_attention_norm, src->post_attention_norm, c->hidden_size, err) ||

@@ -44,6 +44,17 @@ typedef struct CudaLayerWeights {
     CudaMatrix router;          /* [experts, hidden] */
     CudaMatrix experts_gate_up; /* [experts][2 * moe_intermediate, hidden]: gate rows, then up */
     CudaMatrix experts_down;    /* [experts][hidden, moe_intermediate] */
+    /* Qwen3.5 (hybrid). A full layer's qkv has q_proj's 2 * num_heads *
+     * head_dim rows with attn_output_gate (per head: query, then gate). A
+     * linear (Gated DeltaNet) layer has no qkv, o_proj or q/k norms, but: */
+    bool linear;
+    CudaMatrix lin_qkv, lin_z, lin_a, lin_b; /* in_proj_*: [conv_dim | value_dim | Hv | Hv, hidden] */
+    CudaMatrix lin_out;                      /* out_proj [hidden, value_dim] */
+    float *conv, *A_log, *dt_bias, *lin_norm; /* float32 as LinearAttnWeights */
+    /* a sparse layer's shared expert (data NULL without one) */
+    CudaMatrix shared_gate_up; /* [2 * shared_intermediate, hidden]: gate rows, then up */
+    CudaMatrix shared_down;    /* [hidden, shared_intermediate] */
+    CudaMatrix shared_gate;    /* [1, hidden] */
 } CudaLayerWeights;
 
 typedef struct CudaWeights {
