@@ -19,7 +19,8 @@
  *
  * The division of work, the device-side sequence array and the state pool's
  * layout (the CPU runner's: slot-major, then linear layer, then conv +
- * recurrent floats) are cuda_gdn_plan.h's. Not used by cuda_runner.cu yet.
+ * recurrent floats) are cuda_gdn_plan.h's. The runner's linear layers call it
+ * (cuda_runner_hybrid.cu).
  */
 #ifndef NANOVLLM_CUDA_GATED_DELTANET_H
 #define NANOVLLM_CUDA_GATED_DELTANET_H

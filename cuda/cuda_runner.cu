@@ -24,7 +24,8 @@
  * thread blocks (cuda_decode_attention.cu); the split count is fixed per
  * bucket and each sequence uses as many of its splits as its length needs.
  * Steps with prompt tokens use the tensor-core attention
- * (cuda_prefill_attention.cu).
+ * (cuda_prefill_attention.cu). Qwen3.5 (hybrid) models swap each layer's
+ * attention for cuda_runner_hybrid.cu's mixers and keep state slots there.
  */
 #include "cuda_runner.h"
 #include "cuda_runner_internal.h"
@@ -151,7 +152,7 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
  * blocks; steps with prompt tokens (splits 0) compute on the tensor cores.
  * An fp8 cache goes to each kernel's fp8 entry point (there is no previous
  * decode kernel for it: legacy_attention is off then). */
-static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Error *err) {
+int cuda_runner_attention(CudaRunner *r, int l, const StepLayout *L, int splits, Error *err) {
     const ModelConfig *c = &r->cfg;
     const CudaAttnSeq *seqs = (const CudaAttnSeq *)(r->meta_dev + L->seqs);
     const CudaAttnItem *items = (const CudaAttnItem *)(r->meta_dev + L->items);
@@ -179,10 +180,6 @@ static int attention(CudaRunner *r, int l, const StepLayout *L, int splits, Erro
                               D, bs, splits, r->split_workspace, r->stream, err);
     return cuda_decode_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh,
                                  nkv, D, bs, splits, r->split_workspace, r->split_counters, r->stream, err);
-}
-
-int cuda_runner_attention(CudaRunner *r, int kv_layer, const StepLayout *L, int splits, Error *err) {
-    return attention(r, kv_layer, L, splits, err);
 }
 
 /* q/k norm + RoPE, and K and V into layer l's cache in its element type. */
@@ -246,7 +243,7 @@ static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
         if ((r->hybrid ? cuda_hybrid_mixer(r, l, L, splits, err)
                        : gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ||
                              store_kv(r, l, W, L, err) ||
-                             attention(r, l, L, splits, err) ||
+                             cuda_runner_attention(r, l, L, splits, err) ||
                              gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err)) ||
             cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
             mlp(r, W, T, err) || (r->hybrid && cuda_hybrid_shared_expert(r, W, T, err)) ||
