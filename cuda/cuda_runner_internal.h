@@ -1,8 +1,9 @@
 /*
  * cuda_runner_internal.h - the CUDA runner's state, shared by the files that
- * make up one step: cuda_runner.cu (the forward pass, graphs, creation) and
+ * make it up: cuda_runner.cu (the forward pass, graphs, creation),
+ * cuda_runner_memory.cu (the buffers it allocates at start-up),
  * cuda_runner_sampling.cu (each row's sampling inputs to the GPU, and the
- * rows the CPU sampler takes).
+ * rows the CPU sampler takes) and cuda_runner_hybrid.cu (Qwen3.5's layers).
  */
 #ifndef NANOVLLM_CUDA_RUNNER_INTERNAL_H
 #define NANOVLLM_CUDA_RUNNER_INTERNAL_H
@@ -130,6 +131,18 @@ int cuda_hybrid_shared_expert(CudaRunner *r, const CudaLayerWeights *W, int T, E
 int cuda_hybrid_restore(CudaRunner *r, const RunnerBatch *b, Error *err);
 int cuda_hybrid_save(CudaRunner *r, const RunnerBatch *b, Error *err);
 
+
+static inline size_t cuda_align4(size_t n) { return (n + 3) & ~(size_t)3; }
+
+static inline KvCacheDtype cuda_runner_kv_dtype(const CudaRunner *r) {
+    return r->kv_fp8 ? KV_CACHE_FP8 : KV_CACHE_BF16;
+}
+
+/* cuda_runner_memory.cu: the RoPE table, the activations and metadata
+ * buffers, and the KV cache (last: it takes what the budget leaves). */
+int cuda_runner_upload_rope(CudaRunner *r, Error *err);
+int cuda_runner_alloc_activations(CudaRunner *r, Error *err);
+int cuda_runner_alloc_kv_cache(CudaRunner *r, Error *err);
 
 /* cuda_runner_sampling.cu */
 
