@@ -68,8 +68,9 @@ static void plan_state_checkpoints(Engine *e, Sequence *s, RunnerSeq *q, int num
     int h = s->blocks.num_hashed;
     uint64_t hash = h > 0 ? s->blocks.hashes[h - 1] : 0;
     for (int b = h; b < end / bs; b++) hash = block_manager_chain_hash(e->bm, hash, s->tokens + (size_t)b * bs);
-    if (state_cache_holds(e->state_cache, hash)) return; /* the same state is kept already */
-    int c = state_cache_take(e->state_cache, scheduler_step_id(e->sched), hash);
+    uint64_t step = scheduler_step_id(e->sched);
+    if (state_cache_holds(e->state_cache, hash, step)) return; /* the same state is kept already */
+    int c = state_cache_take(e->state_cache, step, hash);
     if (c < 0) return;
     q->save = true;
     q->save_checkpoint = c;

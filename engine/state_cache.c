@@ -9,9 +9,8 @@
 
 typedef struct Entry {
     uint64_t hash;
-    bool registered;
-    bool pending;      /* a save into it is planned this step */
-    uint64_t last_use; /* LRU clock */
+    bool registered;      /* holds the state after `hash` (else: free, or a save in progress) */
+    uint64_t last_use;    /* LRU clock */
     uint64_t pinned_step; /* 1 + the step that restores from or saves into it; 0: none */
 } Entry;
 
@@ -50,9 +49,13 @@ int state_cache_find(StateCache *c, uint64_t hash) {
 
 static bool pinned(const Entry *e, uint64_t step) { return e->pinned_step == step + 1; }
 
-bool state_cache_holds(const StateCache *c, uint64_t hash) {
-    for (int i = 0; i < c->num; i++)
-        if ((c->entries[i].registered || c->entries[i].pending) && c->entries[i].hash == hash) return true;
+/* A save planned this step is pinned and not yet registered; one planned
+ * in an earlier step that never published (the step failed) is just free. */
+bool state_cache_holds(const StateCache *c, uint64_t hash, uint64_t step) {
+    for (int i = 0; i < c->num; i++) {
+        const Entry *e = &c->entries[i];
+        if ((e->registered || pinned(e, step)) && e->hash == hash) return true;
+    }
     return false;
 }
 
@@ -60,7 +63,7 @@ int state_cache_take(StateCache *c, uint64_t step, uint64_t hash) {
     int best = -1;
     for (int i = 0; i < c->num; i++) {
         Entry *e = &c->entries[i];
-        if (pinned(e, step) || e->pending) continue;
+        if (pinned(e, step)) continue;
         if (!e->registered) {
             best = i;
             break;
@@ -70,7 +73,6 @@ int state_cache_take(StateCache *c, uint64_t step, uint64_t hash) {
     if (best < 0) return -1;
     Entry *e = &c->entries[best];
     e->registered = false;
-    e->pending = true;
     e->hash = hash;
     e->pinned_step = step + 1;
     return best;
@@ -82,18 +84,6 @@ void state_cache_pin(StateCache *c, int checkpoint, uint64_t step) {
 
 void state_cache_publish(StateCache *c, int checkpoint) {
     Entry *e = &c->entries[checkpoint];
-    e->pending = false;
     e->registered = true;
     e->last_use = ++c->clock;
-}
-
-void state_cache_drop(StateCache *c, int checkpoint) {
-    c->entries[checkpoint].pending = false;
-    c->entries[checkpoint].registered = false;
-}
-
-int state_cache_num_registered(const StateCache *c) {
-    int n = 0;
-    for (int i = 0; i < c->num; i++) n += c->entries[i].registered;
-    return n;
 }

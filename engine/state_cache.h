@@ -31,13 +31,14 @@ void state_cache_destroy(StateCache *c);
  * this chain hash, or -1. A hit counts as a use (LRU). */
 int state_cache_find(StateCache *c, uint64_t hash);
 
-/* Whether a checkpoint holds, or a save of this step is about to hold, the
+/* Whether a checkpoint holds, or a save of step `step` is about to hold, the
  * state after the prefix with this hash (then a new save is not needed). */
-bool state_cache_holds(const StateCache *c, uint64_t hash);
+bool state_cache_holds(const StateCache *c, uint64_t hash, uint64_t step);
 
 /* A checkpoint for a save in step `step` of the state after the prefix with
- * this hash: pinned for that step, pending until state_cache_publish or
- * state_cache_drop; -1 when every one is pinned. */
+ * this hash: pinned for that step, findable once state_cache_publish says
+ * the save is done (a step that fails never publishes: the checkpoint is
+ * free again from the next step on); -1 when every one is pinned. */
 int state_cache_take(StateCache *c, uint64_t step, uint64_t hash);
 
 /* Pins a found checkpoint for the step that restores from it. */
@@ -45,10 +46,5 @@ void state_cache_pin(StateCache *c, int checkpoint, uint64_t step);
 
 /* The save into `checkpoint` is done: findable by its hash from now on. */
 void state_cache_publish(StateCache *c, int checkpoint);
-
-/* The save did not happen or cannot be used: the checkpoint is free. */
-void state_cache_drop(StateCache *c, int checkpoint);
-
-int state_cache_num_registered(const StateCache *c);
 
 #endif
