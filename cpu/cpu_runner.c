@@ -126,11 +126,6 @@ size_t cpu_runner_block_bytes(const ModelConfig *cfg, int block_size, KvCacheDty
            (size_t)cfg->head_dim;
 }
 
-static GdnShape gdn_shape(const ModelConfig *c) {
-    return (GdnShape){c->linear_num_k_heads, c->linear_num_v_heads, c->linear_k_dim, c->linear_v_dim,
-                      c->linear_conv_kernel, (float)c->rms_norm_eps};
-}
-
 size_t cpu_runner_state_slot_bytes(const ModelConfig *cfg) { return cpu_state_unit_bytes(cfg); }
 
 static size_t kv_elem_size(const CpuRunner *r) { return kv_dtype_bytes(r->kv_dtype); }
@@ -690,7 +685,7 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
         r->moe = cpu_moe_create(r->pool, r->matmul, c, (int)T, err);
     if (!r->matmul || !r->attention || (c->num_experts > 0 && !r->moe)) goto fail;
     if (num_slots) {
-        GdnShape shape = gdn_shape(c);
+        GdnShape shape = cpu_state_gdn_shape(c);
         r->gdn = cpu_gdn_create(r->pool, &shape, (int)T, err);
         if (!r->gdn) goto fail;
     }

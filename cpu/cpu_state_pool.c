@@ -12,14 +12,14 @@
 #include "cpu_gated_deltanet.h"
 #include "base/log.h"
 
-static GdnShape shape_of(const ModelConfig *c) {
+GdnShape cpu_state_gdn_shape(const ModelConfig *c) {
     return (GdnShape){c->linear_num_k_heads, c->linear_num_v_heads, c->linear_k_dim, c->linear_v_dim,
                       c->linear_conv_kernel, (float)c->rms_norm_eps};
 }
 
 size_t cpu_state_unit_bytes(const ModelConfig *cfg) {
     if (!cfg->hybrid || cfg->num_linear_layers == 0) return 0;
-    GdnShape s = shape_of(cfg);
+    GdnShape s = cpu_state_gdn_shape(cfg);
     return sizeof(float) * (size_t)cfg->num_linear_layers *
            (gdn_conv_state_floats(&s) + gdn_recurrent_state_floats(&s));
 }
@@ -38,7 +38,7 @@ int cpu_state_plan(size_t budget, size_t unit_bytes, int max_num_seqs, int *num_
 int cpu_state_pool_init(CpuStatePool *p, const ModelConfig *cfg, int num_slots, int num_checkpoints,
                         Error *err) {
     memset(p, 0, sizeof *p);
-    GdnShape s = shape_of(cfg);
+    GdnShape s = cpu_state_gdn_shape(cfg);
     p->num_slots = num_slots;
     p->num_checkpoints = num_checkpoints;
     p->conv_floats = gdn_conv_state_floats(&s);

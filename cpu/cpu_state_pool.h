@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 
+#include "cpu_gated_deltanet.h"
 #include "base/error.h"
 #include "model/model_config.h"
 
@@ -26,6 +27,9 @@ typedef struct CpuStatePool {
     size_t conv_floats, recurrent_floats; /* per unit per linear layer */
     size_t unit_floats;
 } CpuStatePool;
+
+/* The shape of a hybrid model's Gated DeltaNet layers, as the mixer takes it. */
+GdnShape cpu_state_gdn_shape(const ModelConfig *cfg);
 
 /* Bytes of one unit (a sequence's whole state); 0 for a model without
  * linear layers. */
