@@ -43,7 +43,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3_ref import load_safetensors, mlp, parse_ids, rms_norm, topk  # noqa: E402
+from qwen3_ref import load_safetensors, mlp, parse_ids, print_logits, print_trace, rms_norm, topk  # noqa: E402
 
 
 def silu(x):
@@ -613,14 +613,7 @@ def main():
         ap.error(f"{a.cmd} needs --ids")
     m = Qwen35(a.model, a.dtype, a.form, a.chunk)
     if a.cmd == "logits":
-        L = m.forward(a.ids, last_only=not a.all_positions)[0]
-        first = len(a.ids) - L.shape[0]
-        for j, l in enumerate(L):
-            ids, vals = topk(l, a.top)
-            print(f"pos {first + j} (token {a.ids[first + j]}): " +
-                  " ".join(f"{i}:{v:.6f}" for i, v in zip(ids, vals)))
-        if a.out:
-            L[-1].astype("<f4").tofile(a.out)
+        print_logits(m.forward(a.ids, last_only=not a.all_positions)[0], a.ids, a.top, a.out)
     elif a.cmd == "greedy":
         toks, margins = m.greedy(a.ids, a.n, a.carry)
         print("greedy_ids", json.dumps(toks))
@@ -628,13 +621,7 @@ def main():
     else:
         tr = {}
         m.forward(a.ids, trace=tr)
-        for k, v in tr.items():
-            last = v[-1].ravel()
-            print(f"{k:20s} {str(v.shape):16s} rms={np.sqrt(np.mean(v * v)):.6g} "
-                  f"last[:4]={np.array2string(last[:4], precision=6)}")
-        if a.out:
-            np.savez(a.out, **tr)
-
+        print_trace(tr, a.out, width=20)
 
 if __name__ == "__main__":
     main()

@@ -193,6 +193,29 @@ def topk(l, k):
     return idx, l[idx]
 
 
+def print_logits(L, ids, top, out=None):
+    """The `logits` command's output: each row's top ids (rows are the last
+    L.shape[0] positions of ids), and the last row as raw f32 into out."""
+    first = len(ids) - L.shape[0]
+    for j, l in enumerate(L):
+        best, vals = topk(l, top)
+        print(f"pos {first + j} (token {ids[first + j]}): " +
+              " ".join(f"{i}:{v:.6f}" for i, v in zip(best, vals)))
+    if out:
+        L[-1].astype("<f4").tofile(out)
+
+
+def print_trace(tr, out=None, width=18):
+    """The `dump` command's output: each recorded activation's shape, rms and
+    first values, and all of them into an .npz."""
+    for k, v in tr.items():
+        last = v[-1].ravel()
+        print(f"{k:{width}s} {str(v.shape):16s} rms={np.sqrt(np.mean(v * v)):.6g} "
+              f"last[:4]={np.array2string(last[:4], precision=6)}")
+    if out:
+        np.savez(out, **tr)
+
+
 def parse_ids(s):
     if s.startswith("@"):
         with open(s[1:]) as f:
@@ -217,14 +240,7 @@ def main():
     m = Qwen3(a.model, a.dtype)
 
     if a.cmd == "logits":
-        L = m.forward(a.ids, last_only=not a.all_positions)
-        first = len(a.ids) - L.shape[0]
-        for j, l in enumerate(L):
-            ids, vals = topk(l, a.top)
-            print(f"pos {first + j} (token {a.ids[first + j]}): " +
-                  " ".join(f"{i}:{v:.6f}" for i, v in zip(ids, vals)))
-        if a.out:
-            L[-1].astype("<f4").tofile(a.out)
+        print_logits(m.forward(a.ids, last_only=not a.all_positions), a.ids, a.top, a.out)
     elif a.cmd == "embed":
         print(json.dumps([float(x) for x in m.embed(a.ids, a.pooling, not a.raw)]))
     elif a.cmd == "greedy":
@@ -234,13 +250,7 @@ def main():
     else:
         tr = {}
         m.forward(a.ids, trace=tr)
-        for k, v in tr.items():
-            last = v[-1].ravel()
-            print(f"{k:18s} {str(v.shape):16s} rms={np.sqrt(np.mean(v * v)):.6g} "
-                  f"last[:4]={np.array2string(last[:4], precision=6)}")
-        if a.out:
-            np.savez(a.out, **tr)
-
+        print_trace(tr, a.out)
 
 if __name__ == "__main__":
     main()
