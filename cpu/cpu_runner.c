@@ -532,12 +532,13 @@ Runner *cpu_runner_create(const ModelWeights *model, const RunnerOptions *opts, 
     o.kv_cache_dtype = kv_cache_dtype_resolve(o.kv_cache_dtype, model);
     o.dtype = cpu_runner_dtype_resolve(o.dtype, model);
     /* A hybrid model's state slots and checkpoints come out of the KV
-     * budget first (cpu_state_plan: at most half of it); max_num_seqs falls
+     * budget first (runner_plan_state_units: at most half of it); max_num_seqs falls
      * to the slots there is room for. */
     size_t slot_bytes = cpu_runner_state_slot_bytes(c);
     int num_slots = 0, num_checkpoints = 0;
     if (slot_bytes) {
-        if (cpu_state_plan(o.kv_cache_bytes, slot_bytes, o.max_num_seqs, &num_slots, &num_checkpoints)) {
+        if (runner_plan_state_units((double)o.kv_cache_bytes, slot_bytes, o.max_num_seqs, &num_slots,
+                                    &num_checkpoints)) {
             error_set(err, "KV cache budget of %zu bytes cannot hold the recurrent state of one "
                            "sequence (%zu bytes) beside its KV blocks", o.kv_cache_bytes, slot_bytes);
             return NULL;

@@ -24,17 +24,6 @@ size_t cpu_state_unit_bytes(const ModelConfig *cfg) {
            (gdn_conv_state_floats(&s) + gdn_recurrent_state_floats(&s));
 }
 
-int cpu_state_plan(size_t budget, size_t unit_bytes, int max_num_seqs, int *num_slots,
-                   int *num_checkpoints) {
-    size_t fit = unit_bytes ? budget / 2 / unit_bytes : 0;
-    if (fit < 1) return -1;
-    size_t want = 2 * (size_t)max_num_seqs, units = fit < want ? fit : want;
-    size_t slots = units / 2 ? units / 2 : 1;
-    *num_slots = (int)slots;
-    *num_checkpoints = (int)(units - slots);
-    return 0;
-}
-
 int cpu_state_pool_init(CpuStatePool *p, const ModelConfig *cfg, int num_slots, int num_checkpoints,
                         Error *err) {
     memset(p, 0, sizeof *p);

@@ -35,13 +35,6 @@ GdnShape cpu_state_gdn_shape(const ModelConfig *cfg);
  * linear layers. */
 size_t cpu_state_unit_bytes(const ModelConfig *cfg);
 
-/* How a KV budget of `budget` bytes is shared (cpu_runner.h): the units take
- * at most half of it, two per sequence that may run (a slot and a
- * checkpoint) up to max_num_seqs; with less room, half of them slots (at
- * least one), the rest checkpoints. Returns -1 when not even one unit fits. */
-int cpu_state_plan(size_t budget, size_t unit_bytes, int max_num_seqs, int *num_slots,
-                   int *num_checkpoints);
-
 int cpu_state_pool_init(CpuStatePool *p, const ModelConfig *cfg, int num_slots, int num_checkpoints,
                         Error *err);
 void cpu_state_pool_free(CpuStatePool *p);

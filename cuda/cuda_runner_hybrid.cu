@@ -42,24 +42,17 @@ static int mm(CudaRunner *r, float *y, const uint16_t *x, CudaMatrix w, int rows
     return cuda_matmul(r->matmul, y, x, w, rows, out, in, err);
 }
 
-/* Slots and checkpoints: two units a sequence (a slot, a checkpoint) up to
- * max_num_seqs, in at most half of what --gpu-memory-utilization leaves now
- * (the KV blocks get the rest, and need some); with less room half of them
- * slots (at least one), the rest checkpoints, as cpu_state_plan. */
+/* Slots and checkpoints out of what --gpu-memory-utilization leaves now
+ * (runner_plan_state_units; the KV blocks get the rest). */
 static int plan_states(CudaRunner *r, size_t unit_bytes, Error *err) {
     RunnerOptions *o = &r->base.options;
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the GPU's free memory", err);
     double budget = (double)total_bytes * o->gpu_memory_utilization - (double)(total_bytes - free_bytes);
-    size_t fit = budget > 0 ? (size_t)(budget / 2 / (double)unit_bytes) : 0;
-    if (fit < 1)
+    if (runner_plan_state_units(budget, unit_bytes, o->max_num_seqs, &r->hy.num_slots, &r->hy.num_checkpoints))
         return error_set(err, "no GPU memory left for the recurrent state of one sequence (%.3g MB); raise "
                               "--gpu-memory-utilization or lower --max-num-batched-tokens",
                          unit_bytes / 1e6);
-    size_t want = 2 * (size_t)o->max_num_seqs, units = fit < want ? fit : want;
-    size_t slots = units / 2 ? units / 2 : 1;
-    r->hy.num_slots = (int)slots;
-    r->hy.num_checkpoints = (int)(units - slots);
     if (r->hy.num_slots < o->max_num_seqs) {
         log_info("max_num_seqs %d -> %d: each sequence's recurrent state takes %.3g MB, and half the GPU "
                  "memory left holds %d of them with as many checkpoints",

@@ -62,6 +62,17 @@ int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err) {
     return 0;
 }
 
+int runner_plan_state_units(double budget, size_t unit_bytes, int max_num_seqs, int *num_slots,
+                            int *num_checkpoints) {
+    size_t fit = budget > 0 && unit_bytes ? (size_t)(budget / 2 / (double)unit_bytes) : 0;
+    if (fit < 1) return -1;
+    size_t want = 2 * (size_t)max_num_seqs, units = fit < want ? fit : want;
+    size_t slots = units / 2 ? units / 2 : 1;
+    *num_slots = (int)slots;
+    *num_checkpoints = (int)(units - slots);
+    return 0;
+}
+
 int runner_step(Runner *r, const RunnerBatch *batch, int32_t *tokens_out, Error *err) {
     return r->ops->step(r, batch, tokens_out, err);
 }

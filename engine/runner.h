@@ -159,6 +159,16 @@ bool model_is_bf16(const ModelWeights *model);
 /* Options with nanovllm's defaults (see config/defaults.h). */
 RunnerOptions runner_default_options(void);
 
+/* How a backend shares a memory budget of `budget` bytes (the CPU's
+ * --kv-cache-memory, what --gpu-memory-utilization leaves on a GPU) with a
+ * hybrid model's state, each unit unit_bytes (a sequence's whole state):
+ * the units take at most half of it, two per sequence that may run (a slot
+ * and a checkpoint) up to max_num_seqs; with less room, half of them slots
+ * (at least one), the rest checkpoints. Returns -1 when not even one unit
+ * fits. */
+int runner_plan_state_units(double budget, size_t unit_bytes, int max_num_seqs, int *num_slots,
+                            int *num_checkpoints);
+
 /* For a backend's create: fills max_model_len 0 with the model's and checks
  * the options every backend relies on. */
 int runner_resolve_options(RunnerOptions *o, const ModelConfig *c, Error *err);
