@@ -3,16 +3,19 @@
  *
  * require_gpu() skips a test, visibly and with the reason, on a machine with
  * no usable GPU (CI, the development machine); everything else here is
- * random data and device buffers for the kernel comparisons.
+ * random data and device buffers for the kernel comparisons, the paged
+ * attention cases, and the runner options the runner tests share.
  */
 #ifndef NANOVLLM_TEST_CUDA_TEST_H
 #define NANOVLLM_TEST_CUDA_TEST_H
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "cpu/cpu_runner.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_kernels.h"
 #include "base/half.h"
@@ -92,6 +95,58 @@ static inline float *widen_bf16(const uint16_t *v, size_t n) {
     return w;
 }
 
+/* The slots a store was not to write (written[s] false, of S) still hold
+ * dev_poisoned's 0xff bytes in both the K and the V cache (slot_bytes a
+ * slot in each). */
+static inline void expect_unwritten_slots(const void *k, const void *v, size_t slot_bytes, const bool *written,
+                                          int S) {
+    const unsigned char *kb = k, *vb = v;
+    for (int s = 0; s < S; s++)
+        if (!written[s])
+            for (size_t i = 0; i < slot_bytes; i++)
+                cr_assert(kb[(size_t)s * slot_bytes + i] == 0xff && vb[(size_t)s * slot_bytes + i] == 0xff,
+                          "slot %d was not to be written", s);
+}
+
+/* The router logits the runner's GEMM would write for n tokens: float32
+ * sums of the bf16 router rows ([E][H]) times x ([n][H]), uploaded to
+ * d_logits ([n][E]). */
+static inline void upload_router_logits(float *d_logits, const uint16_t *router, const float *x, int n, int E,
+                                        int H) {
+    float *logits = malloc(sizeof(float) * (size_t)n * E);
+    cr_assert(logits);
+    for (int t = 0; t < n; t++)
+        for (int e = 0; e < E; e++) {
+            float s = 0;
+            for (int i = 0; i < H; i++) s += bf16_to_f32(router[e * H + i]) * x[t * H + i];
+            logits[t * E + e] = s;
+        }
+    Error err = {0};
+    cr_assert(cuda_upload(d_logits, logits, sizeof(float) * (size_t)n * E, &err) == 0, "%s", err.msg);
+    free(logits);
+}
+
+/* The runner tests' options: up to 512 tokens and 16 sequences a step,
+ * 2048 positions, a cache of `blocks` blocks of block_size tokens of kv,
+ * matmul inputs at dtype. The CUDA runner takes the block count
+ * (num_gpu_blocks_override); the CPU runner a byte budget, sized from
+ * config for the same blocks (config NULL: the default budget). */
+static inline RunnerOptions runner_test_options(const char *device, const ModelConfig *config, int block_size,
+                                                int blocks, KvCacheDtype kv, ComputeDtype dtype, bool eager) {
+    RunnerOptions o = runner_default_options();
+    o.device = device;
+    o.block_size = block_size;
+    o.max_num_batched_tokens = 512;
+    o.max_num_seqs = 16;
+    o.max_model_len = 2048;
+    o.num_gpu_blocks_override = blocks;
+    o.kv_cache_dtype = kv;
+    o.dtype = dtype;
+    if (config) o.kv_cache_bytes = cpu_runner_block_bytes(config, block_size, kv) * (size_t)blocks;
+    o.enforce_eager = eager;
+    return o;
+}
+
 /* ---- paged attention cases, shared by the attention kernels' tests ---- */
 
 #define ATTN_MAX_SEQS 8
@@ -101,6 +156,20 @@ typedef struct AttnCase {
     int num_seqs;
     int start[ATTN_MAX_SEQS], len[ATTN_MAX_SEQS]; /* per sequence: cached tokens, new tokens */
 } AttnCase;
+
+/* A decode step: one new token per sequence, the last of its keys. */
+typedef struct DecodeCase {
+    int nh, nkv, D, block_size, num_blocks, num_seqs;
+    int keys[ATTN_MAX_SEQS]; /* context length of each sequence, its new token included */
+} DecodeCase;
+
+/* The AttnCase of a decode step: each sequence's keys but the last cached,
+ * the last its one new token. */
+static inline AttnCase decode_attn_case(const DecodeCase *dc) {
+    AttnCase c = {dc->nh, dc->nkv, dc->D, dc->block_size, dc->num_blocks, dc->num_seqs, {0}, {0}};
+    for (int s = 0; s < dc->num_seqs; s++) c.start[s] = dc->keys[s] - 1, c.len[s] = 1;
+    return c;
+}
 
 /* Each sequence's blocks, a scattered and disjoint pick from the cache,
  * into flat (capacity entries; tables[s] points at sequence s's), and the

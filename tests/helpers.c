@@ -4,6 +4,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,4 +251,55 @@ int32_t *random_prompt(int len, uint64_t seed) {
         p[i] = (int32_t)((seed >> 33) % 151000);
     }
     return p;
+}
+
+double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return d;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+int argmax_margin(const float *v, size_t n, double *margin) {
+    int best = 0;
+    float second = -INFINITY;
+    for (size_t i = 1; i < n; i++) {
+        if (v[i] > v[best]) {
+            second = v[best];
+            best = (int)i;
+        } else if (v[i] > second) {
+            second = v[i];
+        }
+    }
+    *margin = (double)v[best] - second;
+    return best;
+}
+
+void prompt_last_logits(const char *model_dir, const int32_t *ids, int n, float *logits, int32_t *tok) {
+    ModelWeights w;
+    Error err = {0};
+    cr_assert(model_weights_load(&w, model_dir, &err) == 0, "%s", err.msg);
+    RunnerOptions o = runner_default_options();
+    o.device = "cpu";
+    o.kv_cache_bytes = 16u << 20;
+    o.dtype = COMPUTE_F32;
+    Runner *r = cpu_runner_create(&w, &o, &err);
+    cr_assert(r, "%s", err.msg);
+    int32_t table[1] = {0};
+    RunnerSeq seq = {.tokens = ids, .num_tokens = n, .start_pos = 0, .block_table = table, .num_blocks = 1,
+                     .compute_logits = true};
+    RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .last_logits = logits};
+    cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
+    runner_destroy(r);
+    model_weights_free(&w);
+}
+
+void expect_model_error_in(const char *dir, const char *needle) {
+    ModelWeights w;
+    Error err = {0};
+    cr_expect(model_weights_load(&w, dir, &err) == -1, "loaded; expected an error mentioning '%s'", needle);
+    cr_expect(strstr(err.msg, needle), "error '%s' does not mention '%s'", err.msg, needle);
 }

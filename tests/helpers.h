@@ -96,4 +96,20 @@ Tokenizer *tiny_tokenizer(void);
 /* Every line of a JSON-lines fixture (a JSON array of the rows). */
 json_t *jsonl_load(const char *path);
 
+/* max |a[i] - b[i]| over n floats; NaN if any difference is NaN (a NaN on
+ * either side), so that `<= tol` fails on it. */
+double max_abs_diff(const float *a, const float *b, size_t n);
+
+/* The index of the largest of v[0..n) (the first of equal ones) and, in
+ * *margin, its lead over the runner-up (0 at a tie; +inf where n is 1). */
+int argmax_margin(const float *v, size_t n, double *margin);
+
+/* The last position's logits and the greedy token of ids[0..n) (one KV
+ * block) on the model in model_dir: a CPU runner with float32 matmuls
+ * (auto would take bf16 for a bf16 checkpoint only). */
+void prompt_last_logits(const char *model_dir, const int32_t *ids, int n, float *logits, int32_t *tok);
+
+/* Loading the model in dir fails, with an error that mentions needle. */
+void expect_model_error_in(const char *dir, const char *needle);
+
 #endif

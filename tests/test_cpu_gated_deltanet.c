@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers.h"
 #include "base/cpu_isa.h"
 #include "cpu/cpu_gated_deltanet.h"
 
@@ -233,15 +234,6 @@ static double max_err(const Model *m, const Seq *q) {
     return e;
 }
 
-static double max_diff(const float *x, const float *y, size_t n) {
-    double e = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)x[i] - y[i]);
-        if (!(d <= e)) e = d;
-    }
-    return e;
-}
-
 static ThreadPool *pool;
 static void setup(void) {
     Error err = {0};
@@ -317,12 +309,12 @@ Test(gdn, split_prefill_equals_one_call) {
     static const int parts[] = {37, 1, 2, 64, 70, 9, 47};
     p = &split;
     for (int i = 0; i < 7; i++) step(g, &m, &p, &parts[i], 1, 1);
-    double e = max_diff(one.got, split.got, (size_t)230 * m.vd);
+    double e = max_abs_diff(one.got, split.got, (size_t)230 * m.vd);
     double e1 = max_err(&m, &one), e2 = max_err(&m, &split);
     cr_log_info("gdn split: vs one call %.2e; vs reference %.2e / %.2e", e, e1, e2);
     cr_expect(e < TOL && e1 < TOL && e2 < TOL, "split %g, one call %g, split %g", e, e1, e2);
-    cr_expect(max_diff(one.rec_state, split.rec_state, gdn_recurrent_state_floats(&m.s)) < TOL);
-    cr_expect(max_diff(one.conv_state, split.conv_state, gdn_conv_state_floats(&m.s)) == 0.0);
+    cr_expect(max_abs_diff(one.rec_state, split.rec_state, gdn_recurrent_state_floats(&m.s)) < TOL);
+    cr_expect(max_abs_diff(one.conv_state, split.conv_state, gdn_conv_state_floats(&m.s)) == 0.0);
     cpu_gdn_destroy(g);
     free_seq(&one);
     free_seq(&split);
@@ -386,7 +378,7 @@ Test(gdn, every_isa_matches_portable) {
                 portable = q.got;
                 q.got = NULL;
             } else {
-                double d = max_diff(portable, q.got, (size_t)140 * mm->vd);
+                double d = max_abs_diff(portable, q.got, (size_t)140 * mm->vd);
                 cr_log_info("gdn %s vs portable: %.2e (reference %.2e)", cpu_isa_name((CpuIsa)isa), d, e);
                 cr_expect(d < TOL, "%s vs portable: %g", cpu_isa_name((CpuIsa)isa), d);
             }

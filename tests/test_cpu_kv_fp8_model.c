@@ -71,18 +71,6 @@ static double row_diff(const float *a, const float *b, RowStats *st) {
     return rel;
 }
 
-/* The row's argmax and its lead over the runner-up. */
-static int top1(const float *x, double *margin) {
-    int best = 0;
-    for (int v = 1; v < VOCAB; v++)
-        if (x[v] > x[best]) best = v;
-    float second = -INFINITY;
-    for (int v = 0; v < VOCAB; v++)
-        if (v != best && x[v] > second) second = x[v];
-    *margin = (double)x[best] - second;
-    return best;
-}
-
 static void step(Runner *r, const RunnerSeq *q, float *all_logits) {
     RunnerBatch b = {.seqs = q, .num_seqs = 1, .all_logits = all_logits};
     int32_t out;
@@ -124,7 +112,7 @@ Test(cpu_kv_fp8_model, logits_near_the_bf16_cache, .timeout = 300) {
         bool equal_so_far = true;
         for (int s = 0; s < DECODE_STEPS; s++) {
             double rel = row_diff(b_row, f_row, &decode), margin, unused;
-            int want = top1(b_row, &margin), got = top1(f_row, &unused);
+            int want = argmax_margin(b_row, VOCAB, &margin), got = argmax_margin(f_row, VOCAB, &unused);
             if (equal_so_far && margin <= GREEDY_MIN_MARGIN) equal_so_far = false;
             if (equal_so_far) {
                 cr_expect_eq(got, want, "%s step %d: fp8 greedy %d, bf16 %d (margin %.3f, diff %.3f std)",

@@ -13,12 +13,6 @@
 
 #include "cuda_test.h"
 
-/* A decode step: one new token per sequence, the last of its keys. */
-typedef struct DecodeCase {
-    int nh, nkv, D, block_size, num_blocks, num_seqs;
-    int keys[ATTN_MAX_SEQS]; /* context length of each sequence, its new token included */
-} DecodeCase;
-
 static void check_close(const uint16_t *out, const float *want, size_t n, const AttnCase *c, const char *what,
                         int splits) {
     float *got = widen_bf16(out, n);
@@ -35,9 +29,7 @@ static void check_close(const uint16_t *out, const float *want, size_t n, const 
 }
 
 static void run_case(const DecodeCase *dc, uint64_t seed, const int *split_counts, int num_split_counts) {
-    AttnCase case_ = {dc->nh, dc->nkv, dc->D, dc->block_size, dc->num_blocks, dc->num_seqs, {0}, {0}};
-    for (int s = 0; s < dc->num_seqs; s++) case_.start[s] = dc->keys[s] - 1, case_.len[s] = 1;
-    const AttnCase *c = &case_;
+    const AttnCase case_ = decode_attn_case(dc), *c = &case_;
     const int S = c->num_seqs;
     size_t cache = (size_t)c->num_blocks * c->block_size * c->nkv * c->D, nq = (size_t)S * c->nh * c->D;
     float *q_f, *k_f, *v_f;

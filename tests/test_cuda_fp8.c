@@ -291,15 +291,9 @@ Test(cuda_fp8, moe_fp8_experts_match_the_dequantized_experts, .timeout = 60) {
     float *d_sgu = dev_copy(s_gu, sizeof(float) * E * gu_s), *d_sdn = dev_copy(s_dn, sizeof(float) * E * dn_s);
     float *d_delta = dev_poisoned(sizeof(float) * T * H);
     for (int n = 1; n <= T; n += 6) {
-        float want[T * H], got[T * H], logits[T * E];
+        float want[T * H], got[T * H];
         cpu_moe(cpu, want, x, n, &L);
-        for (int t = 0; t < n; t++)
-            for (int e = 0; e < E; e++) {
-                float s = 0;
-                for (int i = 0; i < H; i++) s += bf16_to_f32(router[e * H + i]) * x[t * H + i];
-                logits[t * E + e] = s;
-            }
-        cr_assert(cuda_upload(gpu.logits, logits, sizeof(float) * n * E, &err) == 0, "%s", err.msg);
+        upload_router_logits(gpu.logits, router, x, n, E, H);
         cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_qgu, d_sgu}, (CudaMatrix){d_qdn, d_sdn}, NULL,
                            &err) == 0,
                   "%s", err.msg);
@@ -421,17 +415,8 @@ static void load_dequantized(ModelWeights *ref, const ModelWeights *fp8, Owned *
 
 static Runner *open_on(ModelWeights *w, bool cuda, bool eager) {
     Error err = {0};
-    RunnerOptions o = runner_default_options();
-    o.device = cuda ? "cuda" : "cpu";
-    o.block_size = 16;
-    o.max_num_batched_tokens = 512;
-    o.max_num_seqs = 16;
-    o.max_model_len = 2048;
-    o.num_gpu_blocks_override = 64;
-    o.kv_cache_dtype = cuda ? KV_CACHE_BF16 : KV_CACHE_F32;
-    o.dtype = cuda ? COMPUTE_BF16 : COMPUTE_F32;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, 16, o.kv_cache_dtype) * 64;
-    o.enforce_eager = eager;
+    RunnerOptions o = runner_test_options(cuda ? "cuda" : "cpu", &w->config, 16, 64,
+                                          cuda ? KV_CACHE_BF16 : KV_CACHE_F32, cuda ? COMPUTE_BF16 : COMPUTE_F32, eager);
     Runner *r = cuda ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
     cr_assert(r, "%s runner: %s", o.device, err.msg);
     return r;

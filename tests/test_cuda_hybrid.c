@@ -39,24 +39,10 @@
 static const GoldenFixture DENSE = {"tests/fixtures/tiny-qwen3_5/dense", "tests/fixtures/tiny-qwen3_5/dense-golden"};
 static const GoldenFixture MOE = {"tests/fixtures/tiny-qwen3_5/moe", "tests/fixtures/tiny-qwen3_5/moe-golden"};
 
-static RunnerOptions gpu_options(bool eager) {
-    RunnerOptions o = runner_default_options();
-    o.device = "cuda";
-    o.block_size = 16;
-    o.max_num_batched_tokens = 512;
-    o.max_num_seqs = 16;
-    o.max_model_len = 2048;
-    o.num_gpu_blocks_override = 256;
-    o.kv_cache_dtype = KV_CACHE_BF16;
-    o.dtype = COMPUTE_BF16;
-    o.enforce_eager = eager;
-    return o;
-}
-
 static Runner *open_gpu(const char *model, ModelWeights *w, bool eager) {
     Error err = {0};
     cr_assert(model_weights_load(w, model, &err) == 0, "%s", err.msg);
-    RunnerOptions o = gpu_options(eager);
+    RunnerOptions o = runner_test_options("cuda", NULL, 16, 256, KV_CACHE_BF16, COMPUTE_BF16, eager);
     Runner *r = cuda_runner_create(w, &o, &err);
     cr_assert(r, "cuda runner: %s", err.msg);
     cr_assert_str_eq(r->device, "cuda");
@@ -79,15 +65,6 @@ static void step(Runner *r, RunnerSeq *seqs, int n, float *all, float *last, int
 static RunnerSeq seq_of(const int32_t *tokens, int n, int start, const int32_t *table, int slot) {
     return (RunnerSeq){.tokens = tokens, .num_tokens = n, .start_pos = start, .block_table = table,
                        .num_blocks = (start + n + 15) / 16, .state_slot = slot, .compute_logits = true};
-}
-
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = d; /* NaN wins */
-    }
-    return m;
 }
 
 /* Every golden prompt in one call on both runners: every position's logits. */
@@ -262,8 +239,7 @@ Test(cuda_hybrid, refuses_fp8_kv_cache) {
     ModelWeights w;
     Error err = {0};
     cr_assert(model_weights_load(&w, DENSE.model, &err) == 0, "%s", err.msg);
-    RunnerOptions o = gpu_options(true);
-    o.kv_cache_dtype = KV_CACHE_FP8;
+    RunnerOptions o = runner_test_options("cuda", NULL, 16, 256, KV_CACHE_FP8, COMPUTE_BF16, true);
     Runner *r = cuda_runner_create(&w, &o, &err);
     cr_expect_null(r);
     cr_expect(strstr(err.msg, "Qwen3.5") != NULL, "%s", err.msg);

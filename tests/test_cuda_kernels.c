@@ -159,11 +159,7 @@ static void qk_rope_check(int n, int nh, int nkv, int D, const int32_t *position
             expect_bf16_close(got, head, (size_t)D, h < nh ? "q" : h < nh + nkv ? "k" : "v");
         }
     }
-    for (int s = 0; s < S; s++)
-        if (!written[s])
-            for (size_t i = 0; i < (size_t)nkv * D; i++)
-                cr_assert(k[(size_t)s * nkv * D + i] == 0xffff && v[(size_t)s * nkv * D + i] == 0xffff,
-                          "slot %d was not to be written", s);
+    expect_unwritten_slots(k, v, sizeof(uint16_t) * nkv * D, written, S);
     void *dev[] = {d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, d_q, d_k, d_v};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
     void *host[] = {qkv, qn, kn, inv_freq, rope, q, k, v, head, written};

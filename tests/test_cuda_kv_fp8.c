@@ -174,11 +174,7 @@ static void store_case(int nh, int nkv, int D, float k_scale, float v_scale) {
         }
     }
     cr_expect(k_exact >= k_total - k_total / 100, "k: %d of %d bytes exact", k_exact, k_total);
-    for (int s = 0; s < S; s++)
-        if (!written[s])
-            for (size_t i = 0; i < (size_t)nkv * D; i++)
-                cr_assert(k[(size_t)s * nkv * D + i] == 0xff && v[(size_t)s * nkv * D + i] == 0xff,
-                          "slot %d was not to be written", s);
+    expect_unwritten_slots(k, v, (size_t)nkv * D, written, S);
     void *dev[] = {d_qkv, d_qn, d_kn, d_rope, d_pos, d_slots, d_q, d_k, d_v};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cuda_free(dev[i]);
     void *host[] = {qkv, qn, kn, inv_freq, rope, q, k, v, head, written};
@@ -218,11 +214,6 @@ static uint8_t *random_fp8_cache(size_t n, float amplitude, float scale, uint64_
     return b;
 }
 
-typedef struct DecodeCase {
-    int nh, nkv, D, block_size, num_blocks, num_seqs;
-    int keys[ATTN_MAX_SEQS]; /* context length of each sequence, its new token included */
-} DecodeCase;
-
 static void expect_tight(const uint16_t *out, const float *want, size_t n, const char *what, const DecodeCase *c,
                          int splits) {
     float *got = widen_bf16(out, n);
@@ -239,9 +230,7 @@ static void expect_tight(const uint16_t *out, const float *want, size_t n, const
 
 static void decode_case(const DecodeCase *dc, uint64_t seed, float k_scale, float v_scale, const int *split_counts,
                         int num_split_counts) {
-    AttnCase case_ = {dc->nh, dc->nkv, dc->D, dc->block_size, dc->num_blocks, dc->num_seqs, {0}, {0}};
-    for (int s = 0; s < dc->num_seqs; s++) case_.start[s] = dc->keys[s] - 1, case_.len[s] = 1;
-    const AttnCase *c = &case_;
+    const AttnCase case_ = decode_attn_case(dc), *c = &case_;
     const int S = c->num_seqs;
     const size_t cache = (size_t)c->num_blocks * c->block_size * c->nkv * c->D, nq = (size_t)S * c->nh * c->D;
     float *q_f, *k_f, *v_f;
@@ -437,34 +426,10 @@ Test(cuda_kv_fp8, prefill_attention_wmma_and_flash, .timeout = 180) {
 static Runner *open_cuda(ModelWeights *w, KvCacheDtype kv, bool eager) {
     Error err = {0};
     cr_assert(model_weights_load(w, TINY_MODEL, &err) == 0, "%s", err.msg);
-    RunnerOptions o = runner_default_options();
-    o.device = "cuda";
-    o.block_size = 16;
-    o.max_num_batched_tokens = 512;
-    o.max_num_seqs = 16;
-    o.max_model_len = 2048;
-    o.num_gpu_blocks_override = 256;
-    o.kv_cache_dtype = kv;
-    o.dtype = COMPUTE_BF16;
-    o.enforce_eager = eager;
+    RunnerOptions o = runner_test_options("cuda", NULL, 16, 256, kv, COMPUTE_BF16, eager);
     Runner *r = cuda_runner_create(w, &o, &err);
     cr_assert(r, "cuda runner: %s", err.msg);
     return r;
-}
-
-static int argmax_margin(const float *v, size_t n, double *margin) {
-    int best = 0;
-    float second = -INFINITY;
-    for (size_t i = 1; i < n; i++) {
-        if (v[i] > v[best]) {
-            second = v[best];
-            best = (int)i;
-        } else if (v[i] > second) {
-            second = v[i];
-        }
-    }
-    *margin = (double)v[best] - second;
-    return best;
 }
 
 /* Every position's logits of ids[0..n): the first `prompt` ids as one

@@ -101,16 +101,9 @@ Test(cuda_moe, sparse_mlp_matches_the_cpu, .timeout = 60) {
     uint16_t *d_down = dev_copy(down, sizeof(uint16_t) * E * H * MI);
     float *d_delta = dev_poisoned(sizeof(float) * T * H);
     for (int n = 1; n <= T; n += 6) {
-        float want[T * H], got[T * H], logits[T * E];
+        float want[T * H], got[T * H];
         cpu_moe(cpu, want, x, n, &L);
-        /* the router logits the runner's GEMM would write */
-        for (int t = 0; t < n; t++)
-            for (int e = 0; e < E; e++) {
-                float s = 0;
-                for (int i = 0; i < H; i++) s += bf16_to_f32(router[e * H + i]) * x[t * H + i];
-                logits[t * E + e] = s;
-            }
-        cr_assert(cuda_upload(gpu.logits, logits, sizeof(float) * n * E, &err) == 0, "%s", err.msg);
+        upload_router_logits(gpu.logits, router, x, n, E, H);
         cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_gate_up, NULL}, (CudaMatrix){d_down, NULL}, NULL,
                            &err) == 0,
                   "%s", err.msg);
@@ -143,17 +136,10 @@ static Runner *open_moe(ModelWeights *w, bool cuda, bool eager, bool dummy) {
     } else {
         cr_assert(model_weights_load(w, TINY_MOE_MODEL, &err) == 0, "%s", err.msg);
     }
-    RunnerOptions o = runner_default_options();
-    o.block_size = 16;
-    o.max_num_batched_tokens = 512;
-    o.max_num_seqs = 16;
-    o.max_model_len = 2048;
-    o.num_gpu_blocks_override = 256;
     /* The CPU runner is the reference: float32 cache (CUDA's is bf16). */
-    o.kv_cache_dtype = cuda ? KV_CACHE_BF16 : KV_CACHE_F32;
-    o.dtype = cuda ? COMPUTE_BF16 : COMPUTE_F32;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, 16, o.kv_cache_dtype) * 256;
-    o.enforce_eager = eager;
+    RunnerOptions o = runner_test_options(cuda ? "cuda" : "cpu", &w->config, 16, 256,
+                                          cuda ? KV_CACHE_BF16 : KV_CACHE_F32, cuda ? COMPUTE_BF16 : COMPUTE_F32,
+                                          eager);
     Runner *r = cuda ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
     cr_assert(r, "%s", err.msg);
     return r;

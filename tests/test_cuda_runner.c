@@ -31,19 +31,11 @@ static Runner *open_model(const char *model, ModelWeights *w, const char *device
                           int blocks, bool eager) {
     Error err = {0};
     cr_assert(model_weights_load(w, model, &err) == 0, "%s", err.msg);
-    RunnerOptions o = runner_default_options();
-    o.device = device;
-    o.block_size = block_size;
-    o.max_num_batched_tokens = 512;
-    o.max_num_seqs = 16;
-    o.max_model_len = 2048;
-    o.num_gpu_blocks_override = blocks;
+    const bool cuda = strcmp(device, "cuda") == 0;
     /* The CPU runner is the reference: float32 cache (CUDA's is bf16). */
-    o.kv_cache_dtype = strcmp(device, "cuda") == 0 ? KV_CACHE_BF16 : KV_CACHE_F32;
-    o.dtype = strcmp(device, "cuda") == 0 ? COMPUTE_BF16 : COMPUTE_F32;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, block_size, o.kv_cache_dtype) * (size_t)blocks;
-    o.enforce_eager = eager;
-    Runner *r = strcmp(device, "cuda") == 0 ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
+    RunnerOptions o = runner_test_options(device, &w->config, block_size, blocks, cuda ? KV_CACHE_BF16 : KV_CACHE_F32,
+                                          cuda ? COMPUTE_BF16 : COMPUTE_F32, eager);
+    Runner *r = cuda ? cuda_runner_create(w, &o, &err) : cpu_runner_create(w, &o, &err);
     cr_assert(r, "%s runner: %s", device, err.msg);
     cr_assert_str_eq(r->device, device);
     return r;
@@ -160,17 +152,7 @@ Test(cuda_runner, golden_logits_and_greedy_tokens, .timeout = 120) { golden_on_t
 static Runner *open_cpu_at(const char *model, ModelWeights *w, ComputeDtype dtype, KvCacheDtype kv) {
     Error err = {0};
     cr_assert(model_weights_load(w, model, &err) == 0, "%s", err.msg);
-    RunnerOptions o = runner_default_options();
-    o.device = "cpu";
-    o.block_size = 16;
-    o.max_num_batched_tokens = 512;
-    o.max_num_seqs = 16;
-    o.max_model_len = 2048;
-    o.num_gpu_blocks_override = 64;
-    o.kv_cache_dtype = kv;
-    o.dtype = dtype;
-    o.kv_cache_bytes = cpu_runner_block_bytes(&w->config, 16, kv) * 64;
-    o.enforce_eager = true;
+    RunnerOptions o = runner_test_options("cpu", &w->config, 16, 64, kv, dtype, true);
     Runner *r = cpu_runner_create(w, &o, &err);
     cr_assert(r, "cpu runner: %s", err.msg);
     return r;
@@ -188,21 +170,6 @@ static void cpu_all_logits(Runner *r, const int32_t *tokens, int n, float *out) 
                      .compute_logits = true};
     RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .all_logits = out};
     cr_assert(runner_step(r, &batch, &tok, &err) == 0, "%s", err.msg);
-}
-
-static int argmax_margin(const float *v, size_t n, double *margin) {
-    int best = 0;
-    float second = -INFINITY;
-    for (size_t i = 1; i < n; i++) {
-        if (v[i] > v[best]) {
-            second = v[best];
-            best = (int)i;
-        } else if (v[i] > second) {
-            second = v[i];
-        }
-    }
-    *margin = (double)v[best] - second;
-    return best;
 }
 
 static double rms_diff(const float *a, const float *b, size_t n) {

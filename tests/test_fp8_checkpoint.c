@@ -126,13 +126,6 @@ static void write_fp8_copy(Breakage breakage) {
     safetensors_close(&src);
 }
 
-static void expect_model_error(const char *needle) {
-    ModelWeights w;
-    Error err = {0};
-    cr_expect(model_weights_load(&w, dir, &err) == -1, "loaded; expected an error mentioning '%s'", needle);
-    cr_expect(strstr(err.msg, needle), "error '%s' does not mention '%s'", err.msg, needle);
-}
-
 Test(fp8_checkpoint, loads_in_place_with_scales, .init = setup, .fini = teardown) {
     write_fp8_copy(FINE);
     ModelWeights w;
@@ -156,32 +149,14 @@ Test(fp8_checkpoint, loads_in_place_with_scales, .init = setup, .fini = teardown
     model_weights_free(&w);
 }
 
-/* Last-position logits and greedy token of one prompt, float32 compute. */
-static void run_prompt(const char *model_dir, float *logits, int32_t *tok) {
-    ModelWeights w;
-    Error err = {0};
-    cr_assert(model_weights_load(&w, model_dir, &err) == 0, "%s", err.msg);
-    RunnerOptions o = runner_default_options();
-    o.device = "cpu";
-    o.kv_cache_bytes = 16u << 20;
-    o.dtype = COMPUTE_F32;
-    Runner *r = cpu_runner_create(&w, &o, &err);
-    cr_assert(r, "%s", err.msg);
-    int32_t ids[9] = {9707, 11, 1879, 151643, 100000, 151935, 785, 13, 40}, table[1] = {0};
-    RunnerSeq seq = {.tokens = ids, .num_tokens = 9, .block_table = table, .num_blocks = 1, .compute_logits = true};
-    RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .last_logits = logits};
-    cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
-    runner_destroy(r);
-    model_weights_free(&w);
-}
-
 Test(fp8_checkpoint, computes_what_its_dequantized_values_compute, .init = setup, .fini = teardown) {
     write_fp8_copy(FINE);
     enum { V = 151936 };
     float *want = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
+    static const int32_t ids[9] = {9707, 11, 1879, 151643, 100000, 151935, 785, 13, 40};
     int32_t t_ref, t_fp8;
-    run_prompt(ref_dir, want, &t_ref);
-    run_prompt(dir, got, &t_fp8);
+    prompt_last_logits(ref_dir, ids, 9, want, &t_ref);
+    prompt_last_logits(dir, ids, 9, got, &t_fp8);
     double d = 0, scale = 0;
     for (int i = 0; i < V; i++) {
         d = fmax(d, fabs(want[i] - got[i]));
@@ -196,35 +171,35 @@ Test(fp8_checkpoint, computes_what_its_dequantized_values_compute, .init = setup
 
 Test(fp8_checkpoint, missing_scale_is_named, .init = setup, .fini = teardown) {
     write_fp8_copy(NO_SCALE);
-    expect_model_error("no 'model.layers.0.self_attn.k_proj.weight_scale_inv'");
+    expect_model_error_in(dir, "no 'model.layers.0.self_attn.k_proj.weight_scale_inv'");
 }
 
 Test(fp8_checkpoint, wrong_scale_shape_is_named, .init = setup, .fini = teardown) {
     write_fp8_copy(SCALE_SHAPE);
-    expect_model_error("'model.layers.0.mlp.up_proj.weight_scale_inv' has shape [2, 1] but config.json "
-                       "implies [1, 1]");
+    expect_model_error_in(dir, "'model.layers.0.mlp.up_proj.weight_scale_inv' has shape [2, 1] but "
+                               "config.json implies [1, 1]");
 }
 
 Test(fp8_checkpoint, nan_byte_is_refused, .init = setup, .fini = teardown) {
     write_fp8_copy(NAN_BYTE);
-    expect_model_error("'model.layers.1.mlp.down_proj.weight' holds a NaN");
+    expect_model_error_in(dir, "'model.layers.1.mlp.down_proj.weight' holds a NaN");
 }
 
 Test(fp8_checkpoint, nan_scale_is_refused, .init = setup, .fini = teardown) {
     write_fp8_copy(NAN_SCALE);
-    expect_model_error("'model.layers.2.self_attn.o_proj.weight_scale_inv': scale 0 of 4 is nan");
+    expect_model_error_in(dir, "'model.layers.2.self_attn.o_proj.weight_scale_inv': scale 0 of 4 is nan");
 }
 
 Test(fp8_checkpoint, fp8_embeddings_are_refused, .init = setup, .fini = teardown) {
     write_fp8_copy(EMBED_FP8);
-    expect_model_error("'model.embed_tokens.weight' has dtype F8_E4M3; expected BF16, F16 or F32 (FP8 "
-                       "checkpoints keep it in bf16)");
+    expect_model_error_in(dir, "'model.embed_tokens.weight' has dtype F8_E4M3; expected BF16, F16 or F32 "
+                               "(FP8 checkpoints keep it in bf16)");
 }
 
 Test(fp8_checkpoint, fp8_without_quantization_config_is_refused, .init = setup, .fini = teardown) {
     write_fp8_copy(FINE);
     write_config(dir, NULL);
-    expect_model_error("needs config.json's fp8 quantization_config");
+    expect_model_error_in(dir, "needs config.json's fp8 quantization_config");
 }
 
 Test(fp8_checkpoint, other_quantization_configs_are_refused, .init = setup, .fini = teardown) {
@@ -243,7 +218,7 @@ Test(fp8_checkpoint, other_quantization_configs_are_refused, .init = setup, .fin
     write_fp8_copy(FINE);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_config(dir, cases[i].config);
-        expect_model_error(cases[i].needle);
+        expect_model_error_in(dir, cases[i].needle);
     }
 }
 

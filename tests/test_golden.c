@@ -58,12 +58,6 @@ static int blocks_for(const Runner *r, int tokens) {
     return (tokens + r->options.block_size - 1) / r->options.block_size;
 }
 
-static double max_abs_diff(const float *a, const float *b, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
-
 /* The golden checks on one prompt's logits at every position. */
 static double check_positions(const GoldenFixture *f, json_t *p, const float *all, int n,
                               double tol) {

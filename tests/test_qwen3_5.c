@@ -68,12 +68,6 @@ static int step_one(Runner *r, const int32_t *tokens, int n, int start, const in
     return rc;
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
-
 /* Every position's top-5 golden logits, the last position's top 20 and,
  * where the fixture keeps it, the whole last row. */
 static double check_prompt(const GoldenFixture *f, json_t *p, const float *all, int n, double tol) {

@@ -201,37 +201,12 @@ static void write_tiny_copy(Convert conv, int shards, const char *skip, const ch
     safetensors_close(&src);
 }
 
-static void expect_model_error(const char *needle) {
-    ModelWeights w;
-    Error err = {0};
-    cr_expect(model_weights_load(&w, dir, &err) == -1);
-    cr_expect(strstr(err.msg, needle), "error '%s' does not mention '%s'", err.msg, needle);
-}
-
-/* Greedy ids and last logits of one prompt on the model in `model_dir`. */
-static void run_prompt(const char *model_dir, float *logits, int32_t *tok) {
-    ModelWeights w;
-    Error err = {0};
-    cr_assert(model_weights_load(&w, model_dir, &err) == 0, "%s", err.msg);
-    RunnerOptions o = runner_default_options();
-    o.device = "cpu";
-    o.kv_cache_bytes = 16u << 20;
-    o.dtype = COMPUTE_F32; /* auto would differ: bf16 for the bf16 checkpoint only */
-    Runner *r = cpu_runner_create(&w, &o, &err);
-    cr_assert(r, "%s", err.msg);
-    int32_t ids[7] = {9707, 11, 1879, 151643, 100000, 151935, 785}, table[1] = {0};
-    RunnerSeq seq = {.tokens = ids, .num_tokens = 7, .start_pos = 0, .block_table = table, .num_blocks = 1, .compute_logits = true};
-    RunnerBatch batch = {.seqs = &seq, .num_seqs = 1, .last_logits = logits};
-    cr_assert(runner_step(r, &batch, tok, &err) == 0, "%s", err.msg);
-    runner_destroy(r);
-    model_weights_free(&w);
-}
-
 static void expect_same_as_bf16(double tol) {
     float *want = malloc(sizeof(float) * 151936), *got = malloc(sizeof(float) * 151936);
+    static const int32_t ids[7] = {9707, 11, 1879, 151643, 100000, 151935, 785};
     int32_t t1, t2;
-    run_prompt(TINY_MODEL, want, &t1);
-    run_prompt(dir, got, &t2);
+    prompt_last_logits(TINY_MODEL, ids, 7, want, &t1);
+    prompt_last_logits(dir, ids, 7, got, &t2);
     double d = 0;
     for (int i = 0; i < 151936; i++) d = fmax(d, fabs(want[i] - got[i]));
     cr_expect(d <= tol, "logits differ by %g", d);
@@ -257,13 +232,13 @@ Test(safetensors, sharded_checkpoint_matches_single_file) {
 
 Test(safetensors, missing_tensor_is_named) {
     write_tiny_copy(AS_BF16, 1, "model.layers.2.mlp.up_proj.weight", NULL);
-    expect_model_error("missing tensor 'model.layers.2.mlp.up_proj.weight'");
+    expect_model_error_in(dir, "missing tensor 'model.layers.2.mlp.up_proj.weight'");
 }
 
 Test(safetensors, wrong_shape_is_named) {
     write_tiny_copy(AS_BF16, 1, NULL, "model.layers.1.self_attn.k_proj.weight");
-    expect_model_error("'model.layers.1.self_attn.k_proj.weight' has shape [255, 32] but "
-                       "config.json implies [256, 32]");
+    expect_model_error_in(dir, "'model.layers.1.self_attn.k_proj.weight' has shape [255, 32] but "
+                               "config.json implies [256, 32]");
 }
 
 Test(safetensors, non_float_weight_is_refused) {
@@ -286,7 +261,7 @@ Test(safetensors, non_float_weight_is_refused) {
     json_t *index = json_pack("{s:o}", "weight_map", map);
     cr_assert(json_dump_file(index, path_in("model.safetensors.index.json"), 0) == 0);
     json_decref(index);
-    expect_model_error("dtype I16");
+    expect_model_error_in(dir, "dtype I16");
 }
 
 Test(safetensors, bad_shard_index) {
@@ -297,22 +272,22 @@ Test(safetensors, bad_shard_index) {
     json_t *map = json_object_get(index, "weight_map");
     json_object_set_new(map, "model.embed_tokens.weight", json_string("model-00002-of-00002.safetensors"));
     cr_assert(json_dump_file(index, path_in("model.safetensors.index.json"), 0) == 0);
-    expect_model_error("is not in shard");
+    expect_model_error_in(dir, "is not in shard");
     /* A shard name that leaves the folder. */
     json_object_set_new(map, "model.embed_tokens.weight", json_string("../model.safetensors"));
     cr_assert(json_dump_file(index, path_in("model.safetensors.index.json"), 0) == 0);
-    expect_model_error("invalid shard file name");
+    expect_model_error_in(dir, "invalid shard file name");
     /* A shard that does not exist. */
     json_object_set_new(map, "model.embed_tokens.weight", json_string("model-00009-of-00009.safetensors"));
     cr_assert(json_dump_file(index, path_in("model.safetensors.index.json"), 0) == 0);
-    expect_model_error("cannot open");
+    expect_model_error_in(dir, "cannot open");
     json_decref(index);
     write_text(path_in("model.safetensors.index.json"), "{\"weight_map\": 3}");
-    expect_model_error("weight_map");
+    expect_model_error_in(dir, "weight_map");
     free(text);
 }
 
 Test(safetensors, no_checkpoint_in_folder) {
     copy_tiny_config(dir);
-    expect_model_error("no model.safetensors");
+    expect_model_error_in(dir, "no model.safetensors");
 }
