@@ -89,7 +89,7 @@ void reference_logits_within(const char *ref_path, const char *model, double bou
             if (want[v] > want[ref_best]) {
                 ref_second = ref_best;
                 ref_best = v;
-            } else if (ref_second < 0 || want[v] > want[ref_second]) {
+            } else if (v != ref_best && (ref_second < 0 || want[v] > want[ref_second])) {
                 ref_second = v;
             }
         }

@@ -229,7 +229,8 @@ static double max_err(const Model *m, const Seq *q) {
     double e = 0.0;
     for (size_t i = 0; i < (size_t)q->done * m->vd; i++) {
         double d = fabs(q->got[i] - q->ref[i]);
-        if (!(d <= e)) e = d; /* NaN wins */
+        if (isnan(d)) return d; /* a NaN anywhere fails the comparison */
+        if (d > e) e = d;
     }
     return e;
 }
