@@ -43,7 +43,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3_ref import load_safetensors, mlp, parse_ids, print_logits, print_trace, rms_norm, topk  # noqa: E402
+from qwen3_ref import (load_safetensors, mlp, parse_ids, print_logits, print_trace, rms_norm,  # noqa: E402
+                       routed_experts, topk)
 
 
 def silu(x):
@@ -221,21 +222,10 @@ class Qwen35:
 
     # ---- MLP / MoE ------------------------------------------------------------------------
     def moe(self, h, p, i, rec):
-        """Softmax router over all experts, top-k (ties: lower id), renormalised; plus the
-        shared expert scaled by sigmoid(shared_expert_gate(h))."""
-        c, w = self.c, self.w
-        k = c["num_experts_per_tok"]
-        logits = h @ w[p + "mlp.gate.weight"].T  # [T, E]
-        rec(f"ffn_moe_logits-{i}", logits)
-        prob = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        prob /= prob.sum(axis=-1, keepdims=True)
-        top = np.argsort(-prob, axis=-1, kind="stable")[:, :k]
-        weight = np.take_along_axis(prob, top, axis=-1)
-        weight = weight / weight.sum(axis=-1, keepdims=True)
-        out = np.zeros_like(h)
-        for e in np.unique(top):
-            rows, slot = np.nonzero(top == e)
-            out[rows] += weight[rows, slot][:, None] * mlp(h[rows], w, f"{p}mlp.experts.{e}.")
+        """Softmax router over all experts, top-k (ties: lower id), always renormalised; plus
+        the shared expert scaled by sigmoid(shared_expert_gate(h))."""
+        w = self.w
+        out = routed_experts(h, w, p, self.c["num_experts_per_tok"], True, rec, i)
         shared = mlp(h, w, p + "mlp.shared_expert.")
         sg = sigmoid(h @ w[p + "mlp.shared_expert_gate.weight"].T)  # [T, 1]
         rec(f"ffn_moe_routed-{i}", out)

@@ -65,6 +65,27 @@ def mlp(h, w, p):
     return (g / (1 + np.exp(-g)) * u) @ w[p + "down_proj.weight"].T
 
 
+def routed_experts(h, w, p, k, renormalise, rec, i):
+    """Softmax over all experts' router logits, keep the top k (ties: the lower expert id;
+    torch.topk leaves ties unspecified), renormalise them if asked, sum the chosen experts'
+    MLPs weighted. rec(name, array) records activations for `dump`."""
+    logits = h @ w[p + "mlp.gate.weight"].T  # [T, experts]
+    rec(f"ffn_moe_logits-{i}", logits)
+    prob = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    prob /= prob.sum(axis=-1, keepdims=True)
+    top = np.argsort(-prob, axis=-1, kind="stable")[:, :k]
+    weight = np.take_along_axis(prob, top, axis=-1)
+    if renormalise:
+        weight = weight / weight.sum(axis=-1, keepdims=True)
+    rec(f"ffn_moe_topk-{i}", top.astype(np.float64))
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        for j in range(k):
+            e = int(top[t, j])
+            out[t] += weight[t, j] * mlp(h[t:t + 1], w, f"{p}mlp.experts.{e}.")[0]
+    return out
+
+
 def rotate_half(x):
     h = x.shape[-1] // 2
     return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
@@ -147,26 +168,9 @@ class Qwen3:
         return logits
 
     def moe(self, h, p, i, rec):
-        """HF Qwen3MoeSparseMoeBlock: softmax over all experts' router logits, keep the top k,
-        renormalise them when norm_topk_prob, sum the chosen experts' MLPs weighted."""
-        c, w = self.cfg, self.w
-        k = c["num_experts_per_tok"]
-        logits = h @ w[p + "mlp.gate.weight"].T  # [T, experts]
-        rec(f"ffn_moe_logits-{i}", logits)
-        prob = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        prob /= prob.sum(axis=-1, keepdims=True)
-        # top k by probability, ties to the lower expert id (torch.topk leaves ties unspecified)
-        top = np.argsort(-prob, axis=-1, kind="stable")[:, :k]
-        weight = np.take_along_axis(prob, top, axis=-1)
-        if c.get("norm_topk_prob", False):
-            weight = weight / weight.sum(axis=-1, keepdims=True)
-        rec(f"ffn_moe_topk-{i}", top.astype(np.float64))
-        out = np.zeros_like(h)
-        for t in range(h.shape[0]):
-            for j in range(k):
-                e = int(top[t, j])
-                out[t] += weight[t, j] * mlp(h[t:t + 1], w, f"{p}mlp.experts.{e}.")[0]
-        return out
+        """HF Qwen3MoeSparseMoeBlock: routed_experts, renormalised when norm_topk_prob."""
+        c = self.cfg
+        return routed_experts(h, self.w, p, c["num_experts_per_tok"], c.get("norm_topk_prob", False), rec, i)
 
     def embed(self, ids, pooling="last", normalize=True):
         """sentence-transformers' Pooling over the final-normed hidden states, then Normalize."""
