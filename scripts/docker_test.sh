@@ -203,13 +203,16 @@ image_bytes=$(pm image inspect -f '{{.Size}}' "$IMAGE")
 base_bytes=$(pm image inspect -f '{{.Size}}' "$BASE_IMAGE")
 printf 'image %s: %d MB (base %s %d MB + nanovllm %d MB)\n' "$IMAGE" $((image_bytes / 1000000)) \
     "$BASE_IMAGE" $((base_bytes / 1000000)) $(((image_bytes - base_bytes) / 1000000))
+# This container's part is done: its log would only push the reason for a
+# failure below out of a short tail.
+pm rm -f "$NAME" > /dev/null 2>&1
+started=0
+
 step "kubernetes (scripts/k8s_test.sh)"
-K8S_LOG=$(mktemp /tmp/nanovllm-k8s-log.XXXXXX)
+K8S_LOG=$WORK/k8s.log
 if ! scripts/k8s_test.sh 2>&1 | tee "$K8S_LOG"; then
     why=$(grep -a '^k8s-test FAILED: ' "$K8S_LOG" | tail -n 1)
-    rm -f "$K8S_LOG"
     fail "config/k8s: ${why#k8s-test FAILED: }"
 fi
-rm -f "$K8S_LOG"
 
 printf '\ndocker-test passed\n'

@@ -194,8 +194,10 @@ def one(i, n):
 def client(i):
     n = 0
     while not os.path.exists(stop_file):
+        t = time.time()
         outcome, why = one(i, n)
         n += 1
+        if why: why = f"[client {i}, {time.strftime('%H:%M:%S', time.gmtime(t))}+{time.time() - t:.1f}s] {why}"
         with lock:
             counts[outcome] += 1
             if why: failures.append(why)
@@ -224,7 +226,8 @@ for i in "${!PODS[@]}"; do
     [ -n "$drain" ] || fail "$p: no drain in its log"
     pm start "$p-nanovllm" > /dev/null
     wait_healthy "http://${REPLICA_IPS[$i]}:8000" "$p after its restart"
-    printf '%s: %s, exit 0, ready again after %d ms\n' "$p" "$drain" $((($(date +%s%N) - t0) / 1000000))
+    printf '%s: %s, exit 0, ready again after %d ms (stopped at %s UTC)\n' "$p" "$drain" \
+        $((($(date +%s%N) - t0) / 1000000)) "$(date -u -d "@$((t0 / 1000000000))" +%T)"
     sleep 2
 done
 # enough load after the restarts too: 10 streams completed in all, waiting
@@ -237,7 +240,10 @@ done
 touch "$WORK/stop"
 wait "$clients" && clients_rc=0 || clients_rc=$?
 cat "$WORK/clients.out"
-[ "$clients_rc" = 0 ] || fail "requests were lost during the rolling restart"
+if [ "$clients_rc" != 0 ]; then # the counts and the first failures, in the one line a short tail keeps
+    fail "requests were lost during the rolling restart: $(grep -a -m 1 '^{' "$WORK/clients.out")" \
+        "$(grep -a 'failure:' "$WORK/clients.out" | head -n 3 | tr -s ' \n' ' ')"
+fi
 
 step "no replica left"
 for p in "${PODS[@]}"; do pm stop -t 45 "$p-nanovllm" > /dev/null; done

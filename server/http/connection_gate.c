@@ -23,6 +23,8 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -445,8 +447,24 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- accepting ------------------------------------------------------------------------------- */
 
+/* A stream is one small write per token. Nagle's algorithm would hold each
+ * until the peer acknowledged the last, and a peer that delays its ACKs
+ * (up to 40 ms on Linux) would set the pace of the stream. */
+static void send_without_delay(int fd) {
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+        static double last_log;
+        if (now_seconds() - last_log >= 60.0) {
+            last_log = now_seconds();
+            log_info("cannot set TCP_NODELAY on a connection: %s (streams may stall behind proxies)",
+                     strerror(errno));
+        }
+    }
+}
+
 static void admit(ConnectionGate *f, int fd, const struct sockaddr_storage *addr, socklen_t len) {
     double now = now_seconds();
+    send_without_delay(fd);
     int open = f->waiting + (f->hooks.active ? f->hooks.active(f->ctx) : 0);
     bool full = open >= f->opts.max_connections;
     if (full) { /* an idle or slow connection makes room before a new client is turned away */
