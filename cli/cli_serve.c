@@ -16,12 +16,13 @@
 #include "chat/tool_calls/tool_call_format.h"
 #include "server/openai/api_server.h"
 
-static const char USAGE[] = "usage: nanovllm serve --model DIR [options]\n";
+static const char USAGE[] = "usage: nanovllm serve [--model] DIR [options]\n";
 
 static const char HELP[] =
     "Serves the model over an OpenAI-compatible HTTP API.\n"
     "\n"
-    "  --model DIR                   Hugging Face model folder\n"
+    "  --model DIR                   Hugging Face model folder or GGUF file (or first, without\n"
+    "                                --model, as vLLM takes it: nanovllm serve DIR)\n"
     "  --host HOST                   address to bind (default " DEFAULT_HOST ")\n"
     "  --port N                      port (default $NANOVLLM_PORT or " DEFAULT_TEXT(DEFAULT_PORT)
     "; 0 picks a free one and logs it)\n"
@@ -203,8 +204,14 @@ int command_serve(int argc, char **argv) {
         }
         }
     }
-    if (rc == 0 && optind < argc) rc = error_set(&err, "unexpected argument '%s'", argv[optind]);
-    if (rc == 0 && !o.model_dir) rc = error_set(&err, "--model is required");
+    if (rc == 0 && optind < argc) { /* vLLM's form: `serve MODEL [options]` */
+        if (argc - optind > 1) rc = error_set(&err, "unexpected argument '%s'", argv[optind + 1]);
+        else if (o.model_dir && strcmp(o.model_dir, argv[optind]) != 0)
+            rc = error_set(&err, "two models: --model %s and %s (serve takes one)", o.model_dir,
+                           argv[optind]);
+        else o.model_dir = argv[optind];
+    }
+    if (rc == 0 && !o.model_dir) rc = error_set(&err, "no model: nanovllm serve DIR (or --model DIR)");
     if (rc == 0 && o.api_key && !o.api_key[0]) rc = error_set(&err, "--api-key must not be empty");
     if (rc == 0 && o.max_body_bytes < 1024) rc = error_set(&err, "--max-body-bytes: at least 1KiB");
     if (rc) {

@@ -33,11 +33,13 @@ void server_start(TestServer *s, const char *extra) {
     snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
     write_text(s->log, ""); /* exists before the child can write it */
     const char *bin = getenv("NANOVLLM_BIN") ? getenv("NANOVLLM_BIN") : "build/nanovllm";
+    /* The model first, as vLLM takes it, unless the test names its own. */
+    const char *model = strstr(extra, "--model ") ? "" : TINY_MODEL;
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "exec %s serve --model " TINY_MODEL " --device cpu --port 0 --kv-cache-memory 256MiB "
+             "exec %s serve %s --device cpu --port 0 --kv-cache-memory 256MiB "
              "--max-model-len 2048 --shutdown-grace 10 %s",
-             bin, extra);
+             bin, model, extra);
     s->pid = fork();
     cr_assert(s->pid >= 0, "fork failed");
     if (s->pid == 0) {

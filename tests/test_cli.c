@@ -136,6 +136,10 @@ Test(cli, usage_errors) {
                    "outside the vocabulary");
     expect_failure("generate --model " TINY_MODEL " --prompt-ids 1 extra", 2, "unexpected argument");
     expect_failure("bench", 2, "--model is required");
+    expect_failure("serve --port 0", 2, "no model: nanovllm serve DIR (or --model DIR)");
+    expect_failure("serve " TINY_MODEL " extra", 2, "unexpected argument 'extra'");
+    expect_failure("serve --model " TINY_MODEL " /other/model", 2,
+                   "two models: --model " TINY_MODEL " and /other/model");
 }
 
 Test(cli, runtime_errors) {
