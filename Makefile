@@ -87,11 +87,17 @@ FP8_TMP       = $(BUILD)/fp8-fixture-src
 # folder layout) in dense/ and tiny-moe (text-only layout, shared expert) in moe/, each with
 # DIR-golden/ beside it (scripts/qwen3_5_ref.py golden: golden.json in tiny-qwen3-golden's
 # format, logits/ for four prompts, a README.md with the measured tolerances). Generated
-# in ~40 s on 2 cores.
+# in ~40 s on 2 cores. Each model is also written as llama.cpp's GGUF (qwen35, qwen35moe:
+# scripts/make_gguf_qwen3_5.py) in bf16 (the same weights: the golden holds for it) and
+# q8_0, with DIR-q8_0-golden/: the golden of the weights that file holds, decoded.
 QWEN35_FIXTURE   = tests/fixtures/tiny-qwen3_5
 QWEN35_MODELS    = dense moe
+QWEN35_GGUF_TYPES = bf16 q8_0
 QWEN35_GENERATED = $(foreach m,$(QWEN35_MODELS),$(QWEN35_FIXTURE)/$(m)/model.safetensors \
-                                                $(QWEN35_FIXTURE)/$(m)-golden/golden.json)
+                                                $(QWEN35_FIXTURE)/$(m)-golden/golden.json \
+                     $(foreach t,$(QWEN35_GGUF_TYPES),$(QWEN35_FIXTURE)/$(m)-$(t).gguf) \
+                     $(QWEN35_FIXTURE)/$(m)-q8_0-golden/golden.json)
+QWEN35_TMP       = $(BUILD)/qwen3_5-fixture-src
 
 all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
 
@@ -138,6 +144,7 @@ $(FP8_GENERATED) &: scripts/make_fp8_qwen3.py scripts/make_gguf.py scripts/qwen3
 
 $(QWEN35_GENERATED) &: scripts/make_random_qwen3_5.py scripts/qwen3_5_ref.py scripts/qwen3_ref.py \
                        scripts/make_random_qwen3.py tests/fixtures/tiny-qwen3-golden/golden.json \
+                       scripts/make_gguf_qwen3_5.py scripts/make_gguf.py \
                        tests/fixtures/tiny-qwen3/tokenizer.json tests/fixtures/tiny-qwen3/tokenizer_config.json
 	@rm -rf $(QWEN35_FIXTURE) && mkdir -p $(QWEN35_FIXTURE)
 	scripts/make_random_qwen3_5.py --preset tiny --seed 3 --link-tokenizer --out $(QWEN35_FIXTURE)/dense > /dev/null
@@ -145,7 +152,14 @@ $(QWEN35_GENERATED) &: scripts/make_random_qwen3_5.py scripts/qwen3_5_ref.py scr
 	for m in $(QWEN35_MODELS); do \
 	    scripts/qwen3_5_ref.py $(QWEN35_FIXTURE)/$$m golden --out $(QWEN35_FIXTURE)/$$m-golden \
 	        --prompts tests/fixtures/tiny-qwen3-golden/golden.json > /dev/null 2>&1 || exit 1; \
+	    for t in $(QWEN35_GGUF_TYPES); do \
+	        scripts/make_gguf_qwen3_5.py --model $(QWEN35_FIXTURE)/$$m --type $$t \
+	            --out $(QWEN35_FIXTURE)/$$m-$$t.gguf --ref-out $(QWEN35_TMP)/$$m-$$t > /dev/null || exit 1; \
+	    done; \
+	    scripts/qwen3_5_ref.py $(QWEN35_TMP)/$$m-q8_0 golden --out $(QWEN35_FIXTURE)/$$m-q8_0-golden \
+	        --prompts tests/fixtures/tiny-qwen3-golden/golden.json > /dev/null 2>&1 || exit 1; \
 	done
+	rm -rf $(QWEN35_TMP)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

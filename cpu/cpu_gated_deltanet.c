@@ -358,7 +358,7 @@ static void head_task(void *ctx, int task, int thread) {
         .ldo = (size_t)s->num_v_heads * s->v_dim,
         .qscale = 1.0f / sqrtf((float)s->k_dim),
     };
-    j.kh = j.h / (s->num_v_heads / s->num_k_heads);
+    j.kh = s->value_heads_tiled ? j.h % s->num_k_heads : j.h / (s->num_v_heads / s->num_k_heads);
     j.S = sq->recurrent_state + (size_t)j.h * j.dk * j.dv;
     j.neg_A = -expf(g->w->A_log[j.h]);
     j.dt_bias = g->w->dt_bias[j.h];

@@ -41,6 +41,7 @@ typedef struct GdnShape {
     int k_dim, v_dim;             /* dk, dv per head */
     int conv_kernel;              /* K >= 2 */
     float norm_eps;               /* rms_norm_eps of the gated output norm */
+    bool value_heads_tiled;       /* value head v reads key head v % Hk, not v / (Hv / Hk) */
 } GdnShape;
 
 /* 2*Hk*dk + Hv*dv: the width of in_proj_qkv's rows (q, k, v in that order). */

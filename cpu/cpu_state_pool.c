@@ -14,7 +14,7 @@
 
 GdnShape cpu_state_gdn_shape(const ModelConfig *c) {
     return (GdnShape){c->linear_num_k_heads, c->linear_num_v_heads, c->linear_k_dim, c->linear_v_dim,
-                      c->linear_conv_kernel, (float)c->rms_norm_eps};
+                      c->linear_conv_kernel, (float)c->rms_norm_eps, c->linear_value_heads_tiled};
 }
 
 size_t cpu_state_unit_bytes(const ModelConfig *cfg) {

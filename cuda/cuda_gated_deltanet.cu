@@ -96,7 +96,7 @@ gdn_head_kernel(const float *__restrict__ qkv, const float *__restrict__ z, cons
     const CudaGdnSeq seq = seqs[blockIdx.y];
     if (seq.num_rows <= 0 && !seq.fresh) return;
     const int h = blockIdx.x, hk = shape.num_k_heads, hv = shape.num_v_heads;
-    const int dk = shape.k_dim, dv = shape.v_dim, kh = h / (hv / hk);
+    const int dk = shape.k_dim, dv = shape.v_dim, kh = shape.value_heads_tiled ? h % hk : h / (hv / hk);
     const size_t cd = gdn_plan_conv_dim(&shape), ldo = (size_t)hv * dv;
     const GdnHeadSmem L = gdn_head_smem(dk, dv, plan.row_groups);
     float *q_s = smem + L.q, *k_s = smem + L.k, *v_s = smem + L.v, *o_s = smem + L.o, *red = smem + L.red,

@@ -29,6 +29,7 @@
 #ifndef NANOVLLM_CUDA_GDN_PLAN_H
 #define NANOVLLM_CUDA_GDN_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,7 @@ typedef struct CudaGdnShape {
     int k_dim, v_dim;             /* dk, dv per head */
     int conv_kernel;              /* 2 <= K <= GDN_MAX_CONV_KERNEL */
     float norm_eps;               /* rms_norm_eps of the gated output norm */
+    bool value_heads_tiled;       /* value head v reads key head v % Hk, not v / (Hv / Hk) */
 } CudaGdnShape;
 
 /* One sequence of a call, in device memory (16 bytes). */

@@ -35,7 +35,7 @@ extern "C" {
 
 static CudaGdnShape gdn_shape(const ModelConfig *c) {
     return (CudaGdnShape){c->linear_num_k_heads, c->linear_num_v_heads, c->linear_k_dim, c->linear_v_dim,
-                          c->linear_conv_kernel, (float)c->rms_norm_eps};
+                          c->linear_conv_kernel, (float)c->rms_norm_eps, c->linear_value_heads_tiled};
 }
 
 static int mm(CudaRunner *r, float *y, const uint16_t *x, CudaMatrix w, int rows, int out, int in, Error *err) {

@@ -3,8 +3,16 @@
  * GGUF tensors (see gguf_model.h).
  *
  * The key names and tensor names are those llama.cpp's converter writes for
- * Qwen3 (qwen3) and Qwen3-MoE (qwen3moe); the meaning of each is the
- * config.json field it was converted from.
+ * Qwen3 (qwen3), Qwen3-MoE (qwen3moe) and Qwen3.5 (qwen35, qwen35moe); the
+ * meaning of each is the config.json field it was converted from.
+ *
+ * Qwen3.5 files differ from its Hugging Face folders in three ways, which
+ * the loader takes as they are rather than undoing: the zero-centred norms
+ * hold 1 + w already (what model_weights.h stores anyway), the decay is
+ * stored as A = -exp(A_log) (read back as log(-A)), and the value heads of
+ * the linear layers are tiled (value head v belongs to key head v % Hk)
+ * instead of grouped (v / (Hv / Hk)): ModelConfig.linear_value_heads_tiled
+ * tells the forward pass, so no quantized row or column is permuted.
  */
 #include "gguf_model.h"
 
@@ -65,15 +73,16 @@ static int add_eos(ModelConfig *cfg, const Gguf *g, const char *name, Error *err
     return 0;
 }
 
-/* What the forward pass does not implement, refused by key. */
-static int check_unsupported(Keys *k, Error *err) {
+/* What the forward pass does not implement, refused by key (a gated shared
+ * expert is Qwen3.5-MoE's, read there). */
+static int check_unsupported(Keys *k, bool hybrid, Error *err) {
     static const char *const refused[] = {
         "rope.scaling.type", "attention.sliding_window", "expert_shared_count",
         "expert_shared_feed_forward_length", "attention.clamp_kqv"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const char *name = key(k, refused[i]);
         const GgufKv *kv = gguf_find_kv(k->g, name);
-        if (!kv) continue;
+        if (!kv || (hybrid && strcmp(refused[i], "expert_shared_feed_forward_length") == 0)) continue;
         if (strcmp(refused[i], "rope.scaling.type") == 0) {
             GgufString s;
             if (gguf_get_string(k->g, name, &s, err)) return -1;
@@ -90,6 +99,42 @@ static int check_unsupported(Keys *k, Error *err) {
     return 0;
 }
 
+/* qwen35 / qwen35moe: the hybrid layout (model_config.h's Qwen3.5 fields). */
+static int read_hybrid(ModelConfig *cfg, Keys *k, Error *err) {
+    int interval = 4, inner = 0;
+    cfg->hybrid = true;
+    cfg->attn_output_gate = true; /* llama.cpp's qwen35 graph always gates */
+    cfg->linear_value_heads_tiled = true;
+    cfg->rotary_dim = cfg->head_dim / 4;
+    cfg->linear_conv_kernel = 4;
+    if (read_int(k, "ssm.conv_kernel", false, 2, 64, &cfg->linear_conv_kernel, err) ||
+        read_int(k, "ssm.state_size", true, 1, 1024, &cfg->linear_k_dim, err) ||
+        read_int(k, "ssm.group_count", true, 1, 1024, &cfg->linear_num_k_heads, err) ||
+        read_int(k, "ssm.time_step_rank", true, 1, 1024, &cfg->linear_num_v_heads, err) ||
+        read_int(k, "ssm.inner_size", true, 1, 1 << 20, &inner, err) ||
+        read_int(k, "full_attention_interval", false, 1, MODEL_MAX_LAYERS, &interval, err) ||
+        read_int(k, "rope.dimension_count", false, 2, 1024, &cfg->rotary_dim, err) ||
+        read_int(k, "expert_shared_feed_forward_length", false, 0, 1 << 18,
+                 &cfg->shared_expert_intermediate_size, err))
+        return -1;
+    if (inner % cfg->linear_num_v_heads || cfg->linear_num_v_heads % cfg->linear_num_k_heads)
+        return error_set(err, "metadata keys '%s' = %d, ssm.time_step_rank %d and ssm.group_count "
+                              "%d do not make whole value heads per key head",
+                         key(k, "ssm.inner_size"), inner, cfg->linear_num_v_heads,
+                         cfg->linear_num_k_heads);
+    cfg->linear_v_dim = inner / cfg->linear_num_v_heads;
+    if (cfg->rotary_dim % 2 || cfg->rotary_dim > cfg->head_dim)
+        return error_set(err, "metadata key '%s' = %d: RoPE needs an even number of dims up to "
+                              "head_dim %d", key(k, "rope.dimension_count"), cfg->rotary_dim,
+                         cfg->head_dim);
+    cfg->num_linear_layers = 0;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        cfg->linear_layer[l] = (l + 1) % interval != 0;
+        cfg->num_linear_layers += cfg->linear_layer[l];
+    }
+    return 0;
+}
+
 static bool has_tensor(const Gguf *g, const char *fmt, int layer) {
     char name[96];
     snprintf(name, sizeof name, fmt, layer);
@@ -100,16 +145,19 @@ int model_config_from_gguf(ModelConfig *cfg, const Gguf *g, Error *err) {
     memset(cfg, 0, sizeof *cfg);
     GgufString arch;
     if (gguf_get_string(g, "general.architecture", &arch, err)) return -1;
-    bool moe;
-    if (arch.len == 5 && memcmp(arch.p, "qwen3", 5) == 0) {
-        moe = false;
-    } else if (arch.len == 8 && memcmp(arch.p, "qwen3moe", 8) == 0) {
-        moe = true;
-    } else {
+    static const struct {
+        const char *name;
+        bool moe, hybrid;
+    } ARCHS[] = {{"qwen3", false, false}, {"qwen3moe", true, false},
+                 {"qwen35", false, true}, {"qwen35moe", true, true}};
+    int a = -1;
+    for (int i = 0; i < 4 && a < 0; i++)
+        if (arch.len == strlen(ARCHS[i].name) && memcmp(arch.p, ARCHS[i].name, arch.len) == 0) a = i;
+    if (a < 0)
         return error_set(err, "metadata key 'general.architecture' is '%.*s'; supported: qwen3, "
-                              "qwen3moe", (int)(arch.len > 64 ? 64 : arch.len), arch.p);
-    }
-    Keys k = {g, moe ? "qwen3moe" : "qwen3", ""};
+                              "qwen3moe, qwen35, qwen35moe", (int)(arch.len > 64 ? 64 : arch.len), arch.p);
+    bool moe = ARCHS[a].moe, hybrid = ARCHS[a].hybrid;
+    Keys k = {g, ARCHS[a].name, ""};
     const GgufTensor *embed = gguf_find_tensor(g, "token_embd.weight");
     if (!embed || embed->ndim != 2)
         return error_set(err, "tensor 'token_embd.weight' is missing or not a matrix");
@@ -134,7 +182,7 @@ int model_config_from_gguf(ModelConfig *cfg, const Gguf *g, Error *err) {
         read_int(&k, "context_length", false, 1, 1 << 24, &cfg->max_position_embeddings, err) ||
         read_float(&k, "attention.layer_norm_rms_epsilon", 0.0, 1.0, &cfg->rms_norm_eps, err) ||
         read_float(&k, "rope.freq_base", 1.0, 1e12, &cfg->rope_theta, err) ||
-        check_unsupported(&k, err))
+        check_unsupported(&k, hybrid, err))
         return -1;
     if (value_length && value_length != cfg->head_dim)
         return error_set(err, "metadata keys '%s' and key_length differ (%d, %d): not supported",
@@ -143,6 +191,7 @@ int model_config_from_gguf(ModelConfig *cfg, const Gguf *g, Error *err) {
         return error_set(err, "head_dim %d / heads %d / kv heads %d: not a Qwen3 attention shape",
                          cfg->head_dim, cfg->num_heads, cfg->num_kv_heads);
     cfg->rotary_dim = cfg->head_dim;
+    if (hybrid && read_hybrid(cfg, &k, err)) return -1;
     if (moe) {
         int norm = 1;
         if (read_int(&k, "expert_count", true, 1, 4096, &cfg->num_experts, err) ||
@@ -156,7 +205,9 @@ int model_config_from_gguf(ModelConfig *cfg, const Gguf *g, Error *err) {
             if (gguf_get_bool(g, norm_key, &b, err)) return -1;
             norm = b;
         }
-        cfg->norm_topk_prob = norm; /* Qwen3-MoE renormalises; the converter writes no key */
+        cfg->norm_topk_prob = norm; /* Qwen3(.5)-MoE renormalise; the converter writes no key */
+        if (hybrid && !cfg->intermediate_size) /* every Qwen3.5-MoE layer is sparse */
+            cfg->intermediate_size = cfg->moe_intermediate_size;
         if (cfg->num_experts_per_tok > cfg->num_experts)
             return error_set(err, "%d experts per token of %d", cfg->num_experts_per_tok,
                              cfg->num_experts);
@@ -198,7 +249,7 @@ static const struct {
     const char *hf, *gguf;
 } LAYER_NAMES[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"}, /* qwen35: POST_ATTENTION_NORM */
     {"self_attn.q_norm.weight", "attn_q_norm.weight"},
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -209,7 +260,22 @@ static const struct {
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
     {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+    {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+    {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+    {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+    {"linear_attn.out_proj.weight", "ssm_out.weight"},
+    {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+    {"linear_attn.A_log", "ssm_a"}, /* holds -exp(A_log): model_weights.c converts */
+    {"linear_attn.dt_bias", "ssm_dt.bias"},
+    {"linear_attn.norm.weight", "ssm_norm.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
+
+#define POST_ATTENTION_NORM "post_attention_norm.weight"
 
 static const struct {
     const char *hf, *gguf;
@@ -248,10 +314,16 @@ int gguf_model_find(const Gguf *g, const char *hf_name, int rows, int cols, Gguf
     if (gguf_name(hf_name, name, sizeof name, &expert))
         return error_set(err, "tensor '%s' has no GGUF name", hf_name);
     const GgufTensor *t = gguf_find_tensor(g, name);
+    static const char ffn_norm[] = "ffn_norm.weight";
+    size_t len = strlen(name), tail = sizeof ffn_norm - 1;
+    if (!t && len > tail && strcmp(name + len - tail, ffn_norm) == 0) { /* Qwen3.5 names it so */
+        snprintf(name + len - tail, sizeof name - (len - tail), POST_ATTENTION_NORM);
+        t = gguf_find_tensor(g, name);
+    }
     if (!t) return error_set(err, "the file has no tensor '%s' (%s)", name, hf_name);
-    /* ggml order: ne[0] is the row length */
+    /* ggml order: ne[0] is the row length; a 1 x n matrix may be stored as a vector */
     int64_t want[GGUF_MAX_DIMS] = {cols ? cols : rows, cols ? rows : 1, 1, 1};
-    int want_dims = cols ? 2 : 1;
+    int want_dims = cols && !(rows == 1 && t->ndim == 1) ? 2 : 1;
     if (expert >= 0) {
         want[2] = t->ndim == 3 ? t->ne[2] : -1;
         want_dims = 3;

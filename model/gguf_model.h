@@ -1,12 +1,12 @@
 /*
- * gguf_model.h - a GGUF file's Qwen3 model: the config from its metadata,
- * its tensors under Hugging Face's names.
+ * gguf_model.h - a GGUF file's Qwen3 or Qwen3.5 model: the config from its
+ * metadata, its tensors under Hugging Face's names.
  *
- * Architectures qwen3 and qwen3moe (as llama.cpp's converter writes
- * them): the qwen3.* / qwen3moe.* keys fill the same ModelConfig a
+ * Architectures qwen3, qwen3moe, qwen35 and qwen35moe (as llama.cpp's
+ * converter writes them): the ARCH.* keys fill the same ModelConfig a
  * config.json does, and anything the forward pass does not implement
- * (another architecture, rope scaling, per-layer head counts, shared
- * experts) is refused with the key's name. model_weights.c asks for
+ * (another architecture, rope scaling, per-layer head counts, qwen3moe
+ * shared experts) is refused with the key's name. model_weights.c asks for
  * tensors by their Hugging Face names; gguf_model_find() answers with the
  * GGUF tensor ("model.layers.3.self_attn.q_proj.weight" is
  * "blk.3.attn_q.weight"; expert e of a layer is slice e of the stacked

@@ -79,6 +79,9 @@ typedef struct ModelConfig {
     unsigned char linear_layer[MODEL_MAX_LAYERS];
     int num_linear_layers;
     int linear_num_k_heads, linear_num_v_heads, linear_k_dim, linear_v_dim, linear_conv_kernel;
+    /* Value head v reads key head v % Hk (llama.cpp's GGUF order) instead of
+     * v / (Hv / Hk) (Hugging Face's); the tensors of a layer agree with it. */
+    bool linear_value_heads_tiled;
 } ModelConfig;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json; or,

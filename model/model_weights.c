@@ -222,16 +222,19 @@ static int checkpoint_matrix(ModelWeights *w, const char *name, int rows, int co
 
 /* ---- GGUF files: the same tensors under their GGUF names (gguf_model.h) ---- */
 
-static int gguf_vector(ModelWeights *w, const char *name, int n, const float **out, Error *err) {
+/* A small tensor (a norm, the DeltaNet's conv taps [rows x cols] and
+ * per-head values; cols 0: a vector of rows), widened to float32. */
+static int gguf_floats(ModelWeights *w, const char *name, int rows, int cols, float **out, Error *err) {
     GgufSlice s;
-    if (gguf_model_find(&w->gguf, name, n, 0, &s, err)) return -1;
+    if (gguf_model_find(&w->gguf, name, rows, cols, &s, err)) return -1;
     if (s.type != GGUF_TYPE_F32 && s.type != GGUF_TYPE_F16 && s.type != GGUF_TYPE_BF16)
-        return error_set(err, "tensor '%s' is %s; a norm must be f32, f16 or bf16", s.gguf_name,
-                         gguf_type_name(s.type));
-    float *v = own(w, sizeof(float) * (size_t)n, err);
+        return error_set(err, "tensor '%s' is %s; a norm or other small tensor must be f32, f16 or "
+                              "bf16", s.gguf_name, gguf_type_name(s.type));
+    size_t n = (size_t)rows * (size_t)(cols ? cols : 1);
+    float *v = own(w, sizeof(float) * n, err);
     if (!v) return -1;
     const uint8_t *src = s.data;
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         uint16_t h;
         if (s.type == GGUF_TYPE_F32) {
             memcpy(&v[i], src + 4 * i, 4);
@@ -306,13 +309,9 @@ static int source_floats(ModelWeights *w, const char *name, int ndim, const int6
     size_t n = 1;
     for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
     if (w->dummy) return dummy_floats(w, name, n, out, err);
-    if (w->gguf.map) {
-        if (ndim != 1) return error_set(err, "tensor '%s' is not read from GGUF files", name);
-        const float *v = NULL;
-        if (gguf_vector(w, name, (int)n, &v, err)) return -1;
-        *out = (float *)v; /* owned: converted by gguf_vector */
-        return 0;
-    }
+    /* GGUF: [rows, 1, cols] (the conv taps) is a rows x cols matrix there */
+    if (w->gguf.map)
+        return gguf_floats(w, name, (int)shape[0], ndim == 1 ? 0 : (int)shape[ndim - 1], out, err);
     return checkpoint_floats(w, name, ndim, shape, out, err);
 }
 
@@ -323,7 +322,7 @@ static int source_norm(ModelWeights *w, const char *name, int n, const float **o
     int64_t shape[1] = {n};
     float *v;
     if (source_floats(w, name, 1, shape, &v, err)) return -1;
-    if (w->config.hybrid && !w->dummy)
+    if (w->config.hybrid && !w->dummy && !w->gguf.map) /* a GGUF file holds 1 + w */
         for (int i = 0; i < n; i++) v[i] += 1.0f;
     *out = v;
     return 0;
@@ -385,6 +384,13 @@ static int load_linear_attn(ModelWeights *w, int i, LinearAttnWeights *A, Error 
         source_floats(w, NAME("norm.weight"), 1, dv, &norm, err))
         return -1;
 #undef NAME
+    if (w->gguf.map) /* the file holds A = -exp(A_log) (gguf_model.c) */
+        for (int h = 0; h < Hv; h++) {
+            if (!(A_log[h] < 0.0f) || !isfinite(A_log[h]))
+                return error_set(err, "tensor 'blk.%d.ssm_a': value %d is %g (the decay -exp(A_log) "
+                                      "must be negative)", i, h, (double)A_log[h]);
+            A_log[h] = logf(-A_log[h]);
+        }
     for (int h = 0; h < Hv; h++)
         if (!isfinite(A_log[h]) || A_log[h] > 30.0f)
             return error_set(err, "tensor 'model.layers.%d.linear_attn.A_log': value %d is %g (the "

@@ -4,6 +4,11 @@ qwen35 / qwen35moe architectures, numpy only.
 
 Usage (from the repository root):
     scripts/make_gguf_qwen3_5.py --model HF_DIR --out FILE.gguf [--type f32|f16|bf16|q8_0]
+                                 [--ref-out DIR]
+
+--ref-out writes the weights the file holds, decoded and with every transform below
+undone, as a float32 Hugging Face folder (the source's layout and config): the model a
+reader of the GGUF must compute, for scripts/qwen3_5_ref.py to make its golden.
 
 Why: to run llama.cpp's own Qwen3.5 graph on our random tiny models and compare it with
 scripts/qwen3_5_ref.py (scripts/qwen3_5_crosscheck.sh). The file format, tokenizer
@@ -285,12 +290,109 @@ def metadata(tc, arch, name, qtype, model_dir):
     return kv + mg.vocab_metadata(model_dir, tc)
 
 
+class Decoded:
+    """make_gguf.write_gguf's ref: each tensor's decoded values, by GGUF name."""
+
+    def __init__(self, plan):
+        self.todo = [(g, int(np.prod(ne)), list(reversed(ne))) for g, ne, _, _ in plan]
+        self.parts, self.out = [], {}
+
+    def write(self, x):
+        self.parts.append(np.asarray(x, dtype=mg.F32).reshape(-1))
+        g, n, shape = self.todo[0]
+        if sum(p.size for p in self.parts) == n:
+            self.out[g] = np.concatenate(self.parts).reshape(shape)
+            self.parts = []
+            self.todo.pop(0)
+
+
+def undo_plan(tc, tied, got, prefix):
+    """{HF name: float32 array}: the decoded GGUF tensors with plan_tensors' transforms undone."""
+    Hk, Hv = tc["linear_num_key_heads"], tc["linear_num_value_heads"]
+    dv, key_dim, r = tc["linear_value_head_dim"], tc["linear_num_key_heads"] * tc["linear_key_head_dim"], \
+        tc["linear_num_value_heads"] // tc["linear_num_key_heads"]
+
+    def grouped(x, axis, d):
+        """The inverse of plan_tensors' tiled(): value heads back from j*Hk + g to g*r + j."""
+        x = np.moveaxis(x, axis, 0)
+        s = x.shape
+        x = x.reshape(r, Hk, d, *s[1:]).swapaxes(0, 1).reshape(s)
+        return np.moveaxis(x, 0, axis)
+
+    out, P = {}, prefix
+    out[P + "embed_tokens.weight"] = got["token_embd.weight"]
+    out[P + "norm.weight"] = got["output_norm.weight"] - 1
+    if not tied:
+        out["lm_head.weight"] = got["output.weight"]
+    types = ref.layer_types(tc)
+    for i in range(tc["num_hidden_layers"]):
+        p, g = f"{P}layers.{i}.", f"blk.{i}."
+        out[p + "input_layernorm.weight"] = got[g + "attn_norm.weight"] - 1
+        out[p + "post_attention_layernorm.weight"] = got[g + "post_attention_norm.weight"] - 1
+        if types[i] == "full_attention":
+            a = p + "self_attn."
+            for hf, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
+                           ("o_proj", "attn_output")):
+                out[a + hf + ".weight"] = got[g + gn + ".weight"]
+            out[a + "q_norm.weight"] = got[g + "attn_q_norm.weight"] - 1
+            out[a + "k_norm.weight"] = got[g + "attn_k_norm.weight"] - 1
+        else:
+            a = p + "linear_attn."
+            x = got[g + "attn_qkv.weight"]
+            out[a + "in_proj_qkv.weight"] = np.concatenate([x[:2 * key_dim], grouped(x[2 * key_dim:], 0, dv)])
+            out[a + "in_proj_z.weight"] = grouped(got[g + "attn_gate.weight"], 0, dv)
+            out[a + "in_proj_b.weight"] = grouped(got[g + "ssm_beta.weight"], 0, 1)
+            out[a + "in_proj_a.weight"] = grouped(got[g + "ssm_alpha.weight"], 0, 1)
+            out[a + "A_log"] = np.log(-grouped(got[g + "ssm_a"], 0, 1).astype(np.float64)).astype(mg.F32)
+            out[a + "dt_bias"] = grouped(got[g + "ssm_dt.bias"], 0, 1)
+            c = got[g + "ssm_conv1d.weight"]
+            c = np.concatenate([c[:2 * key_dim], grouped(c[2 * key_dim:], 0, dv)])
+            out[a + "conv1d.weight"] = c.reshape(c.shape[0], 1, c.shape[1])
+            out[a + "norm.weight"] = got[g + "ssm_norm.weight"]
+            out[a + "out_proj.weight"] = grouped(got[g + "ssm_out.weight"], 1, dv)
+        m = p + "mlp."
+        if tc.get("num_experts"):
+            out[m + "gate.weight"] = got[g + "ffn_gate_inp.weight"]
+            for w in ("gate", "up", "down"):
+                exps = got[f"{g}ffn_{w}_exps.weight"]
+                for e in range(exps.shape[0]):
+                    out[f"{m}experts.{e}.{w}_proj.weight"] = exps[e]
+                out[f"{m}shared_expert.{w}_proj.weight"] = got[f"{g}ffn_{w}_shexp.weight"]
+            out[m + "shared_expert_gate.weight"] = got[g + "ffn_gate_inp_shexp.weight"].reshape(1, -1)
+        else:
+            for w in ("gate", "up", "down"):
+                out[f"{m}{w}_proj.weight"] = got[f"{g}ffn_{w}.weight"]
+    return out
+
+
+def write_ref_folder(out_dir, tensors, model_dir):
+    """tensors as float32 model.safetensors, with the source's config and tokenizer files."""
+    import json
+    import shutil
+    import struct
+    os.makedirs(out_dir, exist_ok=True)
+    header, off = {"__metadata__": {"format": "pt", "generator": "make_gguf_qwen3_5.py --ref-out"}}, 0
+    for name, x in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(x.shape), "data_offsets": [off, off + 4 * x.size]}
+        off += 4 * x.size
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb)
+        for x in tensors.values():
+            f.write(np.ascontiguousarray(x, dtype="<f4").tobytes())
+    for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(model_dir, fn)):
+            shutil.copyfile(os.path.join(model_dir, fn), os.path.join(out_dir, fn))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="Hugging Face Qwen3.5 folder")
     ap.add_argument("--out", required=True, help="GGUF file to write")
     ap.add_argument("--type", default="f32", choices=TYPES, help="matrices' type (default f32)")
     ap.add_argument("--name", help="general.name (default: the model folder's name)")
+    ap.add_argument("--ref-out", help="folder for the decoded weights as a float32 HF model")
     a = ap.parse_args()
     if sys.byteorder != "little":
         mg.die("this writer assumes a little-endian machine")
@@ -304,7 +406,10 @@ def main():
     plan, T = plan_tensors(tc, tied, st, a.type, prefix)
     name = a.name or os.path.basename(os.path.normpath(a.model))
     kv = metadata(tc, arch, name, a.type, a.model)
-    mg.write_gguf(a.out, kv, plan, T, None)
+    decoded = Decoded(plan) if a.ref_out else None
+    mg.write_gguf(a.out, kv, plan, T, decoded)
+    if decoded:
+        write_ref_folder(a.ref_out, undo_plan(tc, tied, decoded.out, prefix), a.model)
     counts = {}
     for _, _, t, _ in plan:
         counts[t] = counts.get(t, 0) + 1

@@ -53,7 +53,7 @@ typedef struct Model {
 } Model;
 
 static Model make_model(int hk, int hv, int dk, int dv, int K, uint64_t seed) {
-    Model m = {.s = {hk, hv, dk, dv, K, 1e-6f}};
+    Model m = {.s = {hk, hv, dk, dv, K, 1e-6f, false}};
     rng_state = seed;
     m.cd = gdn_conv_dim(&m.s);
     m.vd = (size_t)hv * dv;
@@ -254,12 +254,12 @@ static CpuGdn *make_gdn(const Model *m, int max_rows, int chunk_min_rows) {
 TestSuite(gdn, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(gdn, shape_sizes_and_bad_shapes) {
-    GdnShape s = {16, 32, 128, 128, 4, 1e-6f};
+    GdnShape s = {16, 32, 128, 128, 4, 1e-6f, false};
     cr_expect_eq(gdn_conv_dim(&s), 2 * 16 * 128 + 32 * 128);
     cr_expect_eq(gdn_conv_state_floats(&s), 3 * gdn_conv_dim(&s));
     cr_expect_eq(gdn_recurrent_state_floats(&s), (size_t)32 * 128 * 128);
     Error err = {0};
-    GdnShape bad[] = {{3, 4, 8, 8, 4, 1e-6f}, {2, 4, 8, 8, 1, 1e-6f}, {2, 4, 0, 8, 4, 1e-6f}};
+    GdnShape bad[] = {{3, 4, 8, 8, 4, 1e-6f, false}, {2, 4, 8, 8, 1, 1e-6f, false}, {2, 4, 0, 8, 4, 1e-6f, false}};
     for (int i = 0; i < 3; i++) {
         cr_expect_null(cpu_gdn_create(pool, &bad[i], 8, &err));
         cr_expect(strstr(err.msg, "bad shape"), "%s", err.msg);

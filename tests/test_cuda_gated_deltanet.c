@@ -63,7 +63,7 @@ typedef struct Harness {
 } Harness;
 
 static Harness make(int hk, int hv, int dk, int dv, int K, int slots, uint64_t seed) {
-    Harness h = {.s = {hk, hv, dk, dv, K, 1e-6f}, .cs = {hk, hv, dk, dv, K, 1e-6f}, .slots = slots};
+    Harness h = {.s = {hk, hv, dk, dv, K, 1e-6f, false}, .cs = {hk, hv, dk, dv, K, 1e-6f, false}, .slots = slots};
     Error err = {0};
     cr_assert(cuda_gdn_check_shape(&h.s, &err) == 0, "%s", err.msg);
     h.cd = gdn_conv_dim(&h.cs);
@@ -324,9 +324,9 @@ Test(cuda_gdn, several_sequences_real_shape) {
 /* What the kernels refuse, before any launch. */
 Test(cuda_gdn, shapes_refused) {
     Error err = {0};
-    CudaGdnShape s = {1, 1, 128, 256, 4, 1e-6f};
+    CudaGdnShape s = {1, 1, 128, 256, 4, 1e-6f, false};
     cr_expect_eq(cuda_gdn_check_shape(&s, &err), -1);
     cr_expect(strstr(err.msg, "registers"), "%s", err.msg);
-    s = (CudaGdnShape){16, 16, 128, 128, 4, 1e-6f};
+    s = (CudaGdnShape){16, 16, 128, 128, 4, 1e-6f, false};
     cr_expect_eq(cuda_gdn_check_shape(&s, &err), 0);
 }

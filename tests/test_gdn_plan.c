@@ -16,20 +16,21 @@
 #include "cuda/cuda_gdn_plan.h"
 
 static const CudaGdnShape SHAPES[] = {
-    {16, 16, 128, 128, 4, 1e-6f}, /* Qwen3.5-0.8B */
-    {16, 32, 128, 128, 4, 1e-6f}, /* the larger Qwen3.5s: value heads share key heads */
-    {2, 4, 32, 24, 4, 1e-6f},     /* the tests' odd shape */
-    {1, 3, 5, 7, 2, 1e-6f},
-    {3, 3, 64, 100, 8, 1e-6f},
-    {1, 1, 256, 64, 3, 1e-6f},
-    {1, 1, 1, 1, 2, 1e-6f},
+    {16, 16, 128, 128, 4, 1e-6f, false}, /* Qwen3.5-0.8B */
+    {16, 32, 128, 128, 4, 1e-6f, false}, /* the larger Qwen3.5s: value heads share key heads */
+    {2, 4, 32, 24, 4, 1e-6f, false},     /* the tests' odd shape */
+    {1, 3, 5, 7, 2, 1e-6f, false},
+    {3, 3, 64, 100, 8, 1e-6f, false},
+    {1, 1, 256, 64, 3, 1e-6f, false},
+    {1, 1, 1, 1, 2, 1e-6f, false},
 };
 #define NUM_SHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
 
 Test(gdn_plan, sizes_equal_the_cpu_modules) {
     for (int i = 0; i < NUM_SHAPES; i++) {
         const CudaGdnShape *s = &SHAPES[i];
-        GdnShape c = {s->num_k_heads, s->num_v_heads, s->k_dim, s->v_dim, s->conv_kernel, s->norm_eps};
+        GdnShape c = {s->num_k_heads, s->num_v_heads, s->k_dim, s->v_dim, s->conv_kernel, s->norm_eps,
+                      s->value_heads_tiled};
         cr_expect_eq(gdn_plan_conv_dim(s), gdn_conv_dim(&c));
         cr_expect_eq(gdn_plan_conv_state_floats(s), gdn_conv_state_floats(&c));
         cr_expect_eq(gdn_plan_recurrent_state_floats(s), gdn_recurrent_state_floats(&c));
@@ -110,12 +111,12 @@ Test(gdn_plan, conv_blocks_cover_the_channels) {
 Test(gdn_plan, shapes_past_the_limits_refused) {
     for (int i = 0; i < NUM_SHAPES; i++) cr_expect_null(gdn_plan_check(&SHAPES[i]), "shape %d", i);
     const CudaGdnShape bad[] = {
-        {3, 4, 8, 8, 4, 1e-6f},     /* Hv not a multiple of Hk */
-        {2, 4, 8, 8, 1, 1e-6f},     /* K < 2 */
-        {2, 4, 8, 8, 9, 1e-6f},     /* K > 8 */
-        {2, 4, 0, 8, 4, 1e-6f},     /* dk 0 */
-        {1, 1, 128, 256, 4, 1e-6f}, /* 4 groups x 256 columns: 1024 threads */
-        {1, 1, 1024, 32, 4, 1e-6f}, /* 32 groups x 32 columns, too */
+        {3, 4, 8, 8, 4, 1e-6f, false},     /* Hv not a multiple of Hk */
+        {2, 4, 8, 8, 1, 1e-6f, false},     /* K < 2 */
+        {2, 4, 8, 8, 9, 1e-6f, false},     /* K > 8 */
+        {2, 4, 0, 8, 4, 1e-6f, false},     /* dk 0 */
+        {1, 1, 128, 256, 4, 1e-6f, false}, /* 4 groups x 256 columns: 1024 threads */
+        {1, 1, 1024, 32, 4, 1e-6f, false}, /* 32 groups x 32 columns, too */
     };
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) cr_expect_not_null(gdn_plan_check(&bad[i]), "bad %d", i);
 }

@@ -213,7 +213,7 @@ static void expect_patch_refused(size_t at, const void *bytes, size_t len, const
 Test(gguf_model, refuses_another_architecture) {
     /* the value string "qwen3" directly follows its key */
     size_t at = offset_of("q8_0", "general.architecture") + strlen("general.architecture") + 4 + 8;
-    expect_patch_refused(at, "llama", 5, "supported: qwen3, qwen3moe");
+    expect_patch_refused(at, "llama", 5, "supported: qwen3, qwen3moe, qwen35, qwen35moe");
 }
 
 Test(gguf_model, refuses_a_missing_key) {
@@ -234,6 +234,36 @@ Test(gguf_model, refuses_an_unsupported_tensor_type) {
     size_t at = offset_of("q8_0", name) + strlen(name) + 4 + 2 * 8;
     uint32_t q4_0 = GGUF_TYPE_Q4_0;
     expect_patch_refused(at, &q4_0, 4, "q4_0");
+}
+
+/* Qwen3.5 (the tiny qwen35 fixture, tests/fixtures/tiny-qwen3_5): value
+ * heads that do not divide into whole heads, and a decay A = -exp(A_log)
+ * that is not negative (log(-A) would be NaN). */
+#define QWEN35_Q8 "../tiny-qwen3_5/dense-q8_0"
+
+static void expect_qwen35_patch_refused(size_t at, const void *bytes, size_t len, const char *needle) {
+    char *dir;
+    expect_refused(patched_copy(QWEN35_Q8, at, bytes, len, &dir), needle);
+    rm_rf(dir);
+    free(dir);
+}
+
+Test(gguf_model, refuses_qwen35_partial_value_heads) {
+    size_t at = offset_of(QWEN35_Q8, "qwen35.ssm.inner_size") + strlen("qwen35.ssm.inner_size") + 4;
+    uint32_t inner = 97;
+    expect_qwen35_patch_refused(at, &inner, 4, "do not make whole value heads");
+}
+
+Test(gguf_model, refuses_qwen35_a_decay_that_is_not_negative) {
+    Gguf g;
+    Error err = {0};
+    cr_assert(gguf_open(&g, fixture_path(QWEN35_Q8), &err) == 0, "%s", err.msg);
+    const GgufTensor *t = gguf_find_tensor(&g, "blk.1.ssm_a");
+    cr_assert(t && t->type == GGUF_TYPE_F32);
+    size_t at = (size_t)((const char *)t->data - (const char *)g.map) + sizeof(float);
+    gguf_close(&g);
+    float positive = 0.5f;
+    expect_qwen35_patch_refused(at, &positive, sizeof positive, "'blk.1.ssm_a': value 1 is 0.5");
 }
 
 Test(gguf_model, refuses_a_truncated_file) {

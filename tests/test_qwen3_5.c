@@ -11,8 +11,10 @@
  * (the recurrent form); a prompt prefilled in chunks of odd sizes equal to
  * one-shot; several sequences of different lengths in one batch, each in
  * its own slot, equal to each alone; a slot reused by a new sequence
- * starting afresh; and the bf16 runs under the rules below. The engine-level checks (preemption, n > 1, no prefix reuse) are
- * in test_engine_hybrid.c.
+ * starting afresh; and the bf16 runs under the rules below. The same
+ * models as llama.cpp's GGUF files: bf16 (the same weights) under the same
+ * golden, q8_0 under the golden of its decoded weights. The engine-level
+ * checks (preemption, n > 1, no prefix reuse) are in test_engine_hybrid.c.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -43,6 +45,16 @@ static const GoldenFixture DENSE = {"tests/fixtures/tiny-qwen3_5/dense",
                                     "tests/fixtures/tiny-qwen3_5/dense-golden"};
 static const GoldenFixture MOE = {"tests/fixtures/tiny-qwen3_5/moe",
                                   "tests/fixtures/tiny-qwen3_5/moe-golden"};
+/* The same weights as llama.cpp's GGUF (norms as 1 + w, A as -exp(A_log),
+ * value heads tiled: gguf_model.c), so the same golden holds. */
+static const GoldenFixture DENSE_GGUF = {"tests/fixtures/tiny-qwen3_5/dense-bf16.gguf",
+                                         "tests/fixtures/tiny-qwen3_5/dense-golden"};
+static const GoldenFixture MOE_GGUF = {"tests/fixtures/tiny-qwen3_5/moe-bf16.gguf",
+                                       "tests/fixtures/tiny-qwen3_5/moe-golden"};
+static const GoldenFixture DENSE_Q8 = {"tests/fixtures/tiny-qwen3_5/dense-q8_0.gguf",
+                                       "tests/fixtures/tiny-qwen3_5/dense-q8_0-golden"};
+static const GoldenFixture MOE_Q8 = {"tests/fixtures/tiny-qwen3_5/moe-q8_0.gguf",
+                                     "tests/fixtures/tiny-qwen3_5/moe-q8_0-golden"};
 
 static void open_hybrid(const GoldenFixture *f, ModelWeights *w, Runner **r, Precision prec) {
     fixture_open_dtype(f->model, w, r, 16, 512, prec == ALL_F32 ? KV_CACHE_F32 : KV_CACHE_BF16,
@@ -134,6 +146,55 @@ Test(qwen3_5, every_position_moe) { every_position(&MOE, ALL_F32); }
 Test(qwen3_5, every_position_dense_bf16_cache) { every_position(&DENSE, KV_BF16); }
 Test(qwen3_5, every_position_moe_bf16_cache) { every_position(&MOE, KV_BF16); }
 Test(qwen3_5, every_position_dense_bf16_matmuls) { every_position(&DENSE, ALL_BF16); }
+Test(qwen3_5, every_position_dense_gguf) { every_position(&DENSE_GGUF, ALL_F32); }
+Test(qwen3_5, every_position_moe_gguf) { every_position(&MOE_GGUF, ALL_F32); }
+
+/* q8_0 against the golden of the very weights the file holds: what is left
+ * is our q8_0 products' own rounding (each activation row quantized to 8
+ * bits per block first, as llama.cpp does), which this random model's
+ * recurrence carries on: measured 2.4-4.5% (dense) and 2.6-6.7% (MoE)
+ * relative L2 on the last positions' logits, where Qwen3's tiny q8_0 file
+ * measures 2.0%. Held to 10%: the grouped value-head order instead of
+ * the file's tiled one measured 65%. */
+static void q8_last_logits(const GoldenFixture *f) {
+    ModelWeights w;
+    Runner *r;
+    open_hybrid(f, &w, &r, ALL_F32);
+    json_t *g = golden_load_from(f);
+    size_t i;
+    json_t *p;
+    int compared = 0;
+    json_array_foreach(json_object_get(g, "prompts"), i, p) {
+        const char *name = json_string_value(json_object_get(p, "name"));
+        float *golden = golden_logits_from(f, name);
+        if (!golden) continue;
+        int n;
+        int32_t *ids = json_ids(json_object_get(p, "prompt_ids"), &n), next;
+        int32_t *table = table_for(0, (n + 15) / 16);
+        float *all = malloc(sizeof(float) * (size_t)n * VOCAB);
+        step_one(r, ids, n, 0, table, 0, all, &next);
+        double num = 0, den = 0;
+        const float *last = all + (size_t)(n - 1) * VOCAB;
+        for (int v = 0; v < VOCAB; v++) {
+            num += (double)(last[v] - golden[v]) * (last[v] - golden[v]);
+            den += (double)golden[v] * golden[v];
+        }
+        cr_expect(sqrt(num / den) <= 0.10, "%s %s: relative L2 %.4f", f->model, name, sqrt(num / den));
+        cr_log_info("%s %s: relative L2 %.4f from the golden of its decoded weights", f->model, name,
+                    sqrt(num / den));
+        compared++;
+        free(all);
+        free(table);
+        free(ids);
+        free(golden);
+    }
+    cr_expect_geq(compared, 4, "prompts with a full golden row: %d", compared);
+    json_decref(g);
+    tiny_close(&w, r);
+}
+
+Test(qwen3_5, gguf_q8_0_dense) { q8_last_logits(&DENSE_Q8); }
+Test(qwen3_5, gguf_q8_0_moe) { q8_last_logits(&MOE_Q8); }
 
 /* Prefill, then one token a step through the cache and the state slot. */
 static void greedy(const GoldenFixture *f, Precision prec) {
@@ -178,6 +239,8 @@ Test(qwen3_5, greedy_moe) { greedy(&MOE, ALL_F32); }
 Test(qwen3_5, greedy_dense_bf16_cache) { greedy(&DENSE, KV_BF16); }
 Test(qwen3_5, greedy_moe_bf16_cache) { greedy(&MOE, KV_BF16); }
 Test(qwen3_5, greedy_dense_bf16_matmuls) { greedy(&DENSE, ALL_BF16); }
+Test(qwen3_5, greedy_dense_gguf) { greedy(&DENSE_GGUF, ALL_F32); }
+Test(qwen3_5, greedy_moe_gguf) { greedy(&MOE_GGUF, ALL_F32); }
 
 /* len300 prefilled in chunks of odd sizes (each continuing the state the
  * previous one left) against one call: every position's logits. */
