@@ -44,7 +44,7 @@
  * so a short chunk does least work: on the 0.8B shape (16 heads of
  * 128x128), AVX2, one thread, 512 tokens took 48-55 us/token/layer with
  * C = 16, 56-66 with 32, 68-77 with 64, 77-80 token by token; 2 rows are
- * already faster chunked, 1 row recurrent (cpu/PERFORMANCE.md). */
+ * already faster chunked, 1 row recurrent (cpu/PERFORMANCE_QWEN3_5.md). */
 #define GDN_CHUNK 16
 #define GDN_CHUNK_MIN_ROWS 2
 /* Channels per conv task. */
