@@ -117,6 +117,18 @@ static double check_prompt(const GoldenFixture *f, json_t *p, const float *all, 
 
 static const char *const PRECISION[3] = {"float32", "bf16 KV cache", "bf16 KV cache and matmuls"};
 
+/* Golden prompt i (p) prefilled in one call: every position's logits
+ * (malloc'ed, *n rows), its blocks and slot chosen by i. */
+static float *prompt_logits(Runner *r, json_t *p, int i, int *n) {
+    int32_t *ids = json_ids(json_object_get(p, "prompt_ids"), n), next;
+    int32_t *table = table_for(i % 4, (*n + 15) / 16);
+    float *all = malloc(sizeof(float) * (size_t)*n * VOCAB);
+    step_one(r, ids, *n, 0, table, i % r->num_state_slots, all, &next);
+    free(table);
+    free(ids);
+    return all;
+}
+
 static void every_position(const GoldenFixture *f, Precision prec) {
     ModelWeights w;
     Runner *r;
@@ -127,14 +139,9 @@ static void every_position(const GoldenFixture *f, Precision prec) {
     double worst = 0;
     json_array_foreach(json_object_get(g, "prompts"), i, p) {
         int n;
-        int32_t *ids = json_ids(json_object_get(p, "prompt_ids"), &n), next;
-        int32_t *table = table_for((int)i % 4, (n + 15) / 16);
-        float *all = malloc(sizeof(float) * (size_t)n * VOCAB);
-        step_one(r, ids, n, 0, table, (int)i % r->num_state_slots, all, &next);
+        float *all = prompt_logits(r, p, (int)i, &n);
         worst = fmax(worst, check_prompt(f, p, all, n, TOL[prec]));
         free(all);
-        free(table);
-        free(ids);
     }
     cr_log_info("%s, %s: largest logit difference from golden %.3g", f->model, PRECISION[prec], worst);
     json_decref(g);
@@ -169,10 +176,7 @@ static void q8_last_logits(const GoldenFixture *f) {
         float *golden = golden_logits_from(f, name);
         if (!golden) continue;
         int n;
-        int32_t *ids = json_ids(json_object_get(p, "prompt_ids"), &n), next;
-        int32_t *table = table_for(0, (n + 15) / 16);
-        float *all = malloc(sizeof(float) * (size_t)n * VOCAB);
-        step_one(r, ids, n, 0, table, 0, all, &next);
+        float *all = prompt_logits(r, p, (int)i, &n);
         double num = 0, den = 0;
         const float *last = all + (size_t)(n - 1) * VOCAB;
         for (int v = 0; v < VOCAB; v++) {
@@ -184,8 +188,6 @@ static void q8_last_logits(const GoldenFixture *f) {
                     sqrt(num / den));
         compared++;
         free(all);
-        free(table);
-        free(ids);
         free(golden);
     }
     cr_expect_geq(compared, 4, "prompts with a full golden row: %d", compared);
