@@ -245,11 +245,13 @@ int model_config_load_gguf(ModelConfig *cfg, const char *path, Error *err) {
 /* ---- tensor names ------------------------------------------------------------ */
 
 /* "model.layers.N.<hf>" suffixes and their GGUF names "blk.N.<gguf>". */
-static const struct {
+typedef struct LayerName {
     const char *hf, *gguf;
-} LAYER_NAMES[] = {
+} LayerName;
+
+static const LayerName LAYER_NAMES[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"}, /* qwen35: POST_ATTENTION_NORM */
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
     {"self_attn.q_norm.weight", "attn_q_norm.weight"},
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -275,7 +277,10 @@ static const struct {
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
 
-#define POST_ATTENTION_NORM "post_attention_norm.weight"
+/* The names another architecture gives the same tensors (qwen35). */
+static const LayerName ALT_LAYER_NAMES[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+};
 
 static const struct {
     const char *hf, *gguf;
@@ -285,8 +290,9 @@ static const struct {
     {"down_proj.weight", "ffn_down_exps.weight"},
 };
 
-/* The GGUF name of hf_name into out; *expert is the slice (-1: the whole tensor). */
-static int gguf_name(const char *hf_name, char *out, size_t size, int *expert) {
+/* The GGUF name of hf_name into out (alt: its other name, -1 if none); *expert
+ * is the slice (-1: the whole tensor). */
+static int gguf_name(const char *hf_name, bool alt, char *out, size_t size, int *expert) {
     *expert = -1;
     if (strcmp(hf_name, "model.embed_tokens.weight") == 0) return snprintf(out, size, "token_embd.weight"), 0;
     if (strcmp(hf_name, "model.norm.weight") == 0) return snprintf(out, size, "output_norm.weight"), 0;
@@ -294,9 +300,13 @@ static int gguf_name(const char *hf_name, char *out, size_t size, int *expert) {
     int layer, used = 0;
     if (sscanf(hf_name, "model.layers.%d.%n", &layer, &used) != 1 || used == 0) return -1;
     const char *rest = hf_name + used;
-    for (size_t i = 0; i < sizeof LAYER_NAMES / sizeof LAYER_NAMES[0]; i++)
-        if (strcmp(rest, LAYER_NAMES[i].hf) == 0)
-            return snprintf(out, size, "blk.%d.%s", layer, LAYER_NAMES[i].gguf), 0;
+    const LayerName *names = alt ? ALT_LAYER_NAMES : LAYER_NAMES;
+    size_t count = alt ? sizeof ALT_LAYER_NAMES / sizeof ALT_LAYER_NAMES[0]
+                       : sizeof LAYER_NAMES / sizeof LAYER_NAMES[0];
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(rest, names[i].hf) == 0)
+            return snprintf(out, size, "blk.%d.%s", layer, names[i].gguf), 0;
+    if (alt) return -1;
     int e, eused = 0;
     if (sscanf(rest, "mlp.experts.%d.%n", &e, &eused) != 1 || eused == 0) return -1;
     for (size_t i = 0; i < sizeof EXPERT_NAMES / sizeof EXPERT_NAMES[0]; i++)
@@ -311,15 +321,12 @@ int gguf_model_find(const Gguf *g, const char *hf_name, int rows, int cols, Gguf
                     Error *err) {
     char name[128];
     int expert;
-    if (gguf_name(hf_name, name, sizeof name, &expert))
+    if (gguf_name(hf_name, false, name, sizeof name, &expert))
         return error_set(err, "tensor '%s' has no GGUF name", hf_name);
     const GgufTensor *t = gguf_find_tensor(g, name);
-    static const char ffn_norm[] = "ffn_norm.weight";
-    size_t len = strlen(name), tail = sizeof ffn_norm - 1;
-    if (!t && len > tail && strcmp(name + len - tail, ffn_norm) == 0) { /* Qwen3.5 names it so */
-        snprintf(name + len - tail, sizeof name - (len - tail), POST_ATTENTION_NORM);
-        t = gguf_find_tensor(g, name);
-    }
+    char alt[sizeof name];
+    if (!t && gguf_name(hf_name, true, alt, sizeof alt, &expert) == 0 && (t = gguf_find_tensor(g, alt)))
+        memcpy(name, alt, sizeof name);
     if (!t) return error_set(err, "the file has no tensor '%s' (%s)", name, hf_name);
     /* ggml order: ne[0] is the row length; a 1 x n matrix may be stored as a vector */
     int64_t want[GGUF_MAX_DIMS] = {cols ? cols : rows, cols ? rows : 1, 1, 1};
