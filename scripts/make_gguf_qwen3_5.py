@@ -365,25 +365,25 @@ def undo_plan(tc, tied, got, prefix):
     return out
 
 
+class Shapes:
+    """What make_gguf.RefWriter asks of its source: each tensor's shape."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def shape(self, name):
+        return self.tensors[name].shape
+
+
 def write_ref_folder(out_dir, tensors, model_dir):
     """tensors as float32 model.safetensors, with the source's config and tokenizer files."""
-    import json
-    import shutil
-    import struct
     os.makedirs(out_dir, exist_ok=True)
-    header, off = {"__metadata__": {"format": "pt", "generator": "make_gguf_qwen3_5.py --ref-out"}}, 0
-    for name, x in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(x.shape), "data_offsets": [off, off + 4 * x.size]}
-        off += 4 * x.size
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb)
-        for x in tensors.values():
-            f.write(np.ascontiguousarray(x, dtype="<f4").tobytes())
-    for fn in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        if os.path.exists(os.path.join(model_dir, fn)):
-            shutil.copyfile(os.path.join(model_dir, fn), os.path.join(out_dir, fn))
+    w = mg.RefWriter(os.path.join(out_dir, "model.safetensors"), list(tensors), Shapes(tensors),
+                     generator="make_gguf_qwen3_5.py --ref-out")
+    for x in tensors.values():
+        w.write(x)
+    w.close()
+    mg.finish_ref(argparse.Namespace(ref_out=out_dir, ref_logits=None), model_dir)
 
 
 def main():
