@@ -16,23 +16,31 @@
  *   delta = beta (v - exp(g) kS); o = exp(g) qS + (q.k) delta
  *                                      every thread for its column
  *   S = exp(g) S + k delta^T           in registers
- * A prompt runs its rows one after another, each row's matrix-vector work
- * on dk x dv / threads values a thread: correct first. The chunked WY/UT
- * form (the CPU module's chunk(), products on the tensor cores) is the
- * later optimisation for long prompts; so is splitting a head's columns
- * over several blocks (columns are independent until the gated norm) to
- * fill the GPU at small decode batches.
+ * It serves decode and short prompts (the call's longest sequence under
+ * GDN_CHUNK_MIN_ROWS rows): its barrier per row makes a long prompt slow.
+ *
+ * chunk kernel (calls with a longer sequence): a block per (value head,
+ * GDN_CHUNK_COLS state columns, sequence) takes GDN_CHUNK_ROWS rows at a
+ * time in the chunked WY/UT form, phase by phase as cuda_gdn_chunk.h
+ * defines them (and tests/test_gdn_chunk.c runs on the CPU); the rows'
+ * outputs before the norm go over their v in qkv, and the norm kernel
+ * (a warp per row and head) applies the gated RMSNorm into out. Products
+ * on CUDA cores in float32: the tensor cores are the next step.
  */
 #include <math.h>
 
 #include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_gated_deltanet.h"
+#include "cuda_gdn_chunk.h"
+#include "cuda_variants.h"
 
 #define WARP 32
 
 static_assert(GDN_MAX_CONV_KERNEL - 1 <= GDN_CONV_ROW_LANES, "one row lane per halo row");
 static_assert(GDN_CONV_CHANNELS == WARP, "a conv warp covers one tile row");
+static_assert(GDN_CHUNK_ROWS == WARP, "one warp scans a chunk's decays");
+static_assert(GDN_CHUNK_THREADS % WARP == 0, "whole warps");
 
 __device__ __forceinline__ float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
 
@@ -194,6 +202,109 @@ gdn_head_kernel(const float *__restrict__ qkv, const float *__restrict__ z, cons
         if (i < rows_here) S[(size_t)(r0 + i) * dv + c] = s[i];
 }
 
+/* ---- the chunked form and its norm (cuda_gdn_chunk.h) --------------------- */
+
+__global__ void __launch_bounds__(GDN_CHUNK_THREADS)
+gdn_chunk_kernel(float *__restrict__ qkv, const float *__restrict__ a, const float *__restrict__ b,
+                 float *__restrict__ states, size_t slot_floats, const CudaGdnSeq *__restrict__ seqs,
+                 const float *__restrict__ A_log, const float *__restrict__ dt_bias, CudaGdnShape shape) {
+    extern __shared__ float smem[];
+    const CudaGdnSeq seq = seqs[blockIdx.y];
+    if (seq.num_rows <= 0 && !seq.fresh) return;
+    const int hk = shape.num_k_heads, hv = shape.num_v_heads, dk = shape.k_dim, dv = shape.v_dim;
+    const int tiles = gdn_chunk_col_tiles(dv), h = blockIdx.x / tiles, c0 = (blockIdx.x % tiles) * GDN_CHUNK_COLS;
+    const int kh = shape.value_heads_tiled ? h % hk : h / (hv / hk), nc = min(GDN_CHUNK_COLS, dv - c0);
+    const size_t cd = gdn_plan_conv_dim(&shape), v_at = 2 * (size_t)hk * dk + (size_t)h * dv + c0;
+    const int tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP, warps = GDN_CHUNK_THREADS / WARP;
+    const int C = GDN_CHUNK_ROWS, W = GDN_CHUNK_COLS, NT = GDN_CHUNK_THREADS;
+    float *S = states + gdn_plan_recurrent_state_offset(&shape, seq.slot, slot_floats, h);
+    GdnChunkView v = gdn_chunk_view(smem, dk, C, nc);
+
+    for (int i = tid; i < dk * W; i += NT) {
+        const int r = i / W, c = i % W;
+        v.S[i] = c < nc && !seq.fresh ? S[(size_t)r * dv + c0 + c] : 0.0f;
+    }
+    const float neg_A = -expf(A_log[h]), bias = dt_bias[h], qscale = 1.0f / sqrtf((float)dk);
+    for (int t0 = 0; t0 < seq.num_rows; t0 += C) {
+        const int n = min(C, seq.num_rows - t0), row0 = seq.first_row + t0;
+        v.n = n;
+        /* stage */
+        for (int i = tid; i < n * dk; i += NT) {
+            const int t = i / dk, r = i % dk;
+            const float *x = qkv + (size_t)(row0 + t) * cd;
+            v.q[t * v.ldk + r] = x[(size_t)kh * dk + r];
+            v.k[t * v.ldk + r] = x[(size_t)(hk + kh) * dk + r];
+        }
+        for (int i = tid; i < n * W; i += NT)
+            if (i % W < nc) v.u[i] = qkv[(size_t)(row0 + i / W) * cd + v_at + i % W];
+        for (int t = tid; t < n; t += NT) {
+            const size_t ab = (size_t)(row0 + t) * hv + h;
+            gdn_chunk_gate(a[ab], b[ab], neg_A, bias, &v.G[t], &v.beta[t]);
+        }
+        __syncthreads();
+        /* scale: G cumulated by warp 0, q and k normalised a warp per row */
+        if (warp == 0) {
+            float g = lane < n ? v.G[lane] : 0.0f;
+#pragma unroll
+            for (int o = 1; o < WARP; o *= 2) {
+                const float y = __shfl_up_sync(0xffffffffu, g, o);
+                if (lane >= o) g += y;
+            }
+            if (lane < n) v.G[lane] = g;
+            __syncwarp();
+            if (lane < n) gdn_chunk_decays(v, lane);
+        }
+        for (int t = warp; t < n; t += warps) {
+            float *qt = v.q + t * v.ldk, *kt = v.k + t * v.ldk;
+            float qq = 0.0f, kk = 0.0f;
+            for (int r = lane; r < dk; r += WARP) qq = fmaf(qt[r], qt[r], qq), kk = fmaf(kt[r], kt[r], kk);
+            const float iq = gdn_chunk_inv_norm(warp_sum(qq), qscale), ik = gdn_chunk_inv_norm(warp_sum(kk), 1.0f);
+            for (int r = lane; r < dk; r += WARP) qt[r] *= iq, kt[r] *= ik;
+        }
+        __syncthreads();
+        for (int i = tid; i < C * C; i += NT) gdn_chunk_gram(v, i);
+        for (int i = tid; i < n * dk; i += NT) gdn_chunk_w_rhs(v, i);
+        for (int i = tid; i < n * W; i += NT) gdn_chunk_u_rhs(v, i);
+        __syncthreads();
+        for (int i = tid; i < dk + W; i += NT) gdn_chunk_solve(v, i);
+        __syncthreads();
+        for (int i = tid; i < n * W; i += NT) gdn_chunk_delta(v, i);
+        __syncthreads();
+        for (int i = tid; i < n * W; i += NT) {
+            int valid;
+            const float o = gdn_chunk_out(v, i, &valid);
+            if (valid) qkv[(size_t)(row0 + i / W) * cd + v_at + i % W] = o;
+        }
+        for (int i = tid; i < dk * W; i += NT) gdn_chunk_state(v, i);
+        __syncthreads(); /* the next chunk's stage overwrites what these read */
+    }
+    for (int i = tid; i < dk * W; i += NT)
+        if (i % W < nc) S[(size_t)(i / W) * dv + c0 + i % W] = v.S[i];
+}
+
+/* y = o / sqrt(mean(o^2) + eps) * norm_weight * silu(z), o from qkv's v
+ * columns (the chunk kernel's), a warp per (row, head). */
+__global__ void __launch_bounds__(GDN_CHUNK_THREADS)
+gdn_norm_kernel(const float *__restrict__ qkv, const float *__restrict__ z, uint16_t *__restrict__ out,
+                const CudaGdnSeq *__restrict__ seqs, const float *__restrict__ norm_weight, CudaGdnShape shape) {
+    const CudaGdnSeq seq = seqs[blockIdx.y];
+    const int r0 = blockIdx.x * GDN_NORM_ROWS;
+    if (r0 >= seq.num_rows) return;
+    const int hv = shape.num_v_heads, dv = shape.v_dim, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int rows = min(GDN_NORM_ROWS, seq.num_rows - r0);
+    const size_t cd = gdn_plan_conv_dim(&shape), ldo = (size_t)hv * dv;
+    for (int p = warp; p < rows * hv; p += GDN_CHUNK_THREADS / WARP) {
+        const int row = seq.first_row + r0 + p / hv, h = p % hv;
+        const float *o = qkv + (size_t)row * cd + 2 * (size_t)shape.num_k_heads * shape.k_dim + (size_t)h * dv;
+        float ss = 0.0f;
+        for (int i = lane; i < dv; i += WARP) ss = fmaf(o[i], o[i], ss);
+        const float inv = gdn_norm_inv(warp_sum(ss), dv, shape.norm_eps);
+        const size_t at = (size_t)row * ldo + (size_t)h * dv;
+        for (int i = lane; i < dv; i += WARP)
+            out[at + i] = float_to_bf16_bits(o[i] * inv * norm_weight[i] * gdn_silu(z[at + i]));
+    }
+}
+
 /* ---- host ----------------------------------------------------------------- */
 
 extern "C" int cuda_gdn_check_shape(const CudaGdnShape *s, Error *err) {
@@ -204,9 +315,33 @@ extern "C" int cuda_gdn_check_shape(const CudaGdnShape *s, Error *err) {
     return 0;
 }
 
+static int chunk_min_rows = GDN_CHUNK_MIN_ROWS;
+
+extern "C" void cuda_gdn_set_chunk_min_rows(int rows) { chunk_min_rows = rows; }
+
+/* The chunked kernels' shared memory fits this GPU (its opt-in limit per
+ * block, read once), the attribute raised once, before any capture. */
+static int chunk_smem_ready(size_t shared, bool *fits, Error *err) {
+    static int limit = -1;
+    static size_t raised = 48 << 10;
+    if (limit < 0) {
+        int dev;
+        CUDA_TRY(cudaGetDevice(&dev), "finding the current GPU", err);
+        CUDA_TRY(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                 "reading the GPU's shared memory limit", err);
+    }
+    *fits = shared <= (size_t)limit;
+    if (*fits && shared > raised) {
+        CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared),
+                 "raising the chunked gated deltanet kernel's shared memory", err);
+        raised = shared;
+    }
+    return 0;
+}
+
 extern "C" int cuda_gdn_forward(const CudaGdnShape *s, const CudaGdnLayer *w, CudaGdnStates states,
-                                const CudaGdnSeq *seqs, int num_seqs, float *qkv, const float *z, const float *a,
-                                const float *b, uint16_t *out, CudaStream stream, Error *err) {
+                                const CudaGdnSeq *seqs, int num_seqs, int max_rows, float *qkv, const float *z,
+                                const float *a, const float *b, uint16_t *out, CudaStream stream, Error *err) {
     if (cuda_gdn_check_shape(s, err)) return -1;
     if (num_seqs <= 0) return 0;
     cudaStream_t st = (cudaStream_t)stream;
@@ -214,6 +349,21 @@ extern "C" int cuda_gdn_forward(const CudaGdnShape *s, const CudaGdnLayer *w, Cu
         qkv, states.layer_base, states.slot_floats, seqs, w->conv_weight, (int)gdn_plan_conv_dim(s), s->conv_kernel);
     CUDA_LAUNCHED("the gated deltanet conv", err);
 
+    if (max_rows >= chunk_min_rows && gdn_chunk_fits(s->k_dim) && !cuda_variant_legacy("gdn")) {
+        const size_t shared = gdn_chunk_smem(s->k_dim).floats * sizeof(float);
+        bool fits;
+        if (chunk_smem_ready(shared, &fits, err)) return -1;
+        if (fits) {
+            gdn_chunk_kernel<<<dim3(s->num_v_heads * gdn_chunk_col_tiles(s->v_dim), num_seqs), GDN_CHUNK_THREADS,
+                               shared, st>>>(qkv, a, b, states.layer_base, states.slot_floats, seqs, w->A_log,
+                                             w->dt_bias, *s);
+            CUDA_LAUNCHED("the chunked gated deltanet", err);
+            gdn_norm_kernel<<<dim3((max_rows + GDN_NORM_ROWS - 1) / GDN_NORM_ROWS, num_seqs), GDN_CHUNK_THREADS, 0,
+                              st>>>(qkv, z, out, seqs, w->norm_weight, *s);
+            CUDA_LAUNCHED("the gated deltanet norm", err);
+            return 0;
+        }
+    }
     const GdnHeadPlan plan = gdn_head_plan(s->k_dim, s->v_dim);
     const size_t shared = gdn_head_smem(s->k_dim, s->v_dim, plan.row_groups).floats * sizeof(float);
     static size_t shared_raised = 48 << 10; /* the default limit; raised before any graph capture (warm-up) */

@@ -55,17 +55,25 @@ typedef struct CudaGdnStates {
 int cuda_gdn_check_shape(const CudaGdnShape *s, Error *err);
 
 /* seqs: num_seqs CudaGdnSeq in device memory (rows of different sequences
- * must not overlap, nor their slots). qkv [rows, conv_dim] float32
- * (in_proj_qkv's output; overwritten with the conv's output, as scratch),
+ * must not overlap, nor their slots); max_rows: the most rows any of them
+ * has (host-side: from GDN_CHUNK_MIN_ROWS on the chunked kernels run,
+ * cuda_gdn_chunk.h, when the head's shared memory fits the GPU). qkv [rows, conv_dim] float32 (in_proj_qkv's output;
+ * overwritten as scratch: the conv's output, and in a chunked call the
+ * sequences' v columns then hold their outputs before the norm),
  * z [rows, Hv*dv], a and b [rows, Hv] float32; out [rows, Hv*dv] bf16: each
  * sequence's rows of out ready for out_proj, its states advanced past them.
  * Rows of no sequence are left alone; a sequence of 0 rows changes nothing
  * unless fresh (then its states are zeroed), so a graph captured for
  * num_seqs sequences serves fewer with the rest given 0 rows. Two kernels
- * on `stream`, launch errors checked, nothing waited for. */
+ * on `stream` (three when chunked), launch errors checked, nothing waited for. */
 int cuda_gdn_forward(const CudaGdnShape *s, const CudaGdnLayer *w, CudaGdnStates states, const CudaGdnSeq *seqs,
-                     int num_seqs, float *qkv, const float *z, const float *a, const float *b, uint16_t *out,
-                     CudaStream stream, Error *err);
+                     int num_seqs, int max_rows, float *qkv, const float *z, const float *a, const float *b,
+                     uint16_t *out, CudaStream stream, Error *err);
+
+/* Calls whose longest sequence has at least this many rows take the
+ * chunked kernels (default GDN_CHUNK_MIN_ROWS; tests: 1 chunks every call,
+ * INT_MAX none). */
+void cuda_gdn_set_chunk_min_rows(int rows);
 
 #ifdef __cplusplus
 }

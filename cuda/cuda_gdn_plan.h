@@ -3,7 +3,8 @@
  * divide their work and where they find things, in plain C for the kernels
  * and for a CPU test (tests/test_gdn_plan.c).
  *
- * Two launches per layer:
+ * Two launches per layer (three for a call with a long prompt: the chunked
+ * kernels of cuda_gdn_chunk.h in place of the head kernel):
  *  - conv: a block per (sequence, tile of GDN_CONV_CHANNELS channels) runs
  *    the causal conv + SiLU in place over the sequence's qkv rows, in tiles
  *    of GDN_CONV_TILE_ROWS rows staged in shared memory behind a halo of the

@@ -93,7 +93,11 @@ static int pool_range(const RunnerSeq *q, int t0, int *first) {
  * rows whose logits are needed; the embedding rows' token ranges. */
 static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
     int bs = r->base.options.block_size, T = 0, n_items = 0, n_rows = 0, n_pool = 0;
-    for (int s = 0; s < b->num_seqs; s++) T += b->seqs[s].num_tokens;
+    L->max_seq_rows = 0;
+    for (int s = 0; s < b->num_seqs; s++) {
+        T += b->seqs[s].num_tokens;
+        if (b->seqs[s].num_tokens > L->max_seq_rows) L->max_seq_rows = b->seqs[s].num_tokens;
+    }
     L->num_tokens = T;
     L->tokens = 0;
     L->positions = cuda_align4((size_t)T);

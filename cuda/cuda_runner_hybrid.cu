@@ -137,8 +137,8 @@ static int linear_mixer(CudaRunner *r, const CudaLayerWeights *W, int l, const S
     const CudaGdnSeq *seqs = (const CudaGdnSeq *)(r->meta_dev + L->gdn);
     return mm(r, y->wide, r->h, W->lin_qkv, T, conv, H, err) || mm(r, y->z, r->h, W->lin_z, T, VD, H, err) ||
                    mm(r, y->a, r->h, W->lin_a, T, HV, H, err) || mm(r, y->b, r->h, W->lin_b, T, HV, H, err) ||
-                   cuda_gdn_forward(&s, &w, states, seqs, L->num_seqs, y->wide, y->z, y->a, y->b, y->out, r->stream,
-                                    err) ||
+                   cuda_gdn_forward(&s, &w, states, seqs, L->num_seqs, L->max_seq_rows, y->wide, y->z, y->a, y->b,
+                                    y->out, r->stream, err) ||
                    mm(r, r->delta, y->out, W->lin_out, T, H, VD, err)
                ? -1
                : 0;

@@ -105,7 +105,7 @@ typedef struct CudaRunner {
 
 /* Where each part of the metadata sits in meta_host / meta_dev (int32 offsets). */
 typedef struct StepLayout {
-    int num_tokens, num_items, num_logit_rows, num_pool_rows, num_seqs;
+    int num_tokens, num_items, num_logit_rows, num_pool_rows, num_seqs, max_seq_rows;
     size_t tokens, positions, slots, logit_rows, pool, seqs, items, gdn, tables, total;
 } StepLayout;
 /* gdn: a hybrid model's CudaGdnSeq per sequence (4 int32 each, padding

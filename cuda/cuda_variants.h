@@ -8,7 +8,8 @@
  * norm + RoPE + store, SiLU x up), "sampler" (one thread block per row),
  * "gemv" (cuBLAS for the few-row projections too; FP8 matrices then
  * dequantized to bf16 for it at every batch), "prefetch" (decode
- * attention without the next pass's loads in flight). Unset, every part runs
+ * attention without the next pass's loads in flight), "gdn" (Qwen3.5's
+ * Gated DeltaNet row by row in prompts too, no chunked kernel). Unset, every part runs
  * its current kernel. With an fp8 KV cache (--kv-cache-dtype fp8) "prefetch"
  * applies to its decode kernel too, while "attention" is ignored (logged)
  * and "kernels" keeps the cache store on the vector kernel: neither previous
@@ -25,7 +26,7 @@
 extern "C" {
 #endif
 
-/* Whether `part` ("attention", "kernels", "sampler", "gemv") is listed in
+/* Whether `part` ("attention", "kernels", "sampler", "gemv", "gdn") is listed in
  * NANOVLLM_CUDA_LEGACY. */
 bool cuda_variant_legacy(const char *part);
 

@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e prefill profile moe fp8 kvfp8" scripts/gpu_ab.sh  (sections; all by default)
+#   AB_ONLY="kernels e2e prefill profile moe fp8 kvfp8 hybrid" scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
 # NANOVLLM_CUDA_LEGACY (cuda/cuda_variants.h): "attention", "kernels" (the
@@ -43,6 +43,10 @@
 #           --kv-cache-dtype fp8 and bf16 (AB_KV_ROUNDS alternating rounds, 2 by
 #           default), the KV capacity each gets, and the logits of one prompt
 #           through both caches. Under 3 minutes on an H100.
+#  hybrid:  Qwen3.5-0.8B's shape with dummy weights on --device cuda: the
+#           chunked Gated DeltaNet prefill against the row-by-row kernel
+#           (NANOVLLM_CUDA_LEGACY=gdn) at 512 and 4,096-token prompts (medians
+#           of 2), decode after each, and one prompt's logits through both.
 # Logs and JSON go to OUT_DIR; the model to $WORK.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +58,7 @@ ROW_WIDTH=44
 . scripts/gpu_lib.sh
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8 kvfp8} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8 kvfp8 hybrid} " == *" $1 "* ]]; }
 declare -A PREFILL
 row "GPU" "-" "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 
@@ -366,6 +370,57 @@ JSON
     rel=$("$PY" -c 'import sys, numpy as np; a, b = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:]); print(f"{np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")' \
         "$WORK/kvfp8_fp8.f32" "$WORK/kvfp8_bf16.f32" 2>> "$OUT/kvfp8_logits.log")
     row "logits kv fp8 vs bf16 (rel L2)" "-" "${rel:-?} over a ~500-token prompt, dummy weights"
+fi
+
+if want hybrid; then
+    # Qwen3.5-0.8B's shape with dummy weights (--device cuda: auto keeps Qwen3.5 on the CPU until
+    # this runs): the chunked Gated DeltaNet kernels against the row-by-row one (NANOVLLM_CUDA_LEGACY=gdn)
+    # in prefill, single-sequence decode (graphs: the row kernel either way), and one prompt's logits
+    # through both
+    QM=$WORK/qwen3.5-0.8b-dummy
+    mkdir -p "$QM"
+    cat > "$QM/config.json" <<'JSON'
+{"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": true,
+ "text_config": {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 1024,
+  "intermediate_size": 3584, "num_hidden_layers": 24, "num_attention_heads": 8, "num_key_value_heads": 2,
+  "head_dim": 256, "attention_bias": false, "attn_output_gate": true, "linear_num_key_heads": 16,
+  "linear_num_value_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+  "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "full_attention_interval": 4,
+  "max_position_embeddings": 262144, "tie_word_embeddings": true, "eos_token_id": 248044,
+  "torch_dtype": "bfloat16", "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10],
+  "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}}}
+JSON
+    cp tests/fixtures/tiny-qwen3/tokenizer.json tests/fixtures/tiny-qwen3/tokenizer_config.json "$QM/" 2> /dev/null
+    declare -A GDN_PREFILL GDN_DECODE
+    for len in 512 4096; do
+        for v in "chunked:" "rows:gdn" "chunked:" "rows:gdn"; do
+            name=${v%%:*}
+            json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --load-format dummy \
+                --model "$QM" --input-len "$len" --output-len 128 --max-num-batched-tokens "$len" --json \
+                2>> "$OUT/hybrid_${name}_$len.log")
+            echo "$json" >> "$OUT/hybrid_${name}_$len.jsonl"
+            GDN_PREFILL[$name$len]+=" $(json_field "$json" "['prefill_tokens_per_s']")"
+            GDN_DECODE[$name$len]+=" $(json_field "$json" "['decode_tokens_per_s']")"
+        done
+        c=$(median <<< "${GDN_PREFILL[chunked$len]}")
+        r=$(median <<< "${GDN_PREFILL[rows$len]}")
+        row "Qwen3.5-0.8B prefill $len, chunked vs rows" "$([ -n "$c" ] && echo - || echo FAIL)" \
+            "$(printf '%.0f' "${c:-0}") vs $(printf '%.0f' "${r:-0}") tok/s = $(ratio "$c" "$r")"
+        d=$(median <<< "${GDN_DECODE[chunked$len]}")
+        row "Qwen3.5-0.8B decode after $len" "$([ -n "$d" ] && echo - || echo FAIL)" \
+            "$(printf '%.0f' "${d:-0}") tok/s; floor $(json_field "$(tail -1 "$OUT/hybrid_chunked_$len.jsonl")" \
+            "['decode_floor_tokens_per_s']" .0f) tok/s at the copy rate"
+    done
+    PROMPT=$(printf 'A gated delta rule keeps one state a head. %.0s' $(seq 1 60))
+    for v in "chunked:" "rows:gdn"; do
+        NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$QM" --load-format dummy --device cuda \
+            --prompt "$PROMPT" --max-tokens 1 --quiet --dump-logits "$WORK/hybrid_${v%%:*}.f32" > /dev/null \
+            2>> "$OUT/hybrid_logits.log"
+    done
+    rel=$("$PY" -c 'import sys, numpy as np; a, b = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:]); print(f"{np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")' \
+        "$WORK/hybrid_chunked.f32" "$WORK/hybrid_rows.f32" 2>> "$OUT/hybrid_logits.log")
+    ok=$(awk -v r="$rel" 'BEGIN {print (r == r + 0 && r < 1e-2) ? "ok" : "FAIL"}')
+    row "Qwen3.5 logits chunked vs rows (rel L2)" "$ok" "${rel:-?} over a ~600-token prompt, dummy weights"
 fi
 
 print_table "nanovllm GPU A/B"

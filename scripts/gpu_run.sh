@@ -8,6 +8,7 @@
 #   SECTIONS=tests AB="kernels e2e prefill profile" CHECK=compare scripts/gpu_run.sh "$OUT"
 #   SECTIONS=tests TEST_FILTER='cuda_fp8/*' AB=fp8 scripts/gpu_run.sh "$OUT"   (FP8 alone)
 #   SECTIONS=tests TEST_FILTER='*kv_fp8*/*' AB=kvfp8 scripts/gpu_run.sh "$OUT"   (the fp8 KV cache alone)
+#   SECTIONS=tests TEST_FILTER='cuda_gdn/*' AB=hybrid scripts/gpu_run.sh "$OUT"   (Qwen3.5's kernels alone)
 #
 # Variables: SECTIONS ("tests"), TEST_FILTER ('cuda*/*'), TESTS_S (240), TTFT
 # (non-empty: start to first token twice), AB (gpu_ab.sh sections), AB_S
@@ -18,7 +19,8 @@
 # profile ~40 s, the model's generation ~40 s; fp8 (estimated, not yet run:
 # 3 rounds x 3 dummy 0.6B latency runs) ~90 s; kvfp8 (estimated, not yet run:
 # 10 attention runs, 2 rounds x 2 caches of the workload and of a latency run,
-# 2 generates) ~150 s, its tests ('*kv_fp8*/*') ~40 s.
+# 2 generates) ~150 s, its tests ('*kv_fp8*/*') ~40 s; hybrid (estimated, not
+# yet run: 8 dummy 0.8B latency runs, 2 generates) ~120 s.
 set -uo pipefail
 OUT=$1
 B=gpu-bundle
