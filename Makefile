@@ -56,6 +56,13 @@ TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 EMBED_FIXTURE   = tests/fixtures/tiny-qwen3-embedding
 EMBED_GENERATED = $(EMBED_FIXTURE)/model.safetensors $(EMBED_FIXTURE)/tokenizer.json
 
+# The MoE fixture's weights (../shared's tiny-qwen3-moe, 20 MB) are what
+# make_random_qwen3.py writes for tiny-moe, seed 0: generated (~2 s) and checked
+# against the committed checksum, so that what a GPU call carries (the working
+# tree and the bundle, 64 MiB) keeps its margin.
+MOE_WEIGHTS     = tests/fixtures/tiny-qwen3-moe/model.safetensors
+MOE_TMP         = $(BUILD)/moe-fixture-src
+
 # The GGUF fixtures: the tiny-gguf and tiny-gguf-moe presets (seed 0) written by
 # scripts/make_gguf.py in each tensor type, each X.gguf with X.ref beside it: the
 # float64 reference (scripts/qwen3_ref.py) of exactly the weights X.gguf holds, at
@@ -104,7 +111,12 @@ all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
 # for Qwen3.5) are the
 # tests' and the README's examples', not the program's: `make test` and
 # scripts/setup.sh make them, a plain build does not.
-fixtures: $(EMBED_GENERATED) $(GGUF_GENERATED) $(FP8_GENERATED) $(QWEN35_GENERATED)
+fixtures: $(EMBED_GENERATED) $(MOE_WEIGHTS) $(GGUF_GENERATED) $(FP8_GENERATED) $(QWEN35_GENERATED)
+
+$(MOE_WEIGHTS): scripts/make_random_qwen3.py $(MOE_WEIGHTS).sha256
+	scripts/make_random_qwen3.py --preset tiny-moe --seed 0 --out $(MOE_TMP) > /dev/null
+	mv $(MOE_TMP)/model.safetensors $@ && rm -rf $(MOE_TMP)
+	sha256sum --quiet -c $@.sha256 || { rm -f $@; echo "$@: not the committed fixture"; exit 1; }
 
 $(EMBED_GENERATED) &: scripts/make_random_qwen3.py tests/fixtures/tiny-qwen3/tokenizer.json
 	scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out $(EMBED_FIXTURE) > /dev/null

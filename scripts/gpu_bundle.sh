@@ -29,3 +29,12 @@ rm -rf gpu-bundle
 mkdir gpu-bundle
 mv gpu-bundle.tar.xz.tmp gpu-bundle/bundle.tar.xz
 du -sh gpu-bundle/bundle.tar.xz
+# What a device call carries: the tracked and untracked-unignored files, and the bundle.
+tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 stat -c %s 2> /dev/null |
+    awk '{s += $1} END {print s + 0}')
+bundle=$(stat -c %s gpu-bundle/bundle.tar.xz)
+echo "carried: tree $((tree / 1048576)) MiB + bundle $((bundle / 1048576)) MiB of 64 MiB"
+if [ $((tree + bundle)) -gt $((60 * 1048576)) ]; then
+    echo "gpu_bundle.sh: over 60 MiB: a device call would refuse or truncate it" >&2
+    exit 1
+fi

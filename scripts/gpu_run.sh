@@ -27,12 +27,25 @@ B=gpu-bundle
 T0=$(date +%s)
 mkdir -p "$OUT" "$B" && (xz -dc $B/bundle.tar.xz | tar -C $B -xf -)
 export LD_LIBRARY_PATH=$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-# the embedding fixture is generated (make does it here; the GPU machine has no make run)
+# the fixtures make generates here (the GPU machine runs no make), in the background: the
+# embedding model, the MoE weights (checked against their committed checksum), the Qwen3.5
+# models with their golden data (the float64 reference: ~15 s each)
 python3 scripts/make_random_qwen3.py --preset tiny-embedding --seed 0 --out tests/fixtures/tiny-qwen3-embedding \
     > /dev/null 2>&1 &
+(python3 scripts/make_random_qwen3.py --preset tiny-moe --seed 0 --out /tmp/moe-fixture > /dev/null 2>&1 &&
+    mv /tmp/moe-fixture/model.safetensors tests/fixtures/tiny-qwen3-moe/ &&
+    sha256sum --quiet -c tests/fixtures/tiny-qwen3-moe/model.safetensors.sha256 ||
+    echo "FIXTURE tiny-qwen3-moe: not the committed weights") | tee "$OUT/fixtures.txt" &
+for m in "tiny dense" "tiny-moe moe"; do
+    set -- $m
+    (python3 scripts/make_random_qwen3_5.py --preset "$1" --seed 3 --link-tokenizer --out "tests/fixtures/tiny-qwen3_5/$2" \
+        > /dev/null 2>&1 && python3 scripts/qwen3_5_ref.py "tests/fixtures/tiny-qwen3_5/$2" golden \
+        --out "tests/fixtures/tiny-qwen3_5/$2-golden" --prompts tests/fixtures/tiny-qwen3-golden/golden.json \
+        > /dev/null 2>&1 || echo "FIXTURE tiny-qwen3_5/$2: not generated") &
+done
 cuobjdump -sass $B/nanovllm > /tmp/sass.txt 2>&1
 for k in decode_attention_kernel gemv_kernel flash_attention_kernel add_rmsnorm_warp qk_norm_rope_store_vec \
-    silu_mul_vec gemv_fp8_kernel fp8_dequantize16 grouped_gemm_fp8; do
+    silu_mul_vec gemv_fp8_kernel fp8_dequantize16 grouped_gemm_fp8 gdn_head_kernel gdn_chunk_kernel; do
     awk -v k=$k '/Function :/{f=($0 ~ k)} f&&/LDG.E.128/{n++} f&&/HMMA/{h++} f&&/(STL|LDL)/{s++}
         END{print "SASS", k, ": LDG.E.128 =", n+0, " HMMA =", h+0, " local ld/st =", s+0}' /tmp/sass.txt
 done | tee "$OUT/sass.txt"
