@@ -17,7 +17,7 @@
 #include "base/half.h"
 
 QuantActType quant_act_type(WeightType t) {
-    return t == WEIGHT_Q8_0 ? QUANT_ACT_Q8_0 : QUANT_ACT_Q8_K;
+    return weight_type_q32(t) ? QUANT_ACT_Q8_0 : QUANT_ACT_Q8_K;
 }
 
 size_t quant_act_row_bytes(QuantActType a, int K) {
@@ -132,16 +132,19 @@ static float k_block_dot(WeightType t, const uint8_t *blk, const BlockQ8K *x) {
 
 static float dot_scalar(WeightType t, const uint8_t *w, const uint8_t *x, int K) {
     float s = 0;
-    if (t == WEIGHT_Q8_0) {
+    size_t bs = weight_block_bytes(t);
+    if (weight_type_q32(t)) { /* Q8_0, Q4_0, Q5_0: d first in every block */
         for (int b = 0; b < K / QK8_0; b++) {
-            const BlockQ8_0 *wb = (const BlockQ8_0 *)w + b, *xb = (const BlockQ8_0 *)x + b;
+            const uint8_t *wb = w + (size_t)b * bs;
+            const BlockQ8_0 *xb = (const BlockQ8_0 *)x + b;
+            uint16_t dw;
+            memcpy(&dw, wb, sizeof dw);
             int32_t sum = 0;
-            for (int l = 0; l < QK8_0; l++) sum += wb->qs[l] * xb->qs[l];
-            s += f16_to_f32(wb->d) * f16_to_f32(xb->d) * (float)sum;
+            for (int l = 0; l < QK8_0; l++) sum += weight_q32_value(t, wb, l) * xb->qs[l];
+            s += f16_to_f32(dw) * f16_to_f32(xb->d) * (float)sum;
         }
         return s;
     }
-    size_t bs = weight_block_bytes(t);
     for (int b = 0; b < K / QK_K; b++) s += k_block_dot(t, w + b * bs, (const BlockQ8K *)x + b);
     return s;
 }

@@ -1,7 +1,16 @@
 /*
- * cpu_matmul_quant_q8_0.h - the x86 kernels of quant_gemm for Q8_0 weights:
+ * cpu_matmul_quant_q8_0.h - the x86 kernels of quant_gemm for Q8_0 weights,
+ * and for Q4_0 and Q5_0, whose blocks are 32 values with an f16 scale too:
  * part of the cpu_matmul_quant_tile.h template (included by it once per
  * SIMD level, after its helpers; no include guard). Hand-written.
+ *
+ * Q4_0 / Q5_0 in the in-place tiles: their unsigned quants (0..15 / 0..31)
+ * are vpmaddubsw's unsigned operand as they are, against the activations
+ * unchanged, and the offset (8 / 16 times the activation block's sum, one
+ * more vpmaddubsw by ones per activation row and block) starts the sums;
+ * in the packed kernel they are unpacked to signed bytes while packing and
+ * then go through the Q8_0 code. Each output is the same integer sum as the
+ * reference's, so the three types share every rule below.
  *
  * Q8_0 has a float scale per 32 values on both sides, so every block's
  * integer sum has to be turned into float on its own: the cost the K types
@@ -50,6 +59,35 @@ QFN __m256i q8_dot4(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
+/* Q4_0 / Q5_0: the 32 quants of a block as unsigned bytes, in value order
+ * (Q4_0: value l the low nibble of qs[l], 16 + l the high; Q5_0: bit l of
+ * the 32-bit qh the fifth bit of value l). */
+QFN __m256i q32_unsigned(WeightType t, const uint8_t *blk) {
+    const uint8_t *qs = blk + (t == WEIGHT_Q4_0 ? 2 : 6);
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m256i q = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
+    if (t == WEIGHT_Q5_0) {
+        int32_t h;
+        memcpy(&h, blk + 2, sizeof h);
+        /* byte l takes qh byte l / 8 (vpshufb per 128-bit lane: the dword is
+         * in both), then its bit l % 8 */
+        __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32(h),
+                                         _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
+        q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    }
+    return q;
+}
+
+/* A 32-value block's quants as signed bytes (the packed kernel's form). */
+QFN __m256i q32_signed(WeightType t, const uint8_t *blk) {
+    if (t == WEIGHT_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    return _mm256_sub_epi8(q32_unsigned(t, blk), _mm256_set1_epi8(t == WEIGHT_Q4_0 ? 8 : 16));
+}
+
 /* ---- strips of 4 weight rows in place, for few activation rows ---- */
 
 /* One Q8_0 block (32 values) of the strip times MR activation rows: the
@@ -59,12 +97,13 @@ QFN __m256i q8_dot4(__m256i acc, __m256i u, __m256i s) {
  * dx: per (weight row, activation row) pair vpsignb + vpmaddubsw +
  * vpmaddwd and 3/4 of a vphaddd, per activation row one convert, multiply
  * and FMA. */
-QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
+QFN void q_q8_0_step(WeightType t, int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
                      const float *const *dx, const float *dw, __m128 *facc) {
-    const size_t bs = sizeof(BlockQ8_0);
-    __m256i aw[QNR];
-    QUNROLL for (int j = 0; j < QNR; j++) /* -128 reads as 128 unsigned */
-        aw[j] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)));
+    const size_t bs = weight_block_bytes_const(t);
+    __m256i aw[QNR]; /* Q8_0: |w| (-128 reads as 128 unsigned); Q4_0, Q5_0: the unsigned quants */
+    QUNROLL for (int j = 0; j < QNR; j++)
+        aw[j] = t == WEIGHT_Q8_0 ? _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)))
+                                 : q32_unsigned(t, wr[j] + (size_t)b * bs);
     __m128 dv;
     if (dw) {
         dv = _mm_loadu_ps(dw + 4 * b);
@@ -74,11 +113,17 @@ QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *con
         dv = q_f16x4(dh[0], dh[1], dh[2], dh[3]);
     }
     QUNROLL for (int i = 0; i < MR; i++) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * bs + 2));
+        __m256i a = _mm256_loadu_si256((const __m256i *)(xr[i] + (size_t)b * sizeof(BlockQ8_0) + 2));
         __m256i s[QNR];
-        QUNROLL for (int j = 0; j < QNR; j++) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
-            s[j] = q8_dot4(_mm256_setzero_si256(), aw[j], _mm256_sign_epi8(a, w));
+        if (t == WEIGHT_Q8_0) {
+            QUNROLL for (int j = 0; j < QNR; j++) {
+                __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
+                s[j] = q8_dot4(_mm256_setzero_si256(), aw[j], _mm256_sign_epi8(a, w));
+            }
+        } else { /* sum (q - half) a = sum q a - half sum a: the sums start at -half sum a */
+            __m256i off = q8_dot4(_mm256_setzero_si256(), _mm256_set1_epi8(1), a);
+            off = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, t == WEIGHT_Q4_0 ? 3 : 4));
+            QUNROLL for (int j = 0; j < QNR; j++) s[j] = q8_dot4(off, aw[j], a);
         }
         __m128 scale = _mm_mul_ps(dv, _mm_broadcast_ss(dx[i] + b));
         facc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(q_reduce4(s[0], s[1], s[2], s[3])), scale, facc[i]);
@@ -90,18 +135,18 @@ QFN void q_q8_0_step(int MR, const uint8_t *const *wr, int b, const uint8_t *con
  * block b, dw[4b..4b+3] the strip's (both decoded once per call by
  * q_gemm_q8_0, not per tile; dw NULL: decoded here). Adds to y instead of
  * storing when add (the K segments after the first). */
-QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *const *xr,
+QFN void q_tile_q8_0(WeightType t, int MR, const uint8_t *const *wr, int nb, const uint8_t *const *xr,
                      const float *const *dx, const float *dw, float *y, int ldy, int nvalid, int add,
                      int pf) {
     __m128 facc[QMR_MAX];
     QUNROLL for (int i = 0; i < MR; i++) facc[i] = _mm_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) {
-        if (pf) q_prefetch(wr[0], b / 2, 2 * sizeof(BlockQ8_0));
-        q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
-        q_q8_0_step(MR, wr, b + 1, xr, dx, dw, facc);
+        if (pf) q_prefetch(wr[0], b / 2, 2 * weight_block_bytes_const(t));
+        q_q8_0_step(t, MR, wr, b, xr, dx, dw, facc);
+        q_q8_0_step(t, MR, wr, b + 1, xr, dx, dw, facc);
     }
-    if (b < nb) q_q8_0_step(MR, wr, b, xr, dx, dw, facc);
+    if (b < nb) q_q8_0_step(t, MR, wr, b, xr, dx, dw, facc);
     QUNROLL for (int i = 0; i < MR; i++) {
         float out[4];
         _mm_storeu_ps(out, facc[i]);
@@ -110,25 +155,29 @@ QFN void q_tile_q8_0(int MR, const uint8_t *const *wr, int nb, const uint8_t *co
     }
 }
 
-/* One compiled tile per MR: the loops above unroll fully only with MR constant. */
-#define Q8_TILE(MR)                                                                               \
-    QTILE void q_tile_q8_0_##MR(const uint8_t *const *wr, int nb, const uint8_t *const *xr,      \
-                                const float *const *dx, const float *dw, float *y, int ldy,      \
-                                int nv, int add, int pf) {                                       \
-        q_tile_q8_0(MR, wr, nb, xr, dx, dw, y, ldy, nv, add, pf);                                \
+/* One compiled tile per (type, MR): the loops above unroll fully only with both constant. */
+#define Q8_TILE(NAME, T, MR)                                                                      \
+    QTILE void q_tile_##NAME##_##MR(const uint8_t *const *wr, int nb, const uint8_t *const *xr,  \
+                                    const float *const *dx, const float *dw, float *y, int ldy,  \
+                                    int nv, int add, int pf) {                                   \
+        q_tile_q8_0(T, MR, wr, nb, xr, dx, dw, y, ldy, nv, add, pf);                             \
     }
+#define Q8_TILES(NAME, T) Q8_TILE(NAME, T, 1) Q8_TILE(NAME, T, 2) Q8_TILE(NAME, T, 3) Q8_TILE(NAME, T, 4)
 
 typedef void (*QTileQ8Fn)(const uint8_t *const *wr, int nb, const uint8_t *const *xr,
                           const float *const *dx, const float *dw, float *y, int ldy, int nv,
                           int add, int pf);
 
-Q8_TILE(1)
-Q8_TILE(2)
-Q8_TILE(3)
-Q8_TILE(4)
+Q8_TILES(q8_0, WEIGHT_Q8_0)
+Q8_TILES(q4_0, WEIGHT_Q4_0)
+Q8_TILES(q5_0, WEIGHT_Q5_0)
 
-static const QTileQ8Fn q_tiles_q8_0[QMR_MAX] = {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3,
-                                                q_tile_q8_0_4};
+/* [q32_index(t)][MR - 1] */
+static const QTileQ8Fn q_tiles_q32[3][QMR_MAX] = {
+    {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3, q_tile_q8_0_4},
+    {q_tile_q4_0_1, q_tile_q4_0_2, q_tile_q4_0_3, q_tile_q4_0_4},
+    {q_tile_q5_0_1, q_tile_q5_0_2, q_tile_q5_0_3, q_tile_q5_0_4},
+};
 
 #ifndef QUANT_TILE_Q8_COMMON
 #define QUANT_TILE_Q8_COMMON
@@ -138,6 +187,9 @@ static const QTileQ8Fn q_tiles_q8_0[QMR_MAX] = {q_tile_q8_0_1, q_tile_q8_0_2, q_
  * decoded per pass of the in-place kernel (a stack buffer of 16 KiB). */
 #define Q8_SEG 64
 #define Q8_DX 4096
+
+/* Row of the per-type tables: Q8_0 0, Q4_0 1, Q5_0 2. */
+static inline int q32_index(WeightType t) { return t == WEIGHT_Q8_0 ? 0 : t == WEIGHT_Q4_0 ? 1 : 2; }
 
 /* The scales of blocks [k0, k0 + seg) of activation rows [mb, me) (rows of
  * xrb bytes at xb) as float, seg per row, at dx. */
@@ -170,11 +222,12 @@ static inline void q8_tile_rows(const uint8_t *xb, size_t xrb, int k0, const flo
  * rather than in every tile, where they cost as much as the products at 4
  * activation rows; K in segments of Q8_SEG blocks so that the buffers stay
  * on the stack. */
-__attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K, const void *xq,
+__attribute__((target(QT))) static void q_gemm_q8_0_strips(WeightType t, const void *w, int K, const void *xq,
                                                            int M, float *y, int ldy, int n0,
                                                            int n1, int mr) {
-    const size_t bs = sizeof(BlockQ8_0);
-    size_t wrb = weight_row_bytes(WEIGHT_Q8_0, K);
+    const size_t bs = weight_block_bytes(t);
+    const QTileQ8Fn *tiles = q_tiles_q32[q32_index(t)];
+    size_t wrb = weight_row_bytes(t, K);
     size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
     int nb = K / QK8_0;
     const uint8_t *wb = w, *xb = xq;
@@ -200,7 +253,7 @@ __attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K,
                     const uint8_t *xr[QMR_MAX];
                     const float *dxr[QMR_MAX];
                     q8_tile_rows(xb, xrb, k0, dx, seg, mb, m, r, xr, dxr);
-                    q_tiles_q8_0[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL,
+                    tiles[r - 1](wr, seg, xr, dxr, M > 1 ? dw : NULL,
                                         y + (size_t)m * ldy + n, ldy, nv, k0 > 0, m == mb);
                     m += r;
                 }
@@ -232,13 +285,13 @@ __attribute__((target(QT))) static void q_gemm_q8_0_strips(const void *w, int K,
 /* Packs blocks [0, seg) of the 8 weight rows wr[0..7] (each at its first
  * block of the segment): pk + 256 b + 32 c holds quants 4c..4c+3 of block
  * b of rows 0..7 in turn; dw[8 b + r] is row r's scale of block b. */
-QFN void q8p_pack(const uint8_t *const *wr, int seg, uint8_t *pk, float *dw) {
-    const size_t bs = sizeof(BlockQ8_0);
+QFN void q8p_pack(WeightType type, const uint8_t *const *wr, int seg, uint8_t *pk, float *dw) {
+    const size_t bs = weight_block_bytes_const(type);
     for (int b = 0; b < seg; b++) {
         __m256i r[Q8P_NR], t[Q8P_NR], u[Q8P_NR];
         uint16_t h[Q8P_NR];
         QUNROLL for (int j = 0; j < Q8P_NR; j++) {
-            r[j] = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
+            r[j] = q32_signed(type, wr[j] + (size_t)b * bs);
             memcpy(&h[j], wr[j] + (size_t)b * bs, sizeof h[j]);
         }
         /* Dwords (chunks of 4 quants) transposed per 128-bit lane: t holds
@@ -320,14 +373,27 @@ Q8P_TILE(4)
 
 static const Q8PTileFn q8p_tiles[Q8P_MR] = {q8p_tile_1, q8p_tile_2, q8p_tile_3, q8p_tile_4};
 
+/* The packing, compiled per type. */
+#define Q8P_PACK(NAME, T)                                                                         \
+    QTILE void q8p_pack_##NAME(const uint8_t *const *wr, int seg, uint8_t *pk, float *dw) {      \
+        q8p_pack(T, wr, seg, pk, dw);                                                             \
+    }
+Q8P_PACK(q8_0, WEIGHT_Q8_0)
+Q8P_PACK(q4_0, WEIGHT_Q4_0)
+Q8P_PACK(q5_0, WEIGHT_Q5_0)
+
+typedef void (*Q8PPackFn)(const uint8_t *const *wr, int seg, uint8_t *pk, float *dw);
+static const Q8PPackFn q8p_packs[3] = {q8p_pack_q8_0, q8p_pack_q4_0, q8p_pack_q5_0};
+
 /* quant_gemm for Q8_0 weights and many activation rows: per K segment of
  * Q8_SEG blocks and pass of Q8P_ROWS activation rows (their scales
  * decoded once), each strip of 8 weight rows is packed and multiplied by
  * every activation row of the pass, mr (1..4) at a time. */
-__attribute__((target(QT))) static void q8p_gemm(const void *w, int K, const void *xq, int M,
+__attribute__((target(QT))) static void q8p_gemm(WeightType t, const void *w, int K, const void *xq, int M,
                                                  float *y, int ldy, int n0, int n1, int mr) {
-    const size_t bs = sizeof(BlockQ8_0);
-    size_t wrb = weight_row_bytes(WEIGHT_Q8_0, K);
+    const size_t bs = weight_block_bytes(t);
+    const Q8PPackFn pack = q8p_packs[q32_index(t)];
+    size_t wrb = weight_row_bytes(t, K);
     size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
     int nb = K / QK8_0;
     const uint8_t *wb = w, *xb = xq;
@@ -343,7 +409,7 @@ __attribute__((target(QT))) static void q8p_gemm(const void *w, int K, const voi
                 const uint8_t *wr[Q8P_NR];
                 for (int j = 0; j < Q8P_NR; j++)
                     wr[j] = wb + (size_t)(n + (j < nv ? j : nv - 1)) * wrb + (size_t)k0 * bs;
-                q8p_pack(wr, seg, pk, dw);
+                pack(wr, seg, pk, dw);
                 for (int m = mb; m < me;) {
                     int r = me - m < mr ? me - m : mr;
                     const uint8_t *xr[QMR_MAX];
@@ -357,9 +423,9 @@ __attribute__((target(QT))) static void q8p_gemm(const void *w, int K, const voi
     }
 }
 
-/* quant_gemm for Q8_0 weights at this level. */
-__attribute__((target(QT))) static void q_gemm_q8_0(const void *w, int K, const void *xq, int M,
-                                                    float *y, int ldy, int n0, int n1, int mr) {
-    if (M >= Q8P_MIN_ROWS) return q8p_gemm(w, K, xq, M, y, ldy, n0, n1, mr);
-    q_gemm_q8_0_strips(w, K, xq, M, y, ldy, n0, n1, mr);
+/* quant_gemm for Q8_0, Q4_0 and Q5_0 weights at this level. */
+__attribute__((target(QT))) static void q_gemm_q32(WeightType t, const void *w, int K, const void *xq, int M,
+                                                   float *y, int ldy, int n0, int n1, int mr) {
+    if (M >= Q8P_MIN_ROWS) return q8p_gemm(t, w, K, xq, M, y, ldy, n0, n1, mr);
+    q_gemm_q8_0_strips(t, w, K, xq, M, y, ldy, n0, n1, mr);
 }

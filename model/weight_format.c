@@ -20,7 +20,9 @@
 
 int weight_block_elems(WeightType t) {
     switch (t) {
-    case WEIGHT_Q8_0: return QK8_0;
+    case WEIGHT_Q8_0:
+    case WEIGHT_Q4_0:
+    case WEIGHT_Q5_0: return QK8_0;
     case WEIGHT_Q4_K:
     case WEIGHT_Q5_K:
     case WEIGHT_Q6_K: return QK_K;
@@ -37,6 +39,8 @@ size_t weight_block_bytes(WeightType t) {
     case WEIGHT_Q5_K: return sizeof(BlockQ5K);
     case WEIGHT_Q6_K: return sizeof(BlockQ6K);
     case WEIGHT_F8_E4M3: return 1;
+    case WEIGHT_Q4_0: return sizeof(BlockQ4_0);
+    case WEIGHT_Q5_0: return sizeof(BlockQ5_0);
     }
     return 0;
 }
@@ -60,6 +64,8 @@ const char *weight_type_name(WeightType t) {
     case WEIGHT_Q5_K: return "q5_k";
     case WEIGHT_Q6_K: return "q6_k";
     case WEIGHT_F8_E4M3: return "fp8_e4m3";
+    case WEIGHT_Q4_0: return "q4_0";
+    case WEIGHT_Q5_0: return "q5_0";
     }
     return "unknown";
 }
@@ -90,9 +96,21 @@ static void k_pack_scales(uint8_t *s, const int *sc, const int *m) {
 
 /* ---- decode ---------------------------------------------------------------- */
 
-static void dequant_q8_0(const BlockQ8_0 *b, float *y) {
-    float d = f16_to_f32(b->d);
-    for (int i = 0; i < QK8_0; i++) y[i] = d * (float)b->qs[i];
+int weight_q32_value(WeightType t, const void *block, int i) {
+    if (t == WEIGHT_Q8_0) return ((const BlockQ8_0 *)block)->qs[i];
+    const uint8_t *qs = t == WEIGHT_Q4_0 ? ((const BlockQ4_0 *)block)->qs : ((const BlockQ5_0 *)block)->qs;
+    int q = i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4;
+    if (t == WEIGHT_Q4_0) return q - 8;
+    const uint8_t *qh = ((const BlockQ5_0 *)block)->qh;
+    return (q | ((qh[i / 8] >> (i % 8)) & 1) << 4) - 16;
+}
+
+/* Q8_0, Q4_0, Q5_0: d * q. */
+static void dequant_q32(WeightType t, const uint8_t *b, float *y) {
+    uint16_t h;
+    memcpy(&h, b, sizeof h);
+    float d = f16_to_f32(h);
+    for (int i = 0; i < QK8_0; i++) y[i] = d * (float)weight_q32_value(t, b, i);
 }
 
 /* Q4_K and Q5_K: value 64c + l of a block is the low nibble of qs[32c + l]
@@ -153,7 +171,9 @@ void weight_dequantize_row(WeightType t, const void *src, float *dst, int n) {
             break;
         }
         case WEIGHT_F32: memcpy(dst, p, 4); break;
-        case WEIGHT_Q8_0: dequant_q8_0((const BlockQ8_0 *)p, dst); break;
+        case WEIGHT_Q8_0:
+        case WEIGHT_Q4_0:
+        case WEIGHT_Q5_0: dequant_q32(t, p, dst); break;
         case WEIGHT_Q4_K: {
             const BlockQ4K *b = (const BlockQ4K *)p;
             dequant_q45_k(b->qs, NULL, b->scales, b->d, b->dmin, dst);
@@ -220,6 +240,27 @@ static void quant_q8_0(const float *x, BlockQ8_0 *b) {
     float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
     b->d = f32_to_f16(d);
     for (int i = 0; i < QK8_0; i++) b->qs[i] = (int8_t)clamp_int((int)lrintf(x[i] * id), -127, 127);
+}
+
+/* Q4_0 / Q5_0 with `half` = 8 or 16: d = amax / (half - 1), values in
+ * [-half, half - 1] (the most negative level unused), stored + half. */
+static void quant_q45_0(WeightType t, const float *x, uint8_t *b) {
+    const int half = t == WEIGHT_Q4_0 ? 8 : 16;
+    float amax = 0;
+    for (int i = 0; i < QK8_0; i++) amax = fmaxf(amax, fabsf(x[i]));
+    uint16_t dh = f32_to_f16(amax / (float)(half - 1));
+    memcpy(b, &dh, sizeof dh);
+    float d = f16_to_f32(dh), id = d > 0 ? 1.0f / d : 0.0f;
+    uint8_t *qs = t == WEIGHT_Q4_0 ? ((BlockQ4_0 *)b)->qs : ((BlockQ5_0 *)b)->qs;
+    uint32_t high = 0;
+    memset(qs, 0, QK8_0 / 2);
+    for (int i = 0; i < QK8_0; i++) {
+        int q = clamp_int((int)lrintf(x[i] * id), -half, half - 1) + half;
+        qs[i % 16] |= (uint8_t)((q & 0xF) << (i < 16 ? 0 : 4));
+        high |= (uint32_t)((q >> 4) & 1) << i;
+    }
+    if (t == WEIGHT_Q5_0)
+        for (int j = 0; j < 4; j++) ((BlockQ5_0 *)b)->qh[j] = (uint8_t)(high >> (8 * j));
 }
 
 /* Q4_K / Q5_K with `levels` = 15 or 31: each 32-value sub-block spans
@@ -311,6 +352,8 @@ void weight_quantize_row(WeightType t, const float *src, void *dst, int n) {
         }
         case WEIGHT_Q6_K: quant_q6_k(src, (BlockQ6K *)p); break;
         case WEIGHT_F8_E4M3: *p = fp8_e4m3_from_float(*src); break;
+        case WEIGHT_Q4_0:
+        case WEIGHT_Q5_0: quant_q45_0(t, src, p); break;
         }
     }
 }
@@ -374,12 +417,16 @@ static float dot_q6_k(const BlockQ6K *b, const BlockQ8K *x) {
 
 float weight_dot_q8_ref(WeightType t, const void *w_row, const void *x_q8, int n) {
     float sum = 0;
-    if (t == WEIGHT_Q8_0) {
-        const BlockQ8_0 *w = w_row, *x = x_q8;
+    if (weight_type_q32(t)) {
+        const BlockQ8_0 *x = x_q8;
+        const size_t bs = weight_block_bytes(t);
         for (int b = 0; b < n / QK8_0; b++) {
+            const uint8_t *w = (const uint8_t *)w_row + (size_t)b * bs;
+            uint16_t dh;
+            memcpy(&dh, w, sizeof dh);
             int isum = 0;
-            for (int i = 0; i < QK8_0; i++) isum += w[b].qs[i] * x[b].qs[i];
-            sum += f16_to_f32(w[b].d) * f16_to_f32(x[b].d) * (float)isum;
+            for (int i = 0; i < QK8_0; i++) isum += weight_q32_value(t, w, i) * x[b].qs[i];
+            sum += f16_to_f32(dh) * f16_to_f32(x[b].d) * (float)isum;
         }
         return sum;
     }

@@ -10,6 +10,9 @@
  * is a copy of ggml's code. All multi-byte fields are little-endian.
  *
  *   Q8_0  32 values: x = d * q                    (q int8, d f16)
+ *   Q4_0  32 values: x = d * (q - 8)              (q 4 bits: value l the low
+ *         nibble of qs[l], value 16 + l its high nibble; d f16)
+ *   Q5_0  as Q4_0 with a fifth bit (bit l of the 32-bit qh) and x = d * (q - 16)
  *   Q4_K 256 values in 8 sub-blocks of 32:  x = d * sc[j] * q - dmin * m[j]
  *        (q 4 bits; sc, m 6 bits each, packed in 12 bytes; d, dmin f16)
  *   Q5_K as Q4_K with a fifth bit of q in qh
@@ -47,8 +50,10 @@ typedef enum WeightType {
     WEIGHT_Q5_K,
     WEIGHT_Q6_K,
     WEIGHT_F8_E4M3, /* Qwen's FP8 checkpoints: one byte a value, block scales beside (below) */
+    WEIGHT_Q4_0,
+    WEIGHT_Q5_0,
 } WeightType;
-#define WEIGHT_TYPE_COUNT (WEIGHT_F8_E4M3 + 1)
+#define WEIGHT_TYPE_COUNT (WEIGHT_Q5_0 + 1)
 
 #define QK8_0 32
 #define QK_K 256
@@ -57,6 +62,17 @@ typedef struct BlockQ8_0 {
     uint16_t d; /* f16 */
     int8_t qs[QK8_0];
 } BlockQ8_0;
+
+typedef struct BlockQ4_0 {
+    uint16_t d; /* f16 */
+    uint8_t qs[QK8_0 / 2];
+} BlockQ4_0;
+
+typedef struct BlockQ5_0 {
+    uint16_t d;    /* f16 */
+    uint8_t qh[4]; /* bit l (little-endian 32-bit) the fifth bit of value l */
+    uint8_t qs[QK8_0 / 2];
+} BlockQ5_0;
 
 typedef struct BlockQ4K {
     uint16_t d;    /* f16: scale of the 6-bit sub-block scales */
@@ -87,6 +103,8 @@ typedef struct BlockQ8K {
 
 #ifndef __cplusplus /* C11 keyword; the CUDA sources see only the layouts */
 _Static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(BlockQ4K) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(BlockQ5K) == 176, "Q5_K block is 176 bytes");
 _Static_assert(sizeof(BlockQ6K) == 210, "Q6_K block is 210 bytes");
@@ -106,6 +124,15 @@ size_t weight_row_bytes(WeightType t, int cols);
 /* GGUF's inline-block types (Q8_0, Q4_K, ...): integer kernels, quantized inputs. */
 bool weight_type_quantized(WeightType t);
 const char *weight_type_name(WeightType t); /* "bf16", "q4_k", ... */
+
+/* The types whose blocks are 32 values with one f16 scale d first and
+ * whose products take Q8_0 activations: Q8_0, Q4_0, Q5_0. */
+static inline bool weight_type_q32(WeightType t) {
+    return t == WEIGHT_Q8_0 || t == WEIGHT_Q4_0 || t == WEIGHT_Q5_0;
+}
+
+/* Value i (0..31) of such a block as the signed integer d multiplies. */
+int weight_q32_value(WeightType t, const void *block, int i);
 
 /* Reference decode of n values (n a multiple of the block) from src to dst
  * (F8_E4M3: the bytes' values, before their block scale). */

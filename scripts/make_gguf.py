@@ -5,7 +5,7 @@ Usage (from the repository root):
     scripts/make_gguf.py --model HF_DIR --out FILE.gguf --type TYPE [--ref-out DIR]
     scripts/make_gguf.py --model HF_DIR --out FILE.gguf --type q4_k --ref-out DIR \\
         --ref-logits FILE.ref [--ref-ids 9707,11,1879] [--ref-greedy 16]
-TYPE: f32 f16 bf16 q8_0 q4_k q5_k q6_k mix
+TYPE: f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q5_k q6_k mix
 
 Why: the server loads GGUF files on the CPU. Its tests need GGUF models whose every bit
 is known, made from the random tiny models of scripts/make_random_qwen3.py, and its
@@ -73,11 +73,12 @@ GGUF_VERSION = 3
 QUANT_VERSION = 2  # general.quantization_version: the K-quant layouts' current version
 
 # ggml type ids, values per block, bytes per block
-GGML = {"f32": (0, 1, 4), "f16": (1, 1, 2), "q8_0": (8, 32, 34), "q4_k": (12, 256, 144),
+GGML = {"f32": (0, 1, 4), "f16": (1, 1, 2), "q4_0": (2, 32, 18), "q5_0": (6, 32, 22),
+        "q8_0": (8, 32, 34), "q4_k": (12, 256, 144),
         "q5_k": (13, 256, 176), "q6_k": (14, 256, 210), "bf16": (30, 1, 2)}
 GGML_NAME = {v[0]: k for k, v in GGML.items()}
 # general.file_type (llama.cpp's LlamaFileType) for each --type
-FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32,
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q5_0": 8, "q8_0": 7, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32,
              "mix": 15}
 TYPES = sorted(FILE_TYPE)
 
@@ -133,6 +134,23 @@ def encode_q8_0(x):
     out[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
     out[:, 2:] = q.view(np.uint8)
     return out.reshape(rows, -1)
+
+
+def encode_q45_0(x, half):
+    """Q4_0 (half 8) / Q5_0 (half 16): d = max|x| / (half - 1) per 32, q = rint(x / d) + half
+    in [0, 2 half - 1]; value l the low nibble of byte l, 16 + l the high one (Q5_0: the fifth
+    bits as one little-endian uint32 before the nibbles)."""
+    rows = x.shape[0]
+    b = x.reshape(-1, 32)
+    d = f16(np.abs(b).max(axis=1) / F32(half - 1))
+    q = (np.clip(np.rint(safe_div(b, d.astype(F32)[:, None])), -half, half - 1) + half).astype(np.uint8)
+    nib = (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)
+    parts = [d.view(np.uint8).reshape(-1, 2)]
+    if half == 16:
+        bits = ((q >> 4) & 1).astype(np.uint32) << np.arange(32, dtype=np.uint32)
+        parts.append(bits.sum(axis=1, dtype=np.uint32).astype("<u4").view(np.uint8).reshape(-1, 4))
+    parts.append(nib.astype(np.uint8))
+    return np.concatenate(parts, axis=1).reshape(rows, -1)
 
 
 def pack_scales_k4(sc, m):
@@ -233,8 +251,9 @@ def encode(x, t):
         return f16(x).view(np.uint8)
     if t == "bf16":
         return f32_to_bf16(x).view(np.uint8)
-    return {"q8_0": encode_q8_0, "q4_k": encode_q4_k, "q5_k": encode_q5_k,
-            "q6_k": encode_q6_k}[t](np.ascontiguousarray(x, dtype=F32))
+    return {"q8_0": encode_q8_0, "q4_k": encode_q4_k, "q5_k": encode_q5_k, "q6_k": encode_q6_k,
+            "q4_0": lambda v: encode_q45_0(v, 8),
+            "q5_0": lambda v: encode_q45_0(v, 16)}[t](np.ascontiguousarray(x, dtype=F32))
 
 
 # ---------------------------------------------------------------- decoders
@@ -258,6 +277,14 @@ def decode(raw, t):
     if t == "q8_0":
         d = le_f16(b[:, 0:2])
         return (d[:, None] * b[:, 2:].view(np.int8).astype(F32)).reshape(-1)
+    if t in ("q4_0", "q5_0"):
+        d = le_f16(b[:, 0:2])
+        qs = b[:, 2:] if t == "q4_0" else b[:, 6:]
+        q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int16)
+        if t == "q5_0":
+            qh = np.ascontiguousarray(b[:, 2:6]).view("<u4").reshape(-1, 1)
+            q |= (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.int16)
+        return (d[:, None] * (q - (8 if t == "q4_0" else 16)).astype(F32)).reshape(-1)
     if t in ("q4_k", "q5_k"):
         d, dmin = le_f16(b[:, 0:2]), le_f16(b[:, 2:4])
         sc, m = unpack_scales_k4(b[:, 4:16])

@@ -26,7 +26,9 @@
 #include "base/half.h"
 #include "matmul_reference.h"
 
-static const WeightType TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K};
+static const WeightType TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K, WEIGHT_Q4_0, WEIGHT_Q5_0};
+/* The 32-value types (one kernel family, cpu_matmul_quant_q8_0.h). */
+static const WeightType Q32_TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_Q5_0};
 #define NTYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
 /* A quantized N x K matrix from random floats, and its dequantized values. */
@@ -160,62 +162,68 @@ Test(cpu_matmul_quant, kernels_match_references, .timeout = 600) {
     cr_log_info("quant_gemm checked at SIMD levels scalar..%s", cpu_isa_name(cpu_isa_detect()));
 }
 
-/* Q8_0 rows of an odd number of blocks (its in-place tiles take two at a
- * time), in both kernels (the packed one from 16 activation rows). */
+/* Q8_0, Q4_0 and Q5_0 rows of an odd number of blocks (the in-place tiles
+ * take two at a time), in both kernels (the packed one from 16 activation rows). */
 Test(cpu_matmul_quant, q8_0_odd_block_counts) {
     static const int Ks[] = {32, 96, 288};
     static const int Ms[] = {1, 5, 25};
-    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-        QuantWeight q = make_quant_weight(WEIGHT_Q8_0, 7, Ks[ki]);
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            int M = Ms[mi];
-            float *x = random_rows(M, Ks[ki]);
-            check_kernels(WEIGHT_Q8_0, &q, x, M);
-            free(x);
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            QuantWeight q = make_quant_weight(Q32_TYPES[ti], 7, Ks[ki]);
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                int M = Ms[mi];
+                float *x = random_rows(M, Ks[ki]);
+                check_kernels(Q32_TYPES[ti], &q, x, M);
+                free(x);
+            }
+            free_quant_weight(&q);
         }
-        free_quant_weight(&q);
-    }
 }
 
-/* Q8_0 rows longer than the kernels' K segment (64 blocks, whose scales
+/* Q8_0 / Q4_0 / Q5_0 rows longer than the kernels' K segment (64 blocks, whose scales
  * they decode per segment) and more activation rows than one pass holds. */
 Test(cpu_matmul_quant, q8_0_long_rows) {
     static const int Ks[] = {8192 + 32 * 9, 3 * 8192};
-    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-        QuantWeight q = make_quant_weight(WEIGHT_Q8_0, 6, Ks[ki]);
-        for (int M = 1; M <= 41; M += 40) {
-            float *x = random_rows(M, Ks[ki]);
-            check_kernels(WEIGHT_Q8_0, &q, x, M);
-            free(x);
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            QuantWeight q = make_quant_weight(Q32_TYPES[ti], 6, Ks[ki]);
+            for (int M = 1; M <= 41; M += 40) {
+                float *x = random_rows(M, Ks[ki]);
+                check_kernels(Q32_TYPES[ti], &q, x, M);
+                free(x);
+            }
+            free_quant_weight(&q);
         }
-        free_quant_weight(&q);
-    }
 }
 
-/* A Q8_0 row's outputs are the same bits whichever kernel its batch takes
+/* A Q8_0 (Q4_0, Q5_0) row's outputs are the same bits whichever kernel its batch takes
  * (in place below 16 rows, packed from 16), over several K segments and a
  * partial strip of 8 weight rows. */
 Test(cpu_matmul_quant, q8_0_kernels_agree_bitwise) {
     enum { N = 13, K = 32 * 150, M = 27 };
-    QuantWeight q = make_quant_weight(WEIGHT_Q8_0, N, K);
-    float *x = random_rows(M, K);
-    size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
-    uint8_t *xq = malloc(xrb * M);
-    float *all = malloc(sizeof(float) * M * N), *one = malloc(sizeof(float) * N);
-    cr_assert(xq && all && one);
-    CpuIsa isa = cpu_isa_active();
-    quant_act_rows(isa, QUANT_ACT_Q8_0, x, K, M, K, xq);
-    quant_gemm(isa, WEIGHT_Q8_0, q.data, K, xq, M, all, N, 0, N);
-    for (int m = 0; m < M; m++) {
-        quant_gemm(isa, WEIGHT_Q8_0, q.data, K, xq + xrb * m, 1, one, N, 0, N);
-        cr_assert(memcmp(one, all + (size_t)m * N, sizeof(float) * N) == 0,
-                  "%s: row %d alone differs from row %d of %d", cpu_isa_name(isa), m, m, M);
+    for (int ti = 0; ti < 3; ti++) {
+        const WeightType t = Q32_TYPES[ti];
+        QuantWeight q = make_quant_weight(t, N, K);
+        float *x = random_rows(M, K);
+        size_t xrb = quant_act_row_bytes(QUANT_ACT_Q8_0, K);
+        uint8_t *xq = malloc(xrb * M);
+        float *all = malloc(sizeof(float) * M * N), *one = malloc(sizeof(float) * N);
+        cr_assert(xq && all && one);
+        CpuIsa isa = cpu_isa_active();
+        quant_act_rows(isa, QUANT_ACT_Q8_0, x, K, M, K, xq);
+        quant_gemm(isa, t, q.data, K, xq, M, all, N, 0, N);
+        for (int m = 0; m < M; m++) {
+            quant_gemm(isa, t, q.data, K, xq + xrb * m, 1, one, N, 0, N);
+            cr_assert(memcmp(one, all + (size_t)m * N, sizeof(float) * N) == 0,
+                      "%s %s: row %d alone differs from row %d of %d", weight_type_name(t), cpu_isa_name(isa), m,
+                      m, M);
+        }
+        free(xq);
+        free(all);
+        free(one);
+        free(x);
+        free_quant_weight(&q);
     }
-    free(xq);
-    free(all);
-    free(one);
-    free(x);
-    free_quant_weight(&q);
 }
 
 /* Every quant at its largest (Q8_0: -128) times activations of +-127: the
@@ -238,6 +246,9 @@ Test(cpu_matmul_quant, largest_quants) {
                 if (t == WEIGHT_Q8_0) {
                     memcpy(blk, &d, 2);
                     memset(blk + 2, 0x80, QK8_0);
+                } else if (t == WEIGHT_Q4_0 || t == WEIGHT_Q5_0) { /* every quant 0: -8 / -16 */
+                    memset(blk, 0, bs);
+                    memcpy(blk, &d, 2);
                 } else if (t == WEIGHT_Q6_K) {
                     BlockQ6K *x = (BlockQ6K *)blk;
                     memset(x->ql, 0xff, sizeof x->ql);
@@ -397,7 +408,7 @@ Test(cpu_matmul_quant, multi_mixed_types_and_chunks, .timeout = 120) {
     QuantWeight q[NTYPES];
     const Weight *ws[NTYPES + 1];
     float *ys[NTYPES + 1], *alone = malloc(sizeof(float) * M * 300);
-    int rows[NTYPES] = {33, 300, 7, 65};
+    int rows[NTYPES] = {33, 300, 7, 65, 12, 41};
     for (int i = 0; i < NTYPES; i++) {
         q[i] = make_quant_weight(TYPES[i], rows[i], K);
         ws[i] = &q[i].w;

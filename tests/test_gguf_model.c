@@ -52,6 +52,8 @@ Test(gguf_model, q8_0_logits) { logits_within("q8_0", 0.05); }
 Test(gguf_model, q6_k_logits) { logits_within("q6_k", 0.05); }
 Test(gguf_model, q5_k_logits) { logits_within("q5_k", 0.05); }
 Test(gguf_model, q4_k_logits) { logits_within("q4_k", 0.05); }
+Test(gguf_model, q5_0_logits) { logits_within("q5_0", 0.05); }
+Test(gguf_model, q4_0_logits) { logits_within("q4_0", 0.05); }
 Test(gguf_model, mix_logits) { logits_within("mix", 0.05); }
 Test(gguf_model, moe_q4_k_logits) { logits_within("moe-q4_k", 0.05); }
 Test(gguf_model, moe_q8_0_logits) { logits_within("moe-q8_0", 0.05); }
@@ -61,6 +63,7 @@ Test(gguf_model, bf16_greedy) { greedy_matches("bf16", 0.01); }
  * q8_0, 0.47-0.49 for the K types) */
 Test(gguf_model, q8_0_greedy) { greedy_matches("q8_0", 1.0); }
 Test(gguf_model, q4_k_greedy) { greedy_matches("q4_k", 1.5); }
+Test(gguf_model, q4_0_greedy) { greedy_matches("q4_0", 1.5); }
 Test(gguf_model, mix_greedy) { greedy_matches("mix", 1.5); }
 Test(gguf_model, moe_q4_k_greedy) { greedy_matches("moe-q4_k", 1.5); }
 
@@ -228,12 +231,12 @@ Test(gguf_model, refuses_a_shape_the_metadata_contradicts) {
 }
 
 Test(gguf_model, refuses_an_unsupported_tensor_type) {
-    /* the type field follows the name, n_dims and two dimensions; q4_0 blocks
+    /* the type field follows the name, n_dims and two dimensions; q4_1 blocks
      * are smaller than q8_0's, so the file stays self-consistent */
     const char *name = "blk.0.attn_q.weight";
     size_t at = offset_of("q8_0", name) + strlen(name) + 4 + 2 * 8;
-    uint32_t q4_0 = GGUF_TYPE_Q4_0;
-    expect_patch_refused(at, &q4_0, 4, "q4_0");
+    uint32_t q4_1 = GGUF_TYPE_Q4_1;
+    expect_patch_refused(at, &q4_1, 4, "q4_1");
 }
 
 /* Qwen3.5 (the tiny qwen35 fixture, tests/fixtures/tiny-qwen3_5): value

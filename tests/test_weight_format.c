@@ -13,7 +13,7 @@
 #include "base/half.h"
 #include "model/weight_format.h"
 
-static const WeightType QUANT_TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K};
+static const WeightType QUANT_TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K, WEIGHT_Q4_0, WEIGHT_Q5_0};
 
 static uint64_t rng_state = 88172645463325252ull;
 static double gaussian(void) {
@@ -47,15 +47,20 @@ Test(weight_format, sizes) {
     cr_assert_eq(weight_row_bytes(WEIGHT_Q8_0, 96), 3 * 34);
     cr_assert_eq(weight_row_bytes(WEIGHT_Q6_K, 100), 0);
     cr_assert_eq(weight_row_bytes(WEIGHT_BF16, 7), 14);
+    cr_assert_eq(weight_row_bytes(WEIGHT_Q4_0, 96), 3 * 18);
+    cr_assert_eq(weight_row_bytes(WEIGHT_Q5_0, 64), 2 * 22);
+    cr_assert_eq(weight_row_bytes(WEIGHT_Q5_0, 48), 0);
+    cr_assert(weight_type_quantized(WEIGHT_Q4_0) && weight_type_q32(WEIGHT_Q5_0) && !weight_type_q32(WEIGHT_Q4_K));
     cr_assert(weight_type_quantized(WEIGHT_Q5_K));
     cr_assert(!weight_type_quantized(WEIGHT_BF16));
 }
 
 /* Relative RMS error of encode + decode on Gaussian rows: what each type's
- * bits allow (Q8_0 ~0.5%, Q6_K ~2%, Q5_K ~4%, Q4_K ~8% with simple scales). */
+ * bits allow (Q8_0 ~0.5%, Q6_K ~2%, Q5_K ~4%, Q4_K ~8% with simple scales;
+ * Q4_0 and Q5_0 scale each 32 by its max-abs: ~12% and ~6%). */
 Test(weight_format, round_trip_error_per_type) {
     const int n = 3 * 256;
-    const double bound[] = {0.01, 0.10, 0.05, 0.03};
+    const double bound[] = {0.01, 0.10, 0.05, 0.03, 0.15, 0.08};
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     unsigned char *q = malloc(weight_row_bytes(WEIGHT_Q8_0, n));
     cr_assert(x && y && q);
@@ -120,6 +125,25 @@ Test(weight_format, q6_k_block_decodes_as_laid_out) {
     }
 }
 
+/* Hand-built Q4_0 and Q5_0: value l the low nibble of qs[l], 16 + l the
+ * high one; Q5_0's fifth bit of value l bit l of the little-endian qh. */
+Test(weight_format, q4_0_and_q5_0_blocks_decode_as_laid_out) {
+    BlockQ4_0 a;
+    BlockQ5_0 b;
+    a.d = b.d = f32_to_f16(0.5f);
+    for (int i = 0; i < 16; i++) a.qs[i] = b.qs[i] = (uint8_t)(i * 37 + 11);
+    const uint32_t high = 0x9a3c51e7u;
+    for (int j = 0; j < 4; j++) b.qh[j] = (uint8_t)(high >> (8 * j));
+    float ya[32], yb[32];
+    weight_dequantize_row(WEIGHT_Q4_0, &a, ya, 32);
+    weight_dequantize_row(WEIGHT_Q5_0, &b, yb, 32);
+    for (int i = 0; i < 32; i++) {
+        int nib = i < 16 ? a.qs[i] & 15 : a.qs[i - 16] >> 4;
+        cr_assert_eq(ya[i], 0.5f * (float)(nib - 8), "q4_0 value %d", i);
+        cr_assert_eq(yb[i], 0.5f * (float)((nib | (int)((high >> i) & 1) << 4) - 16), "q5_0 value %d", i);
+    }
+}
+
 /* Q5_K's fifth bits: bit 2c (low half of chunk c) and 2c + 1 (high half) of qh[l]. */
 Test(weight_format, q5_k_fifth_bit) {
     BlockQ5K b;
@@ -152,7 +176,7 @@ Test(weight_format, integer_dot_matches_decoded_product) {
             weight_quantize_row(type, w, wq, n);
             weight_dequantize_row(type, wq, wd, n);
             double want = 0, mag = 0;
-            if (type == WEIGHT_Q8_0) {
+            if (weight_type_q32(type)) {
                 quantize_row_q8_0(x, x0, n);
                 for (int i = 0; i < n; i++) {
                     double xv = (double)f16_to_f32(x0[i / 32].d) * x0[i / 32].qs[i % 32];
@@ -174,7 +198,7 @@ Test(weight_format, integer_dot_matches_decoded_product) {
                     mag += fabs(wd[i] * xv);
                 }
             }
-            float got = weight_dot_q8_ref(type, wq, type == WEIGHT_Q8_0 ? (void *)x0 : (void *)xk, n);
+            float got = weight_dot_q8_ref(type, wq, weight_type_q32(type) ? (void *)x0 : (void *)xk, n);
             cr_assert(fabs(got - want) <= 1e-5 * mag, "%s trial %d: %g vs %g (|.| %g)",
                       weight_type_name(type), trial, got, want, mag);
         }
