@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model_config_hybrid.h"
+
 /* ---- config ---------------------------------------------------------------- */
 
 typedef struct Keys {
@@ -127,12 +129,11 @@ static int read_hybrid(ModelConfig *cfg, Keys *k, Error *err) {
         return error_set(err, "metadata key '%s' = %d: RoPE needs an even number of dims up to "
                               "head_dim %d", key(k, "rope.dimension_count"), cfg->rotary_dim,
                          cfg->head_dim);
-    cfg->num_linear_layers = 0;
-    for (int l = 0; l < cfg->num_layers; l++) {
-        cfg->linear_layer[l] = (l + 1) % interval != 0;
-        cfg->num_linear_layers += cfg->linear_layer[l];
-    }
-    return 0;
+    for (int l = 0; l < cfg->num_layers; l++) cfg->linear_layer[l] = (l + 1) % interval != 0;
+    char where[96];
+    snprintf(where, sizeof where, "metadata keys '%s.block_count' and '%s.full_attention_interval'", k->arch,
+             k->arch);
+    return model_config_count_linear_layers(cfg, where, err);
 }
 
 static bool has_tensor(const Gguf *g, const char *fmt, int layer) {

@@ -90,7 +90,14 @@ int model_config_read_hybrid(ModelConfig *cfg, json_t *text, Error *err) {
         cfg->attn_output_gate = json_is_true(gate);
     }
     if (read_layer_types(cfg, text, err) || read_rope(cfg, text, err)) return -1;
+    return model_config_count_linear_layers(cfg, "config.json: layer_types / full_attention_interval", err);
+}
+
+int model_config_count_linear_layers(ModelConfig *cfg, const char *source, Error *err) {
     cfg->num_linear_layers = 0;
     for (int l = 0; l < cfg->num_layers; l++) cfg->num_linear_layers += cfg->linear_layer[l];
+    if (cfg->num_linear_layers == cfg->num_layers)
+        return error_set(err, "%s: all %d layers are linear attention; a Qwen3.5 model needs at least one "
+                              "full-attention layer", source, cfg->num_layers);
     return 0;
 }

@@ -21,4 +21,9 @@ int config_read_number(json_t *obj, const char *key, double lo, double hi, doubl
  * of a multimodal folder, else the root). */
 int model_config_read_hybrid(ModelConfig *cfg, json_t *text, Error *err);
 
+/* Counts linear_layer[] into num_linear_layers; -1 (naming `source`, where
+ * the layer layout came from) when no layer is full attention: the paged
+ * KV cache the engine schedules by would hold nothing. */
+int model_config_count_linear_layers(ModelConfig *cfg, const char *source, Error *err);
+
 #endif

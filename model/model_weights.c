@@ -354,7 +354,23 @@ static int load_experts(ModelWeights *w, int i, LayerWeights *L, Error *err) {
             return -1;
 #undef EXPERT
     }
-    if (SI == 0) return 0;
+    if (SI == 0) { /* tensors of a shared expert the config says nothing of would be dropped silently */
+        char buf[256];
+        snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert.gate_proj.weight", i);
+        const char *found = NULL;
+        if (w->gguf.map) {
+            snprintf(buf, sizeof buf, "blk.%d.ffn_gate_shexp.weight", i);
+            if (gguf_find_tensor(&w->gguf, buf)) found = buf;
+        } else if (!w->dummy) {
+            const char *cname = checkpoint_name(w, name, buf, sizeof buf);
+            if (safetensors_find(&w->checkpoint, cname)) found = cname;
+        }
+        if (found)
+            return error_set(err, "tensor '%s' is a shared expert's, but the config gives it no size "
+                                  "(shared_expert_intermediate_size / expert_shared_feed_forward_length 0 "
+                                  "or missing)", found);
+        return 0;
+    }
     SharedExpertWeights *s = &L->shared;
 #define SHARED(proj) (snprintf(name, sizeof name, "model.layers.%d.mlp.%s", i, proj), name)
     if (source_matrix(w, SHARED("shared_expert.gate_proj.weight"), SI, H, &s->gate_proj, err) ||

@@ -257,6 +257,26 @@ Test(gguf_model, refuses_qwen35_partial_value_heads) {
     expect_qwen35_patch_refused(at, &inner, 4, "do not make whole value heads");
 }
 
+/* One layer of the four, before the first full-attention one (a crash
+ * once: no KV layer meant KV blocks of 0 bytes). */
+Test(gguf_model, refuses_qwen35_without_a_full_attention_layer) {
+    size_t at = offset_of(QWEN35_Q8, "qwen35.block_count") + strlen("qwen35.block_count") + 4;
+    uint32_t layers = 1;
+    expect_qwen35_patch_refused(at, &layers, 4, "all 1 layers are linear attention");
+}
+
+/* A shared expert's tensors with no size for it in the metadata: refused,
+ * not dropped (they were, silently). */
+Test(gguf_model, refuses_qwen35_shared_expert_tensors_without_a_size) {
+    const char *moe = "../tiny-qwen3_5/moe-q8_0", *k = "qwen35moe.expert_shared_feed_forward_length";
+    char *dir;
+    uint32_t zero = 0;
+    expect_refused(patched_copy(moe, offset_of(moe, k) + strlen(k) + 4, &zero, 4, &dir),
+                   "'blk.0.ffn_gate_shexp.weight' is a shared expert's");
+    rm_rf(dir);
+    free(dir);
+}
+
 Test(gguf_model, refuses_qwen35_a_decay_that_is_not_negative) {
     Gguf g;
     Error err = {0};

@@ -267,6 +267,9 @@ Test(model_config, qwen3_5_refusals) {
                  "\"mamba\", \"mamba\", \"mamba\", \"mamba\", \"mamba\", \"mamba\"]}", "'mamba'");
     expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"rope_parameters\": {\"rope_type\": \"yarn\"}}",
                  "'yarn'");
+    /* no full-attention layer: nothing for the paged KV cache the engine schedules by */
+    expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"full_attention_interval\": 9}",
+                 "all 8 layers are linear attention");
     expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"linear_num_value_heads\": 3}",
                  "linear_num_value_heads");
     expect_error("{\"model_type\": \"qwen3_5_text\", " QWEN3_5_TEXT ", \"partial_rotary_factor\": 0.01}",
