@@ -55,6 +55,8 @@ TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 # committed a second time (21 MB).
 EMBED_FIXTURE   = tests/fixtures/tiny-qwen3-embedding
 EMBED_GENERATED = $(EMBED_FIXTURE)/model.safetensors $(EMBED_FIXTURE)/tokenizer.json
+# and the same model as a BF16 GGUF file (scripts/make_gguf.py: qwen3.pooling_type, add_eos_token)
+EMBED_GGUF      = tests/fixtures/tiny-qwen3-embedding.gguf
 
 # The MoE fixture's weights (../shared's tiny-qwen3-moe, 20 MB) are what
 # make_random_qwen3.py writes for tiny-moe, seed 0: generated (~2 s) and checked
@@ -111,7 +113,10 @@ all: $(BUILD)/nanovllm $(BUILD)/libnanovllm.a
 # for Qwen3.5) are the
 # tests' and the README's examples', not the program's: `make test` and
 # scripts/setup.sh make them, a plain build does not.
-fixtures: $(EMBED_GENERATED) $(MOE_WEIGHTS) $(GGUF_GENERATED) $(FP8_GENERATED) $(QWEN35_GENERATED)
+fixtures: $(EMBED_GENERATED) $(EMBED_GGUF) $(MOE_WEIGHTS) $(GGUF_GENERATED) $(FP8_GENERATED) $(QWEN35_GENERATED)
+
+$(EMBED_GGUF): $(EMBED_GENERATED) scripts/make_gguf.py
+	scripts/make_gguf.py --model $(EMBED_FIXTURE) --type bf16 --out $@ > /dev/null
 
 $(MOE_WEIGHTS): scripts/make_random_qwen3.py $(MOE_WEIGHTS).sha256
 	scripts/make_random_qwen3.py --preset tiny-moe --seed 0 --out $(MOE_TMP) > /dev/null

@@ -2,7 +2,8 @@
  * model_pooling.c - modules.json and 1_Pooling/config.json -> ModelPooling
  * (see model_pooling.h), as sentence-transformers reads them: the modules
  * are identified by their "type" (sentence_transformers.models.Pooling,
- * ...Normalize), the Pooling module's settings sit in its "path" folder.
+ * ...Normalize), the Pooling module's settings sit in its "path" folder;
+ * and a GGUF file's pooling_type key, llama.cpp's record of the same.
  */
 #include "model_pooling.h"
 
@@ -87,6 +88,26 @@ int model_pooling_load(ModelPooling *p, const char *model_dir, Error *err) {
     }
     json_decref(doc);
     return rc;
+}
+
+int model_pooling_from_gguf(ModelPooling *p, const Gguf *g, Error *err) {
+    *p = (ModelPooling){POOLING_NONE, false, false};
+    GgufString arch;
+    if (gguf_get_string(g, "general.architecture", &arch, err)) return -1;
+    char key[96];
+    snprintf(key, sizeof key, "%.*s.pooling_type", (int)(arch.len < 64 ? arch.len : 64), arch.p);
+    if (!gguf_find_kv(g, key)) return 0;
+    uint32_t type;
+    if (gguf_get_u32(g, key, &type, err)) return -1;
+    static const PoolingMode modes[] = {POOLING_NONE, POOLING_MEAN, POOLING_CLS, POOLING_LAST};
+    if (type == 4)
+        return error_set(err, "metadata key '%s' = 4 (rank): a reranker; not supported (embeddings: mean, "
+                              "cls or last pooling)", key);
+    if (type >= sizeof modes / sizeof modes[0])
+        return error_set(err, "metadata key '%s' = %u is not a pooling type (0 none, 1 mean, 2 cls, 3 last)",
+                         key, type);
+    if (modes[type] != POOLING_NONE) *p = (ModelPooling){modes[type], true, true};
+    return 0;
 }
 
 const char *pooling_mode_name(PoolingMode m) {

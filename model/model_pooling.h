@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 
+#include "gguf.h"
 #include "base/error.h"
 
 typedef enum PoolingMode {
@@ -24,7 +25,8 @@ typedef enum PoolingMode {
 typedef struct ModelPooling {
     PoolingMode mode;
     bool normalize;        /* a Normalize module follows: L2-normalised vectors */
-    bool from_folder;      /* modules.json named a Pooling module */
+    bool from_folder;      /* the model says so: modules.json named a Pooling module, or a
+                            * GGUF file's pooling_type */
 } ModelPooling;
 
 /* Reads DIR/modules.json (absent: mode POOLING_NONE, from_folder false) and
@@ -32,6 +34,13 @@ typedef struct ModelPooling {
  * (max_tokens, weightedmean_tokens, ...) set true is an error naming its
  * key, as is a Pooling module without one. */
 int model_pooling_load(ModelPooling *p, const char *model_dir, Error *err);
+
+/* A GGUF file's `{general.architecture}.pooling_type` (what llama.cpp's
+ * converter writes from the same modules.json: 1 mean, 2 cls, 3 last; 0 or
+ * absent: none), into *p as model_pooling_load would read the folder, the
+ * vectors L2-normalised (the Normalize module GGUF has no key for; what
+ * llama-server and vLLM do by default). 4 (rank: a reranker) is refused. */
+int model_pooling_from_gguf(ModelPooling *p, const Gguf *g, Error *err);
 
 const char *pooling_mode_name(PoolingMode m); /* "none", "last", "mean", "cls" */
 

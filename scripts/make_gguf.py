@@ -333,6 +333,10 @@ class SafeTensors:
             for name, t in header.items():
                 if name != "__metadata__":
                     self.where[name] = (data, t)
+        # sentence-transformers saves an embedding model's base (Qwen3Model) without the
+        # "model." prefix; read it under the causal LM's names, as convert_hf_to_gguf.py does
+        if "embed_tokens.weight" in self.where and "model.embed_tokens.weight" not in self.where:
+            self.where.update({"model." + k: v for k, v in list(self.where.items())})
 
     def __contains__(self, name):
         return name in self.where
@@ -490,10 +494,21 @@ def vocab_metadata(model_dir, c):
     if model.get("type") != "BPE":
         die(f"tokenizer.json model type {model.get('type')!r} is not supported (BPE only)")
     pp = tj.get("post_processor") or {}
+    template_adds = {}  # "bos" / "eos" -> id: a TemplateProcessing's tokens around a single input
     for proc in pp.get("processors", [pp]) if pp else []:
-        if proc.get("type") not in ("ByteLevel", None):
+        if proc.get("type") == "TemplateProcessing":
+            single = proc.get("single") or []
+            at = [i for i, p in enumerate(single) if "Sequence" in p]
+            if len(at) != 1 or len(single) - 1 > 2 or at[0] > 1 or len(single) - at[0] - 1 > 1:
+                die(f"tokenizer.json TemplateProcessing {single!r}: only one token before and/or after "
+                    "the input is supported (add_bos_token / add_eos_token)")
+            for i, piece in enumerate(single):
+                if "SpecialToken" in piece:
+                    tok = piece["SpecialToken"]["id"]
+                    template_adds["bos" if i < at[0] else "eos"] = proc["special_tokens"][tok]["ids"][0]
+        elif proc.get("type") not in ("ByteLevel", None):
             die(f"tokenizer.json post_processor {proc.get('type')!r} is not supported "
-                "(a Qwen3 causal LM's tokenizer adds no tokens)")
+                "(ByteLevel, TemplateProcessing)")
     vocab = dict(model["vocab"])
     added = {}
     for a in tj.get("added_tokens", []):
@@ -540,6 +555,17 @@ def vocab_metadata(model_dir, c):
         if isinstance(tid, int) and typ not in ids:
             ids[typ] = tid
 
+    # The template's tokens are added (add_*_token); as convert's SpecialVocab does, a trailing
+    # token other than the eos token becomes eos, the old eos staying an end token as eot
+    # (Qwen3-Embedding: <|endoftext|> appended, <|im_end|> still ends a chat turn).
+    eot = None
+    for typ, tid in template_adds.items():
+        if typ == "eos" and ids.get("eos", tid) != tid:
+            eot = ids["eos"]
+        elif ids.get(typ, tid) != tid:
+            die(f"tokenizer.json's template adds token {tid} where the {typ} token is {ids[typ]}")
+        ids[typ], add[typ] = tid, True
+
     kv = [("tokenizer.ggml.model", STR, "gpt2", None),
           ("tokenizer.ggml.pre", STR, "qwen2", None),
           ("tokenizer.ggml.tokens", ARR, tokens, STR),
@@ -548,6 +574,8 @@ def vocab_metadata(model_dir, c):
         kv.append(("tokenizer.ggml.merges", ARR, merges, STR))
     for typ, tid in ids.items():
         kv.append((f"tokenizer.ggml.{SPECIAL_KEYS[typ]}", U32, tid, None))
+    if eot is not None:
+        kv.append(("tokenizer.ggml.eot_token_id", U32, eot, None))
     for typ, v in add.items():
         if typ in ("bos", "eos", "sep"):
             kv.append((f"tokenizer.ggml.add_{typ}_token", BOOL, v, None))
@@ -607,7 +635,27 @@ def metadata(c, arch, name, qtype, model_dir):
     if arch == "qwen3moe":
         kv.append((a + "expert_feed_forward_length", U32, c["moe_intermediate_size"], None))
     kv.append(("general.quantization_version", U32, QUANT_VERSION, None))
+    pooling = pooling_type(model_dir)
+    if pooling is not None:
+        kv.append((a + "pooling_type", U32, pooling, None))
     return kv + vocab_metadata(model_dir, c)
+
+
+def pooling_type(model_dir):
+    """An embedding folder's pooling as convert_hf_to_gguf.py records it (1 mean, 2 cls,
+    3 last): modules.json's Pooling module and its config.json; None without one."""
+    path = os.path.join(model_dir, "modules.json")
+    if not os.path.isfile(path):
+        return None
+    for mod in load_json(path):
+        if mod.get("type", "").endswith("Pooling"):
+            cfg = load_json(os.path.join(model_dir, mod.get("path", ""), "config.json"))
+            for key, value in (("pooling_mode_mean_tokens", 1), ("pooling_mode_cls_token", 2),
+                               ("pooling_mode_lasttoken", 3)):
+                if cfg.get(key):
+                    return value
+            die(f"{path}: the Pooling module sets none of mean_tokens, cls_token, lasttoken")
+    return None
 
 
 def pad_to(f, align=ALIGN):

@@ -18,6 +18,7 @@
 #include "cuda/cuda_runner.h"
 #include "engine/model_tokenizer.h"
 #include "model/gguf.h"
+#include "model/model_pooling.h"
 #include "helpers.h"
 #include "reference_check.h"
 
@@ -237,6 +238,44 @@ Test(gguf_model, refuses_an_unsupported_tensor_type) {
     size_t at = offset_of("q8_0", name) + strlen(name) + 4 + 2 * 8;
     uint32_t q4_1 = GGUF_TYPE_Q4_1;
     expect_patch_refused(at, &q4_1, 4, "q4_1");
+}
+
+/* An embedding file's {arch}.pooling_type (tests/fixtures/tiny-qwen3-embedding.gguf:
+ * 3, last) and what other values mean; the server's end: test_server_embeddings.c. */
+static int pooling_of(const char *path, ModelPooling *p, Error *err) {
+    Gguf g;
+    cr_assert(gguf_open(&g, path, err) == 0, "%s", err->msg);
+    int rc = model_pooling_from_gguf(p, &g, err);
+    gguf_close(&g);
+    return rc;
+}
+
+Test(gguf_model, pooling_type_from_metadata) {
+    const char *emb = "../tiny-qwen3-embedding", *k = "qwen3.pooling_type";
+    ModelPooling p;
+    Error err = {0};
+    cr_assert(pooling_of(fixture_path(emb), &p, &err) == 0, "%s", err.msg);
+    cr_expect(p.mode == POOLING_LAST && p.normalize && p.from_folder);
+    cr_assert(pooling_of(fixture_path("q8_0"), &p, &err) == 0, "%s", err.msg); /* no key: generation */
+    cr_expect(p.mode == POOLING_NONE && !p.from_folder);
+    static const struct {
+        uint32_t type;
+        PoolingMode mode;
+        const char *error;
+    } cases[] = {{0, POOLING_NONE, NULL}, {1, POOLING_MEAN, NULL}, {2, POOLING_CLS, NULL},
+                 {4, POOLING_NONE, "reranker"}, {9, POOLING_NONE, "not a pooling type"}};
+    size_t at = offset_of(emb, k) + strlen(k) + 4;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *dir, *path = patched_copy(emb, at, &cases[i].type, 4, &dir);
+        err = (Error){0};
+        int rc = pooling_of(path, &p, &err);
+        if (cases[i].error)
+            cr_expect(rc != 0 && strstr(err.msg, cases[i].error), "type %u: '%s'", cases[i].type, err.msg);
+        else
+            cr_expect(rc == 0 && p.mode == cases[i].mode, "type %u: rc %d mode %d", cases[i].type, rc, p.mode);
+        rm_rf(dir);
+        free(dir);
+    }
 }
 
 /* Qwen3.5 (the tiny qwen35 fixture, tests/fixtures/tiny-qwen3_5): value

@@ -21,6 +21,7 @@
 
 #define EMBED_MODEL "tests/fixtures/tiny-qwen3-embedding"
 #define EMBED_GOLDEN "tests/fixtures/tiny-qwen3-embedding-golden/golden.json"
+#define EMBED_GGUF "tests/fixtures/tiny-qwen3-embedding.gguf"
 #define EMBED_TOL 1e-4
 #define HIDDEN 32
 /* float32 everywhere, and prefill in chunks of 64 tokens */
@@ -114,6 +115,22 @@ Test(server_embed, matches_the_reference, .timeout = 120) {
     check_against_golden(&s, "long", true); /* 700 tokens in chunks of 64 */
     check_against_golden(&s, "shared_prefix", true);
     check_against_golden(&s, "shared_prefix", true); /* again: now from the prefix cache */
+    cr_expect_eq(server_stop(&s, SIGTERM), 0);
+}
+
+/* The same model as a GGUF file (make_gguf.py writes qwen3.pooling_type = 3
+ * from modules.json and add_eos_token from the tokenizer's template, as
+ * llama.cpp's converter does): embeddings with no flag, the reference's
+ * vectors (served under the folder's name so that the same checks apply). */
+Test(server_embed, gguf_file_with_its_pooling_type, .timeout = 120) {
+    TestServer s;
+    server_start(&s, "--model " EMBED_GGUF " --served-model-name " EMBED_MODEL " --kv-cache-dtype float32 "
+                     "--dtype float32 --block-size 16 --max-num-batched-tokens 64");
+    check_against_golden(&s, "single", false);
+    check_against_golden(&s, "batch", false);
+    check_against_golden(&s, "long", true);
+    json_t *r = embed(&s, "{\"input\": \"hi\"}", 200);
+    json_decref(r);
     cr_expect_eq(server_stop(&s, SIGTERM), 0);
 }
 

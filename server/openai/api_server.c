@@ -252,7 +252,8 @@ static void load_run(uv_work_t *w) {
     s->load_rc = s->opts.loader.open(&s->model, s->opts.model_dir, &s->opts.runner, &s->load_err);
     if (s->load_rc) return;
     const ModelConfig *c = &s->model.weights.config;
-    if (model_pooling_load(&s->pooling, s->opts.model_dir, &s->load_err)) {
+    if (s->model.weights.gguf.map ? model_pooling_from_gguf(&s->pooling, &s->model.weights.gguf, &s->load_err)
+                                  : model_pooling_load(&s->pooling, s->opts.model_dir, &s->load_err)) {
         s->load_rc = -1;
         return;
     }
@@ -265,7 +266,9 @@ static void load_run(uv_work_t *w) {
     if (s->pooling.mode != POOLING_NONE)
         log_info("embeddings: %s pooling%s (%s); generation endpoints off", pooling_mode_name(s->pooling.mode),
                  s->pooling.normalize ? ", L2-normalised" : ", not normalised",
-                 s->pooling.from_folder ? "from modules.json" : "--runner pooling's default");
+                 !s->pooling.from_folder        ? "--runner pooling's default"
+                 : s->model.weights.gguf.map ? "from the file's pooling_type"
+                                             : "from modules.json");
     s->tok = model_tokenizer_load(s->opts.model_dir, c->vocab_size, &s->load_err);
     s->engine = s->tok ? engine_create(&s->model.weights, s->model.runner, &s->load_err) : NULL;
     if (!s->engine) {
