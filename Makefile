@@ -10,7 +10,7 @@
 #   make bench        nanovllm bench on a full-size random Qwen3-0.6B (generated once)
 #   make docker-test  build the CPU container image with podman, run it, check it serves
 #   make fuzz         libFuzzer targets: build-fuzz/fuzz_tokenizer, fuzz_jinja, fuzz_structured, fuzz_gguf,
-#                     fuzz_chat_output (clang-14)
+#                     fuzz_gguf_model, fuzz_chat_output (clang-14)
 #   CUDA=0            build without the CUDA sources even when nvcc is present
 #
 # CUDA sources build when nvcc is found (PATH or /usr/local/cuda). The CUDA
@@ -241,7 +241,8 @@ STRUCTURED_FUZZ_SRC = $(wildcard structured/*.c text/tokenizer/*.c) $(FUZZ_BASE)
 TOOL_CALLS_FUZZ_SRC = $(wildcard chat/tool_calls/*.c) $(STRUCTURED_FUZZ_SRC)
 CHAT_OUTPUT_FUZZ_SRC = $(wildcard chat/chat_output*.c) $(TOOL_CALLS_FUZZ_SRC)
 FUZZ_SRC  = $(wildcard text/jinja/*.c) chat/chat_template.c $(TOOL_CALLS_FUZZ_SRC)
-fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured build-fuzz/fuzz_chat_output build-fuzz/fuzz_gguf
+fuzz: build-fuzz/fuzz_tokenizer build-fuzz/fuzz_jinja build-fuzz/fuzz_structured build-fuzz/fuzz_chat_output build-fuzz/fuzz_gguf \
+      build-fuzz/fuzz_gguf_model
 
 build-fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c $(FUZZ_SRC) $(FUZZ_HDR) $(wildcard chat/*.h chat/tool_calls/*.h structured/*.h)
 	@mkdir -p $(dir $@)
@@ -262,6 +263,14 @@ build-fuzz/fuzz_chat_output: tests/fuzz/fuzz_chat_output.c $(CHAT_OUTPUT_FUZZ_SR
 build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c model/gguf.c model/gguf.h model/mapped_file.c model/mapped_file.h $(FUZZ_BASE) $(FUZZ_HDR)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf.c model/gguf.c model/mapped_file.c $(FUZZ_BASE) -lm -o $@
+
+# The metadata above the container: config, pooling, tokenizer (seeds: tests/fuzz/make_gguf_model_seeds.py DIR).
+GGUF_MODEL_FUZZ_SRC = model/gguf.c model/mapped_file.c model/gguf_model.c model/model_config.c \
+                      model/model_config_hybrid.c model/model_pooling.c model/weight_format.c \
+                      engine/model_tokenizer.c $(wildcard text/tokenizer/*.c) base/log.c $(FUZZ_BASE)
+build-fuzz/fuzz_gguf_model: tests/fuzz/fuzz_gguf_model.c $(GGUF_MODEL_FUZZ_SRC) $(wildcard model/*.h engine/model_tokenizer.h) $(FUZZ_HDR)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf_model.c $(GGUF_MODEL_FUZZ_SRC) -ljansson -lpcre2-8 -lutf8proc -lm -o $@
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -100,16 +100,21 @@ static int read_vocab(const Gguf *g, TokenizerVocab *v, TokenizerText **texts, i
                : 0;
 }
 
-static Tokenizer *load_from_gguf(const char *path, int model_vocab_size, Error *err) {
-    Gguf g;
-    if (gguf_open(&g, path, err)) return NULL;
+Tokenizer *model_tokenizer_from_gguf(const Gguf *g, int model_vocab_size, Error *err) {
     TokenizerVocab v;
     TokenizerText *texts = NULL;
     int32_t *types = NULL;
     Tokenizer *t = NULL;
-    if (read_vocab(&g, &v, &texts, &types, err) == 0) t = tokenizer_load_vocab(&v, model_vocab_size, err);
+    if (read_vocab(g, &v, &texts, &types, err) == 0) t = tokenizer_load_vocab(&v, model_vocab_size, err);
     free(texts);
     free(types);
+    return t;
+}
+
+static Tokenizer *load_from_gguf(const char *path, int model_vocab_size, Error *err) {
+    Gguf g;
+    if (gguf_open(&g, path, err)) return NULL;
+    Tokenizer *t = model_tokenizer_from_gguf(&g, model_vocab_size, err);
     gguf_close(&g);
     if (!t) error_prefix(err, "%s", path);
     return t;

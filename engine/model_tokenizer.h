@@ -10,9 +10,13 @@
 
 #include <stdbool.h>
 
+#include "model/gguf.h"
 #include "text/tokenizer/tokenizer.h"
 
 Tokenizer *model_tokenizer_load(const char *model_path, int model_vocab_size, Error *err);
+
+/* An open GGUF file's own tokenizer (the fuzz target's entry: no path). */
+Tokenizer *model_tokenizer_from_gguf(const Gguf *g, int model_vocab_size, Error *err);
 
 /* Whether the model has a tokenizer to load (a GGUF file always has). */
 bool model_has_tokenizer(const char *model_path);
