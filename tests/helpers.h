@@ -7,12 +7,29 @@
 #define NANOVLLM_TEST_HELPERS_H
 
 #include <jansson.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "cpu/cpu_runner.h"
 #include "engine/runner.h"
 #include "text/tokenizer/tokenizer.h"
+
+/* A seeded stream for tests' random inputs: uniform in [0, 1) (53 bits of
+ * a 64-bit LCG) and standard normal (Box-Muller). */
+typedef struct TestRng {
+    uint64_t state;
+} TestRng;
+
+static inline double test_rng_uniform(TestRng *r) {
+    r->state = r->state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(r->state >> 11) / 9007199254740992.0;
+}
+
+static inline float test_rng_gauss(TestRng *r) {
+    double u = test_rng_uniform(r) + 1e-12, v = test_rng_uniform(r);
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
 
 #define TINY_MODEL "tests/fixtures/tiny-qwen3"
 #define TINY_GOLDEN "tests/fixtures/tiny-qwen3-golden"

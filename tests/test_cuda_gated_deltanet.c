@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "cuda_test.h"
+#include "helpers.h"
 #include "cpu/cpu_gated_deltanet.h"
 #include "cuda/cuda_gated_deltanet.h"
 #include "cuda/cuda_gdn_chunk.h"
@@ -42,15 +43,7 @@
 #define STATE_TOL 1e-4
 #define CONV_TOL 1e-5
 
-static uint64_t rng;
-static double uniform01(void) {
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-static float gauss(void) {
-    double u = uniform01() + 1e-12, v = uniform01();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
+static TestRng rng;
 
 typedef struct Harness {
     CudaGdnShape s;
@@ -77,19 +70,19 @@ static Harness make(int hk, int hv, int dk, int dv, int K, int slots, uint64_t s
     h.rec_f = gdn_recurrent_state_floats(&h.cs);
     h.slot_floats = LAYERS * (h.conv_f + h.rec_f);
     h.pool_floats = (size_t)slots * h.slot_floats;
-    rng = seed;
+    rng.state = seed;
     h.conv_w = malloc(sizeof(float) * h.cd * K);
     h.A_log = malloc(sizeof(float) * hv);
     h.dt_bias = malloc(sizeof(float) * hv);
     h.norm_w = malloc(sizeof(float) * dv);
     h.pool = malloc(sizeof(float) * h.pool_floats);
     cr_assert(h.conv_w && h.A_log && h.dt_bias && h.norm_w && h.pool);
-    for (size_t i = 0; i < h.cd * K; i++) h.conv_w[i] = (float)(uniform01() - 0.5);
+    for (size_t i = 0; i < h.cd * K; i++) h.conv_w[i] = (float)(test_rng_uniform(&rng) - 0.5);
     for (int i = 0; i < hv; i++) {
-        h.A_log[i] = (float)log(0.5 + 3.5 * uniform01());
-        h.dt_bias[i] = (float)(2.0 * uniform01() - 1.0);
+        h.A_log[i] = (float)log(0.5 + 3.5 * test_rng_uniform(&rng));
+        h.dt_bias[i] = (float)(2.0 * test_rng_uniform(&rng) - 1.0);
     }
-    for (int c = 0; c < dv; c++) h.norm_w[c] = (float)(0.5 + uniform01());
+    for (int c = 0; c < dv; c++) h.norm_w[c] = (float)(0.5 + test_rng_uniform(&rng));
     /* NaN everywhere: a fresh sequence must not read its old states, and
      * what no call touches stays NaN on both sides */
     for (size_t i = 0; i < h.pool_floats; i++) h.pool[i] = NAN;
@@ -147,9 +140,9 @@ static void step(Harness *h, const int *slots, const int *counts, const bool *fr
     float *got_qkv = malloc(sizeof(float) * rows * h->cd), *got_pool = malloc(sizeof(float) * h->pool_floats);
     uint16_t *out = malloc(sizeof(uint16_t) * rows * h->vd);
     cr_assert(qkv && qkv_in && z && a && b && want && got_qkv && got_pool && out);
-    for (size_t i = 0; i < (size_t)rows * h->cd; i++) qkv[i] = qkv_in[i] = gauss();
-    for (size_t i = 0; i < (size_t)rows * h->vd; i++) z[i] = gauss(), want[i] = NAN;
-    for (size_t i = 0; i < (size_t)rows * hv; i++) a[i] = gauss(), b[i] = 2.0f * gauss();
+    for (size_t i = 0; i < (size_t)rows * h->cd; i++) qkv[i] = qkv_in[i] = test_rng_gauss(&rng);
+    for (size_t i = 0; i < (size_t)rows * h->vd; i++) z[i] = test_rng_gauss(&rng), want[i] = NAN;
+    for (size_t i = 0; i < (size_t)rows * hv; i++) a[i] = test_rng_gauss(&rng), b[i] = 2.0f * test_rng_gauss(&rng);
 
     GdnSeq cs[MAX_SEQS];
     CudaGdnSeq gs[MAX_SEQS] = {{0}};

@@ -24,20 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers.h"
 #include "cpu/cpu_gated_deltanet.h"
 #include "cuda/cuda_gdn_chunk.h"
 
 #define TOL 2e-5
 
-static uint64_t rng;
-static double uniform01(void) {
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-static float gauss(void) {
-    double u = uniform01() + 1e-12, v = uniform01();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
+static TestRng rng;
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
@@ -138,7 +131,7 @@ static void check_shape(int hk, int hv, int dk, int dv, bool tiled, uint64_t see
     const GdnShape cs = {hk, hv, dk, dv, 4, 1e-6f, tiled};
     const size_t cd = gdn_conv_dim(&cs), vd = (size_t)hv * dv, rec = gdn_recurrent_state_floats(&cs);
     const int max_rows = 200;
-    rng = seed;
+    rng.state = seed;
     Weights w = {malloc(sizeof(float) * hv), malloc(sizeof(float) * hv), malloc(sizeof(float) * dv)};
     float *conv_w = malloc(sizeof(float) * cd * 4), *conv_state = calloc(gdn_conv_state_floats(&cs), sizeof(float));
     float *want_state = malloc(sizeof(float) * rec), *got_state = malloc(sizeof(float) * rec);
@@ -147,9 +140,12 @@ static void check_shape(int hk, int hv, int dk, int dv, bool tiled, uint64_t see
     float *want = malloc(sizeof(float) * max_rows * vd), *got = malloc(sizeof(float) * max_rows * vd);
     cr_assert(w.A_log && w.dt_bias && w.norm_w && conv_w && conv_state && want_state && got_state && qkv && z && a &&
               b && want && got);
-    for (int i = 0; i < hv; i++) w.A_log[i] = (float)log(0.5 + 3.5 * uniform01()), w.dt_bias[i] = gauss();
-    for (int i = 0; i < dv; i++) w.norm_w[i] = (float)(0.5 + uniform01());
-    for (size_t i = 0; i < cd * 4; i++) conv_w[i] = (float)(uniform01() - 0.5);
+    for (int i = 0; i < hv; i++) {
+        w.A_log[i] = (float)log(0.5 + 3.5 * test_rng_uniform(&rng));
+        w.dt_bias[i] = test_rng_gauss(&rng);
+    }
+    for (int i = 0; i < dv; i++) w.norm_w[i] = (float)(0.5 + test_rng_uniform(&rng));
+    for (size_t i = 0; i < cd * 4; i++) conv_w[i] = (float)(test_rng_uniform(&rng) - 0.5);
     Error err = {0};
     ThreadPool *tp = thread_pool_create(1, &err);
     cr_assert(tp, "%s", err.msg);
@@ -160,9 +156,9 @@ static void check_shape(int hk, int hv, int dk, int dv, bool tiled, uint64_t see
     double worst_out = 0.0, worst_state = 0.0;
     for (int call = 0; call < 4; call++) {
         const int rows = calls[call];
-        for (size_t i = 0; i < rows * cd; i++) qkv[i] = gauss();
-        for (size_t i = 0; i < rows * vd; i++) z[i] = gauss();
-        for (size_t i = 0; i < (size_t)rows * hv; i++) a[i] = gauss(), b[i] = 2.0f * gauss();
+        for (size_t i = 0; i < rows * cd; i++) qkv[i] = test_rng_gauss(&rng);
+        for (size_t i = 0; i < rows * vd; i++) z[i] = test_rng_gauss(&rng);
+        for (size_t i = 0; i < (size_t)rows * hv; i++) a[i] = test_rng_gauss(&rng), b[i] = 2.0f * test_rng_gauss(&rng);
         const GdnSeq seq = {0, rows, conv_state, want_state, call == 0};
         cpu_gdn_forward(cpu, &cw, &seq, 1, qkv, z, a, b, want); /* leaves the conv's output in qkv */
         chunk_blocks(&s, &w, got_state, call == 0, qkv, a, b, rows);
