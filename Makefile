@@ -72,7 +72,7 @@ MOE_TMP         = $(BUILD)/moe-fixture-src
 # in make_gguf.py's docstring). Generated, byte for byte the same each time; the
 # decoded F32 folders they come from are deleted (160 MB each).
 GGUF_FIXTURE   = tests/fixtures/tiny-qwen3-gguf
-GGUF_TYPES     = q8_0 q4_0 q5_0 q4_k q5_k q6_k bf16 mix
+GGUF_TYPES     = q8_0 q4_0 q5_0 iq4_nl q4_k q5_k q6_k bf16 mix
 GGUF_MOE_TYPES = q4_k q8_0
 GGUF_GENERATED = $(foreach t,$(GGUF_TYPES),$(GGUF_FIXTURE)/$(t).gguf $(GGUF_FIXTURE)/$(t).ref) \
                  $(foreach t,$(GGUF_MOE_TYPES),$(GGUF_FIXTURE)/moe-$(t).gguf $(GGUF_FIXTURE)/moe-$(t).ref)

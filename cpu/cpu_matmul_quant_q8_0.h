@@ -1,6 +1,7 @@
 /*
  * cpu_matmul_quant_q8_0.h - the x86 kernels of quant_gemm for Q8_0 weights,
- * and for Q4_0 and Q5_0, whose blocks are 32 values with an f16 scale too:
+ * and for Q4_0, Q5_0 and IQ4_NL, whose blocks are 32 values with an f16
+ * scale too:
  * part of the cpu_matmul_quant_tile.h template (included by it once per
  * SIMD level, after its helpers; no include guard). Hand-written.
  *
@@ -9,8 +10,11 @@
  * unchanged, and the offset (8 / 16 times the activation block's sum, one
  * more vpmaddubsw by ones per activation row and block) starts the sums;
  * in the packed kernel they are unpacked to signed bytes while packing and
- * then go through the Q8_0 code. Each output is the same integer sum as the
- * reference's, so the three types share every rule below.
+ * then go through the Q8_0 code. IQ4_NL's 4-bit codes become their signed
+ * levels by one vpshufb (the 16-entry table in both lanes) and then take
+ * the Q8_0 path, the levels looked up again per activation row rather than
+ * held (registers). Each output is the same integer sum as the
+ * reference's, so the four types share every rule below.
  *
  * Q8_0 has a float scale per 32 values on both sides, so every block's
  * integer sum has to be turned into float on its own: the cost the K types
@@ -82,9 +86,16 @@ QFN __m256i q32_unsigned(WeightType t, const uint8_t *blk) {
     return q;
 }
 
+/* IQ4_NL's levels for 32 codes (unsigned bytes 0..15). */
+QFN __m256i q32_iq4_nl_levels(__m256i codes) {
+    const __m128i t = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), codes);
+}
+
 /* A 32-value block's quants as signed bytes (the packed kernel's form). */
 QFN __m256i q32_signed(WeightType t, const uint8_t *blk) {
     if (t == WEIGHT_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    if (t == WEIGHT_IQ4_NL) return q32_iq4_nl_levels(q32_unsigned(WEIGHT_Q4_0, blk));
     return _mm256_sub_epi8(q32_unsigned(t, blk), _mm256_set1_epi8(t == WEIGHT_Q4_0 ? 8 : 16));
 }
 
@@ -100,10 +111,12 @@ QFN __m256i q32_signed(WeightType t, const uint8_t *blk) {
 QFN void q_q8_0_step(WeightType t, int MR, const uint8_t *const *wr, int b, const uint8_t *const *xr,
                      const float *const *dx, const float *dw, __m128 *facc) {
     const size_t bs = weight_block_bytes_const(t);
-    __m256i aw[QNR]; /* Q8_0: |w| (-128 reads as 128 unsigned); Q4_0, Q5_0: the unsigned quants */
+    /* Q8_0: |w| (-128 reads as 128 unsigned); Q4_0, Q5_0: the unsigned quants; IQ4_NL: the codes */
+    __m256i aw[QNR];
     QUNROLL for (int j = 0; j < QNR; j++)
-        aw[j] = t == WEIGHT_Q8_0 ? _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)))
-                                 : q32_unsigned(t, wr[j] + (size_t)b * bs);
+        aw[j] = t == WEIGHT_Q8_0    ? _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)))
+                : t == WEIGHT_IQ4_NL ? q32_unsigned(WEIGHT_Q4_0, wr[j] + (size_t)b * bs)
+                                     : q32_unsigned(t, wr[j] + (size_t)b * bs);
     __m128 dv;
     if (dw) {
         dv = _mm_loadu_ps(dw + 4 * b);
@@ -119,6 +132,11 @@ QFN void q_q8_0_step(WeightType t, int MR, const uint8_t *const *wr, int b, cons
             QUNROLL for (int j = 0; j < QNR; j++) {
                 __m256i w = _mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2));
                 s[j] = q8_dot4(_mm256_setzero_si256(), aw[j], _mm256_sign_epi8(a, w));
+            }
+        } else if (t == WEIGHT_IQ4_NL) {
+            QUNROLL for (int j = 0; j < QNR; j++) {
+                __m256i w = q32_iq4_nl_levels(aw[j]);
+                s[j] = q8_dot4(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
             }
         } else { /* sum (q - half) a = sum q a - half sum a: the sums start at -half sum a */
             __m256i off = q8_dot4(_mm256_setzero_si256(), _mm256_set1_epi8(1), a);
@@ -171,12 +189,14 @@ typedef void (*QTileQ8Fn)(const uint8_t *const *wr, int nb, const uint8_t *const
 Q8_TILES(q8_0, WEIGHT_Q8_0)
 Q8_TILES(q4_0, WEIGHT_Q4_0)
 Q8_TILES(q5_0, WEIGHT_Q5_0)
+Q8_TILES(iq4_nl, WEIGHT_IQ4_NL)
 
 /* [q32_index(t)][MR - 1] */
-static const QTileQ8Fn q_tiles_q32[3][QMR_MAX] = {
+static const QTileQ8Fn q_tiles_q32[4][QMR_MAX] = {
     {q_tile_q8_0_1, q_tile_q8_0_2, q_tile_q8_0_3, q_tile_q8_0_4},
     {q_tile_q4_0_1, q_tile_q4_0_2, q_tile_q4_0_3, q_tile_q4_0_4},
     {q_tile_q5_0_1, q_tile_q5_0_2, q_tile_q5_0_3, q_tile_q5_0_4},
+    {q_tile_iq4_nl_1, q_tile_iq4_nl_2, q_tile_iq4_nl_3, q_tile_iq4_nl_4},
 };
 
 #ifndef QUANT_TILE_Q8_COMMON
@@ -188,8 +208,10 @@ static const QTileQ8Fn q_tiles_q32[3][QMR_MAX] = {
 #define Q8_SEG 64
 #define Q8_DX 4096
 
-/* Row of the per-type tables: Q8_0 0, Q4_0 1, Q5_0 2. */
-static inline int q32_index(WeightType t) { return t == WEIGHT_Q8_0 ? 0 : t == WEIGHT_Q4_0 ? 1 : 2; }
+/* Row of the per-type tables: Q8_0 0, Q4_0 1, Q5_0 2, IQ4_NL 3. */
+static inline int q32_index(WeightType t) {
+    return t == WEIGHT_Q8_0 ? 0 : t == WEIGHT_Q4_0 ? 1 : t == WEIGHT_Q5_0 ? 2 : 3;
+}
 
 /* The scales of blocks [k0, k0 + seg) of activation rows [mb, me) (rows of
  * xrb bytes at xb) as float, seg per row, at dx. */
@@ -381,9 +403,10 @@ static const Q8PTileFn q8p_tiles[Q8P_MR] = {q8p_tile_1, q8p_tile_2, q8p_tile_3, 
 Q8P_PACK(q8_0, WEIGHT_Q8_0)
 Q8P_PACK(q4_0, WEIGHT_Q4_0)
 Q8P_PACK(q5_0, WEIGHT_Q5_0)
+Q8P_PACK(iq4_nl, WEIGHT_IQ4_NL)
 
 typedef void (*Q8PPackFn)(const uint8_t *const *wr, int seg, uint8_t *pk, float *dw);
-static const Q8PPackFn q8p_packs[3] = {q8p_pack_q8_0, q8p_pack_q4_0, q8p_pack_q5_0};
+static const Q8PPackFn q8p_packs[4] = {q8p_pack_q8_0, q8p_pack_q4_0, q8p_pack_q5_0, q8p_pack_iq4_nl};
 
 /* quant_gemm for Q8_0 weights and many activation rows: per K segment of
  * Q8_SEG blocks and pass of Q8P_ROWS activation rows (their scales
@@ -423,7 +446,7 @@ __attribute__((target(QT))) static void q8p_gemm(WeightType t, const void *w, in
     }
 }
 
-/* quant_gemm for Q8_0, Q4_0 and Q5_0 weights at this level. */
+/* quant_gemm for Q8_0, Q4_0, Q5_0 and IQ4_NL weights at this level. */
 __attribute__((target(QT))) static void q_gemm_q32(WeightType t, const void *w, int K, const void *xq, int M,
                                                    float *y, int ldy, int n0, int n1, int mr) {
     if (M >= Q8P_MIN_ROWS) return q8p_gemm(t, w, K, xq, M, y, ldy, n0, n1, mr);

@@ -30,7 +30,7 @@
  * subtraction touches the 256 values. Q6_K with one activation row
  * (q_row_q6_k) first sums two chunks' products in int16 (vphaddw).
  *
- * Q8_0, Q4_0, Q5_0 (cpu_matmul_quant_q8_0.h): a float scale per 32 values on both sides, so each
+ * Q8_0, Q4_0, Q5_0, IQ4_NL (cpu_matmul_quant_q8_0.h): a float scale per 32 values on both sides, so each
  * block's int32 sums are reduced across the 4 weight rows (2 vphaddd
  * levels, leaving the two 128-bit halves apart), converted, and added with
  * one FMA per activation row into a float accumulator of [rows 0..3 | rows
@@ -81,7 +81,7 @@
 /* weight_block_bytes, constant-folded where t is. */
 static inline size_t weight_block_bytes_const(WeightType t) {
     return t == WEIGHT_Q8_0 ? sizeof(BlockQ8_0)
-           : t == WEIGHT_Q4_0 ? sizeof(BlockQ4_0)
+           : t == WEIGHT_Q4_0 || t == WEIGHT_IQ4_NL ? sizeof(BlockQ4_0)
            : t == WEIGHT_Q5_0 ? sizeof(BlockQ5_0)
            : t == WEIGHT_Q4_K ? sizeof(BlockQ4K)
            : t == WEIGHT_Q5_K ? sizeof(BlockQ5K)

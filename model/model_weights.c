@@ -263,13 +263,15 @@ static int gguf_matrix(ModelWeights *w, const char *name, int rows, int cols, We
     case GGUF_TYPE_Q6_K: out->type = WEIGHT_Q6_K; return 0;
     case GGUF_TYPE_Q4_0: out->type = WEIGHT_Q4_0; return 0;
     case GGUF_TYPE_Q5_0: out->type = WEIGHT_Q5_0; return 0;
+    case GGUF_TYPE_IQ4_NL: out->type = WEIGHT_IQ4_NL; return 0;
     case GGUF_TYPE_F16:
         out->type = WEIGHT_F32;
         out->data = widen_to_f32(w, s.data, (size_t)rows * (size_t)cols, true, err);
         return out->data ? 0 : -1;
     default:
         return error_set(err, "tensor '%s' is %s; supported types: f32, f16, bf16, q8_0, q4_0, q5_0, "
-                              "q4_K, q5_K, q6_K (Q4_0, Q5_0, Q4_K_M, Q5_K_M, Q6_K and Q8_0 files)",
+                              "iq4_nl, q4_K, q5_K, q6_K (Q4_0, Q5_0, IQ4_NL, Q4_K_M, Q5_K_M, Q6_K and Q8_0 "
+                              "files)",
                          s.gguf_name, gguf_type_name(s.type));
     }
 }

@@ -22,7 +22,8 @@ int weight_block_elems(WeightType t) {
     switch (t) {
     case WEIGHT_Q8_0:
     case WEIGHT_Q4_0:
-    case WEIGHT_Q5_0: return QK8_0;
+    case WEIGHT_Q5_0:
+    case WEIGHT_IQ4_NL: return QK8_0;
     case WEIGHT_Q4_K:
     case WEIGHT_Q5_K:
     case WEIGHT_Q6_K: return QK_K;
@@ -41,6 +42,7 @@ size_t weight_block_bytes(WeightType t) {
     case WEIGHT_F8_E4M3: return 1;
     case WEIGHT_Q4_0: return sizeof(BlockQ4_0);
     case WEIGHT_Q5_0: return sizeof(BlockQ5_0);
+    case WEIGHT_IQ4_NL: return sizeof(BlockIQ4NL);
     }
     return 0;
 }
@@ -66,6 +68,7 @@ const char *weight_type_name(WeightType t) {
     case WEIGHT_F8_E4M3: return "fp8_e4m3";
     case WEIGHT_Q4_0: return "q4_0";
     case WEIGHT_Q5_0: return "q5_0";
+    case WEIGHT_IQ4_NL: return "iq4_nl";
     }
     return "unknown";
 }
@@ -96,11 +99,14 @@ static void k_pack_scales(uint8_t *s, const int *sc, const int *m) {
 
 /* ---- decode ---------------------------------------------------------------- */
 
+static const int8_t iq4_nl_values[16] = IQ4_NL_VALUES;
+
 int weight_q32_value(WeightType t, const void *block, int i) {
     if (t == WEIGHT_Q8_0) return ((const BlockQ8_0 *)block)->qs[i];
-    const uint8_t *qs = t == WEIGHT_Q4_0 ? ((const BlockQ4_0 *)block)->qs : ((const BlockQ5_0 *)block)->qs;
+    const uint8_t *qs = t == WEIGHT_Q5_0 ? ((const BlockQ5_0 *)block)->qs : ((const BlockQ4_0 *)block)->qs;
     int q = i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4;
     if (t == WEIGHT_Q4_0) return q - 8;
+    if (t == WEIGHT_IQ4_NL) return iq4_nl_values[q];
     const uint8_t *qh = ((const BlockQ5_0 *)block)->qh;
     return (q | ((qh[i / 8] >> (i % 8)) & 1) << 4) - 16;
 }
@@ -173,7 +179,8 @@ void weight_dequantize_row(WeightType t, const void *src, float *dst, int n) {
         case WEIGHT_F32: memcpy(dst, p, 4); break;
         case WEIGHT_Q8_0:
         case WEIGHT_Q4_0:
-        case WEIGHT_Q5_0: dequant_q32(t, p, dst); break;
+        case WEIGHT_Q5_0:
+        case WEIGHT_IQ4_NL: dequant_q32(t, p, dst); break;
         case WEIGHT_Q4_K: {
             const BlockQ4K *b = (const BlockQ4K *)p;
             dequant_q45_k(b->qs, NULL, b->scales, b->d, b->dmin, dst);
@@ -261,6 +268,26 @@ static void quant_q45_0(WeightType t, const float *x, uint8_t *b) {
     }
     if (t == WEIGHT_Q5_0)
         for (int j = 0; j < 4; j++) ((BlockQ5_0 *)b)->qh[j] = (uint8_t)(high >> (8 * j));
+}
+
+/* IQ4_NL: d = -(the value of largest magnitude) / 127, so that value is
+ * level 0 exactly; every value to its nearest level (ties to the lower). */
+static void quant_iq4_nl(const float *x, BlockIQ4NL *b) {
+    float big = 0;
+    for (int i = 0; i < QK8_0; i++)
+        if (fabsf(x[i]) > fabsf(big)) big = x[i];
+    b->d = f32_to_f16(-big / 127.0f);
+    float d = f16_to_f32(b->d);
+    memset(b->qs, 0, sizeof b->qs);
+    for (int i = 0; i < QK8_0; i++) {
+        int best = 8; /* the level nearest 0, for d = 0 */
+        if (d != 0) {
+            float want = x[i] / d, err = INFINITY;
+            for (int k = 0; k < 16; k++)
+                if (fabsf((float)iq4_nl_values[k] - want) < err) err = fabsf((float)iq4_nl_values[k] - want), best = k;
+        }
+        b->qs[i % 16] |= (uint8_t)(best << (i < 16 ? 0 : 4));
+    }
 }
 
 /* Q4_K / Q5_K with `levels` = 15 or 31: each 32-value sub-block spans
@@ -354,6 +381,7 @@ void weight_quantize_row(WeightType t, const float *src, void *dst, int n) {
         case WEIGHT_F8_E4M3: *p = fp8_e4m3_from_float(*src); break;
         case WEIGHT_Q4_0:
         case WEIGHT_Q5_0: quant_q45_0(t, src, p); break;
+        case WEIGHT_IQ4_NL: quant_iq4_nl(src, (BlockIQ4NL *)p); break;
         }
     }
 }

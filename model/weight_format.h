@@ -13,6 +13,8 @@
  *   Q4_0  32 values: x = d * (q - 8)              (q 4 bits: value l the low
  *         nibble of qs[l], value 16 + l its high nibble; d f16)
  *   Q5_0  as Q4_0 with a fifth bit (bit l of the 32-bit qh) and x = d * (q - 16)
+ *   IQ4_NL as Q4_0's layout with x = d * IQ4_NL_VALUES[q]: 16 fixed levels,
+ *         denser near 0 (the table is part of the format)
  *   Q4_K 256 values in 8 sub-blocks of 32:  x = d * sc[j] * q - dmin * m[j]
  *        (q 4 bits; sc, m 6 bits each, packed in 12 bytes; d, dmin f16)
  *   Q5_K as Q4_K with a fifth bit of q in qh
@@ -52,8 +54,12 @@ typedef enum WeightType {
     WEIGHT_F8_E4M3, /* Qwen's FP8 checkpoints: one byte a value, block scales beside (below) */
     WEIGHT_Q4_0,
     WEIGHT_Q5_0,
+    WEIGHT_IQ4_NL,
 } WeightType;
-#define WEIGHT_TYPE_COUNT (WEIGHT_Q5_0 + 1)
+#define WEIGHT_TYPE_COUNT (WEIGHT_IQ4_NL + 1)
+
+/* IQ4_NL's 16 levels, in the order of their 4-bit codes. */
+#define IQ4_NL_VALUES {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 #define QK8_0 32
 #define QK_K 256
@@ -73,6 +79,11 @@ typedef struct BlockQ5_0 {
     uint8_t qh[4]; /* bit l (little-endian 32-bit) the fifth bit of value l */
     uint8_t qs[QK8_0 / 2];
 } BlockQ5_0;
+
+typedef struct BlockIQ4NL {
+    uint16_t d; /* f16 */
+    uint8_t qs[QK8_0 / 2]; /* codes into IQ4_NL_VALUES, ordered as Q4_0's */
+} BlockIQ4NL;
 
 typedef struct BlockQ4K {
     uint16_t d;    /* f16: scale of the 6-bit sub-block scales */
@@ -105,6 +116,7 @@ typedef struct BlockQ8K {
 _Static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(BlockIQ4NL) == 18, "IQ4_NL block is 18 bytes");
 _Static_assert(sizeof(BlockQ4K) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(BlockQ5K) == 176, "Q5_K block is 176 bytes");
 _Static_assert(sizeof(BlockQ6K) == 210, "Q6_K block is 210 bytes");
@@ -126,9 +138,9 @@ bool weight_type_quantized(WeightType t);
 const char *weight_type_name(WeightType t); /* "bf16", "q4_k", ... */
 
 /* The types whose blocks are 32 values with one f16 scale d first and
- * whose products take Q8_0 activations: Q8_0, Q4_0, Q5_0. */
+ * whose products take Q8_0 activations: Q8_0, Q4_0, Q5_0, IQ4_NL. */
 static inline bool weight_type_q32(WeightType t) {
-    return t == WEIGHT_Q8_0 || t == WEIGHT_Q4_0 || t == WEIGHT_Q5_0;
+    return t == WEIGHT_Q8_0 || t == WEIGHT_Q4_0 || t == WEIGHT_Q5_0 || t == WEIGHT_IQ4_NL;
 }
 
 /* Value i (0..31) of such a block as the signed integer d multiplies. */

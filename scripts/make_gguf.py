@@ -5,7 +5,7 @@ Usage (from the repository root):
     scripts/make_gguf.py --model HF_DIR --out FILE.gguf --type TYPE [--ref-out DIR]
     scripts/make_gguf.py --model HF_DIR --out FILE.gguf --type q4_k --ref-out DIR \\
         --ref-logits FILE.ref [--ref-ids 9707,11,1879] [--ref-greedy 16]
-TYPE: f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q5_k q6_k mix
+TYPE: f32 f16 bf16 q8_0 q4_0 q5_0 iq4_nl q4_k q5_k q6_k mix
 
 Why: the server loads GGUF files on the CPU. Its tests need GGUF models whose every bit
 is known, made from the random tiny models of scripts/make_random_qwen3.py, and its
@@ -73,12 +73,12 @@ GGUF_VERSION = 3
 QUANT_VERSION = 2  # general.quantization_version: the K-quant layouts' current version
 
 # ggml type ids, values per block, bytes per block
-GGML = {"f32": (0, 1, 4), "f16": (1, 1, 2), "q4_0": (2, 32, 18), "q5_0": (6, 32, 22),
+GGML = {"f32": (0, 1, 4), "f16": (1, 1, 2), "q4_0": (2, 32, 18), "q5_0": (6, 32, 22), "iq4_nl": (20, 32, 18),
         "q8_0": (8, 32, 34), "q4_k": (12, 256, 144),
         "q5_k": (13, 256, 176), "q6_k": (14, 256, 210), "bf16": (30, 1, 2)}
 GGML_NAME = {v[0]: k for k, v in GGML.items()}
 # general.file_type (llama.cpp's LlamaFileType) for each --type
-FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q5_0": 8, "q8_0": 7, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32,
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q5_0": 8, "iq4_nl": 25, "q8_0": 7, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32,
              "mix": 15}
 TYPES = sorted(FILE_TYPE)
 
@@ -151,6 +151,24 @@ def encode_q45_0(x, half):
         parts.append(bits.sum(axis=1, dtype=np.uint32).astype("<u4").view(np.uint8).reshape(-1, 4))
     parts.append(nib.astype(np.uint8))
     return np.concatenate(parts, axis=1).reshape(rows, -1)
+
+
+IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                         dtype=F32)  # the format's 16 levels
+
+
+def encode_iq4_nl(x):
+    """IQ4_NL: d = -(the value of largest magnitude) / 127 per 32, each value the code of its
+    nearest level (model/weight_format.c's choice), packed as Q4_0's nibbles."""
+    rows = x.shape[0]
+    b = x.reshape(-1, 32)
+    big = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)[:, 0]
+    d = f16(-big / F32(127))
+    want = safe_div(b, d.astype(F32)[:, None])
+    q = np.abs(want[:, :, None] - IQ4_NL_VALUES[None, None, :]).argmin(axis=2).astype(np.uint8)
+    q[d.astype(F32) == 0] = 8
+    nib = (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)
+    return np.concatenate([d.view(np.uint8).reshape(-1, 2), nib], axis=1).reshape(rows, -1)
 
 
 def pack_scales_k4(sc, m):
@@ -253,7 +271,8 @@ def encode(x, t):
         return f32_to_bf16(x).view(np.uint8)
     return {"q8_0": encode_q8_0, "q4_k": encode_q4_k, "q5_k": encode_q5_k, "q6_k": encode_q6_k,
             "q4_0": lambda v: encode_q45_0(v, 8),
-            "q5_0": lambda v: encode_q45_0(v, 16)}[t](np.ascontiguousarray(x, dtype=F32))
+            "q5_0": lambda v: encode_q45_0(v, 16),
+            "iq4_nl": encode_iq4_nl}[t](np.ascontiguousarray(x, dtype=F32))
 
 
 # ---------------------------------------------------------------- decoders
@@ -277,6 +296,10 @@ def decode(raw, t):
     if t == "q8_0":
         d = le_f16(b[:, 0:2])
         return (d[:, None] * b[:, 2:].view(np.int8).astype(F32)).reshape(-1)
+    if t == "iq4_nl":
+        d = le_f16(b[:, 0:2])
+        q = np.concatenate([b[:, 2:] & 15, b[:, 2:] >> 4], axis=1)
+        return (d[:, None] * IQ4_NL_VALUES[q]).reshape(-1)
     if t in ("q4_0", "q5_0"):
         d = le_f16(b[:, 0:2])
         qs = b[:, 2:] if t == "q4_0" else b[:, 6:]

@@ -26,9 +26,10 @@
 #include "base/half.h"
 #include "matmul_reference.h"
 
-static const WeightType TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K, WEIGHT_Q4_0, WEIGHT_Q5_0};
+static const WeightType TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K,
+                                   WEIGHT_Q4_0, WEIGHT_Q5_0, WEIGHT_IQ4_NL};
 /* The 32-value types (one kernel family, cpu_matmul_quant_q8_0.h). */
-static const WeightType Q32_TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_Q5_0};
+static const WeightType Q32_TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_Q5_0, WEIGHT_IQ4_NL};
 #define NTYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
 /* A quantized N x K matrix from random floats, and its dequantized values. */
@@ -167,7 +168,7 @@ Test(cpu_matmul_quant, kernels_match_references, .timeout = 600) {
 Test(cpu_matmul_quant, q8_0_odd_block_counts) {
     static const int Ks[] = {32, 96, 288};
     static const int Ms[] = {1, 5, 25};
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < 4; ti++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
             QuantWeight q = make_quant_weight(Q32_TYPES[ti], 7, Ks[ki]);
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
@@ -184,7 +185,7 @@ Test(cpu_matmul_quant, q8_0_odd_block_counts) {
  * they decode per segment) and more activation rows than one pass holds. */
 Test(cpu_matmul_quant, q8_0_long_rows) {
     static const int Ks[] = {8192 + 32 * 9, 3 * 8192};
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < 4; ti++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
             QuantWeight q = make_quant_weight(Q32_TYPES[ti], 6, Ks[ki]);
             for (int M = 1; M <= 41; M += 40) {
@@ -201,7 +202,7 @@ Test(cpu_matmul_quant, q8_0_long_rows) {
  * partial strip of 8 weight rows. */
 Test(cpu_matmul_quant, q8_0_kernels_agree_bitwise) {
     enum { N = 13, K = 32 * 150, M = 27 };
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         const WeightType t = Q32_TYPES[ti];
         QuantWeight q = make_quant_weight(t, N, K);
         float *x = random_rows(M, K);
@@ -246,7 +247,7 @@ Test(cpu_matmul_quant, largest_quants) {
                 if (t == WEIGHT_Q8_0) {
                     memcpy(blk, &d, 2);
                     memset(blk + 2, 0x80, QK8_0);
-                } else if (t == WEIGHT_Q4_0 || t == WEIGHT_Q5_0) { /* every quant 0: -8 / -16 */
+                } else if (t == WEIGHT_Q4_0 || t == WEIGHT_Q5_0 || t == WEIGHT_IQ4_NL) { /* code 0: -8 / -16 / -127 */
                     memset(blk, 0, bs);
                     memcpy(blk, &d, 2);
                 } else if (t == WEIGHT_Q6_K) {
@@ -408,7 +409,7 @@ Test(cpu_matmul_quant, multi_mixed_types_and_chunks, .timeout = 120) {
     QuantWeight q[NTYPES];
     const Weight *ws[NTYPES + 1];
     float *ys[NTYPES + 1], *alone = malloc(sizeof(float) * M * 300);
-    int rows[NTYPES] = {33, 300, 7, 65, 12, 41};
+    int rows[NTYPES] = {33, 300, 7, 65, 12, 41, 9};
     for (int i = 0; i < NTYPES; i++) {
         q[i] = make_quant_weight(TYPES[i], rows[i], K);
         ws[i] = &q[i].w;

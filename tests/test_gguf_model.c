@@ -55,6 +55,7 @@ Test(gguf_model, q5_k_logits) { logits_within("q5_k", 0.05); }
 Test(gguf_model, q4_k_logits) { logits_within("q4_k", 0.05); }
 Test(gguf_model, q5_0_logits) { logits_within("q5_0", 0.05); }
 Test(gguf_model, q4_0_logits) { logits_within("q4_0", 0.05); }
+Test(gguf_model, iq4_nl_logits) { logits_within("iq4_nl", 0.05); }
 Test(gguf_model, mix_logits) { logits_within("mix", 0.05); }
 Test(gguf_model, moe_q4_k_logits) { logits_within("moe-q4_k", 0.05); }
 Test(gguf_model, moe_q8_0_logits) { logits_within("moe-q8_0", 0.05); }

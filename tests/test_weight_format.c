@@ -13,7 +13,8 @@
 #include "base/half.h"
 #include "model/weight_format.h"
 
-static const WeightType QUANT_TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K, WEIGHT_Q4_0, WEIGHT_Q5_0};
+static const WeightType QUANT_TYPES[] = {WEIGHT_Q8_0, WEIGHT_Q4_K, WEIGHT_Q5_K, WEIGHT_Q6_K,
+                                         WEIGHT_Q4_0, WEIGHT_Q5_0, WEIGHT_IQ4_NL};
 
 static uint64_t rng_state = 88172645463325252ull;
 static double gaussian(void) {
@@ -60,7 +61,7 @@ Test(weight_format, sizes) {
  * Q4_0 and Q5_0 scale each 32 by its max-abs: ~12% and ~6%). */
 Test(weight_format, round_trip_error_per_type) {
     const int n = 3 * 256;
-    const double bound[] = {0.01, 0.10, 0.05, 0.03, 0.15, 0.08};
+    const double bound[] = {0.01, 0.10, 0.05, 0.03, 0.15, 0.08, 0.12};
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     unsigned char *q = malloc(weight_row_bytes(WEIGHT_Q8_0, n));
     cr_assert(x && y && q);
@@ -76,6 +77,7 @@ Test(weight_format, round_trip_error_per_type) {
         }
         double rel = sqrt(err / ref);
         cr_assert(rel < bound[t], "%s: relative error %g", weight_type_name(QUANT_TYPES[t]), rel);
+        cr_log_info("%s: round trip relative error %.3g", weight_type_name(QUANT_TYPES[t]), rel);
         cr_assert(rel > 1e-5, "%s: suspiciously exact", weight_type_name(QUANT_TYPES[t]));
     }
     free(x);
@@ -125,22 +127,26 @@ Test(weight_format, q6_k_block_decodes_as_laid_out) {
     }
 }
 
-/* Hand-built Q4_0 and Q5_0: value l the low nibble of qs[l], 16 + l the
- * high one; Q5_0's fifth bit of value l bit l of the little-endian qh. */
-Test(weight_format, q4_0_and_q5_0_blocks_decode_as_laid_out) {
+/* Hand-built Q4_0, Q5_0 and IQ4_NL: value l the low nibble of qs[l], 16 + l
+ * the high one; Q5_0's fifth bit of value l bit l of the little-endian qh;
+ * IQ4_NL's nibble a code into its 16 levels. */
+Test(weight_format, q4_0_q5_0_iq4_nl_blocks_decode_as_laid_out) {
     BlockQ4_0 a;
     BlockQ5_0 b;
     a.d = b.d = f32_to_f16(0.5f);
     for (int i = 0; i < 16; i++) a.qs[i] = b.qs[i] = (uint8_t)(i * 37 + 11);
     const uint32_t high = 0x9a3c51e7u;
     for (int j = 0; j < 4; j++) b.qh[j] = (uint8_t)(high >> (8 * j));
-    float ya[32], yb[32];
+    float ya[32], yb[32], yn[32];
     weight_dequantize_row(WEIGHT_Q4_0, &a, ya, 32);
     weight_dequantize_row(WEIGHT_Q5_0, &b, yb, 32);
+    weight_dequantize_row(WEIGHT_IQ4_NL, &a, yn, 32); /* the same bytes as IQ4_NL codes */
+    static const int8_t levels[16] = IQ4_NL_VALUES;
     for (int i = 0; i < 32; i++) {
         int nib = i < 16 ? a.qs[i] & 15 : a.qs[i - 16] >> 4;
         cr_assert_eq(ya[i], 0.5f * (float)(nib - 8), "q4_0 value %d", i);
         cr_assert_eq(yb[i], 0.5f * (float)((nib | (int)((high >> i) & 1) << 4) - 16), "q5_0 value %d", i);
+        cr_assert_eq(yn[i], 0.5f * (float)levels[nib], "iq4_nl value %d", i);
     }
 }
 
