@@ -63,11 +63,11 @@ QFN __m256i q8_dot4(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-/* Q4_0 / Q5_0: the 32 quants of a block as unsigned bytes, in value order
- * (Q4_0: value l the low nibble of qs[l], 16 + l the high; Q5_0: bit l of
- * the 32-bit qh the fifth bit of value l). */
+/* Q4_0 / Q5_0 / IQ4_NL: the 32 quants (IQ4_NL: codes) of a block as
+ * unsigned bytes, in value order (value l the low nibble of qs[l], 16 + l
+ * the high; Q5_0: bit l of the 32-bit qh the fifth bit of value l). */
 QFN __m256i q32_unsigned(WeightType t, const uint8_t *blk) {
-    const uint8_t *qs = blk + (t == WEIGHT_Q4_0 ? 2 : 6);
+    const uint8_t *qs = blk + (t == WEIGHT_Q5_0 ? 6 : 2);
     __m128i v = _mm_loadu_si128((const __m128i *)qs);
     __m256i q = _mm256_and_si256(
         _mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
@@ -88,14 +88,14 @@ QFN __m256i q32_unsigned(WeightType t, const uint8_t *blk) {
 
 /* IQ4_NL's levels for 32 codes (unsigned bytes 0..15). */
 QFN __m256i q32_iq4_nl_levels(__m256i codes) {
-    const __m128i t = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
-    return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), codes);
+    static const int8_t levels[16] = IQ4_NL_VALUES;
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels)), codes);
 }
 
 /* A 32-value block's quants as signed bytes (the packed kernel's form). */
 QFN __m256i q32_signed(WeightType t, const uint8_t *blk) {
     if (t == WEIGHT_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
-    if (t == WEIGHT_IQ4_NL) return q32_iq4_nl_levels(q32_unsigned(WEIGHT_Q4_0, blk));
+    if (t == WEIGHT_IQ4_NL) return q32_iq4_nl_levels(q32_unsigned(t, blk));
     return _mm256_sub_epi8(q32_unsigned(t, blk), _mm256_set1_epi8(t == WEIGHT_Q4_0 ? 8 : 16));
 }
 
@@ -114,9 +114,8 @@ QFN void q_q8_0_step(WeightType t, int MR, const uint8_t *const *wr, int b, cons
     /* Q8_0: |w| (-128 reads as 128 unsigned); Q4_0, Q5_0: the unsigned quants; IQ4_NL: the codes */
     __m256i aw[QNR];
     QUNROLL for (int j = 0; j < QNR; j++)
-        aw[j] = t == WEIGHT_Q8_0    ? _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)))
-                : t == WEIGHT_IQ4_NL ? q32_unsigned(WEIGHT_Q4_0, wr[j] + (size_t)b * bs)
-                                     : q32_unsigned(t, wr[j] + (size_t)b * bs);
+        aw[j] = t == WEIGHT_Q8_0 ? _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wr[j] + (size_t)b * bs + 2)))
+                                 : q32_unsigned(t, wr[j] + (size_t)b * bs);
     __m128 dv;
     if (dw) {
         dv = _mm_loadu_ps(dw + 4 * b);

@@ -111,7 +111,7 @@ int weight_q32_value(WeightType t, const void *block, int i) {
     return (q | ((qh[i / 8] >> (i % 8)) & 1) << 4) - 16;
 }
 
-/* Q8_0, Q4_0, Q5_0: d * q. */
+/* Q8_0, Q4_0, Q5_0, IQ4_NL: d * (the block's value). */
 static void dequant_q32(WeightType t, const uint8_t *b, float *y) {
     uint16_t h;
     memcpy(&h, b, sizeof h);
@@ -280,12 +280,9 @@ static void quant_iq4_nl(const float *x, BlockIQ4NL *b) {
     float d = f16_to_f32(b->d);
     memset(b->qs, 0, sizeof b->qs);
     for (int i = 0; i < QK8_0; i++) {
-        int best = 8; /* the level nearest 0, for d = 0 */
-        if (d != 0) {
-            float want = x[i] / d, err = INFINITY;
-            for (int k = 0; k < 16; k++)
-                if (fabsf((float)iq4_nl_values[k] - want) < err) err = fabsf((float)iq4_nl_values[k] - want), best = k;
-        }
+        int best = d != 0 ? 0 : 8; /* d = 0: the level nearest 0 */
+        for (int k = 1; d != 0 && k < 16; k++)
+            if (fabsf((float)iq4_nl_values[k] - x[i] / d) < fabsf((float)iq4_nl_values[best] - x[i] / d)) best = k;
         b->qs[i % 16] |= (uint8_t)(best << (i < 16 ? 0 : 4));
     }
 }

@@ -134,31 +134,22 @@ def quantize_k_asym(x, nmax):
     return d, dmin, sc, m, q
 
 
-def encode_q4_k(x):
+def encode_q45_k(x, nmax):
+    """Q4_K (nmax 15, 144 bytes) / Q5_K (nmax 31, 176 bytes): d, dmin, the 12 scale bytes,
+    Q5_K's fifth bits (bit j of qh[l]: sub-block j's value l), then the low nibbles, 64-value
+    chunk c holding sub-block 2c in the low nibbles and 2c+1 in the high ones."""
     rows = x.shape[0]
-    d, dmin, sc, m, q = quantize_k_asym(x, 15)
+    d, dmin, sc, m, q = quantize_k_asym(x, nmax)
     n = q.shape[0]
-    out = np.empty((n, 144), dtype=np.uint8)
+    out = np.empty((n, 144 if nmax == 15 else 176), dtype=np.uint8)
     out[:, 0:2] = d.view(np.uint8).reshape(n, 2)
     out[:, 2:4] = dmin.view(np.uint8).reshape(n, 2)
     out[:, 4:16] = pack_scales_k4(sc, m)
-    q = q.reshape(n, 4, 2, 32)  # 64-value chunk c: sub-block 2c in the low nibbles, 2c+1 high
-    out[:, 16:] = (q[:, :, 0, :] | (q[:, :, 1, :] << 4)).reshape(n, 128)
-    return out.reshape(rows, -1)
-
-
-def encode_q5_k(x):
-    rows = x.shape[0]
-    d, dmin, sc, m, q = quantize_k_asym(x, 31)
-    n = q.shape[0]
-    out = np.empty((n, 176), dtype=np.uint8)
-    out[:, 0:2] = d.view(np.uint8).reshape(n, 2)
-    out[:, 2:4] = dmin.view(np.uint8).reshape(n, 2)
-    out[:, 4:16] = pack_scales_k4(sc, m)
-    hi = (q >> 4).astype(np.uint8)  # [n, 8, 32]: fifth bit of sub-block j goes to bit j of qh[l]
-    out[:, 16:48] = (hi << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
+    if nmax == 31:
+        hi = (q >> 4).astype(np.uint8)  # [n, 8, 32]
+        out[:, 16:48] = (hi << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
     q = (q & 15).reshape(n, 4, 2, 32)
-    out[:, 48:] = (q[:, :, 0, :] | (q[:, :, 1, :] << 4)).reshape(n, 128)
+    out[:, -128:] = (q[:, :, 0, :] | (q[:, :, 1, :] << 4)).reshape(n, 128)
     return out.reshape(rows, -1)
 
 
@@ -193,7 +184,9 @@ def encode(x, t):
         return f16(x).view(np.uint8)
     if t == "bf16":
         return f32_to_bf16(x).view(np.uint8)
-    return {"q8_0": encode_q8_0, "q4_k": encode_q4_k, "q5_k": encode_q5_k, "q6_k": encode_q6_k,
+    return {"q8_0": encode_q8_0, "q6_k": encode_q6_k,
+            "q4_k": lambda v: encode_q45_k(v, 15),
+            "q5_k": lambda v: encode_q45_k(v, 31),
             "q4_0": lambda v: encode_q45_0(v, 8),
             "q5_0": lambda v: encode_q45_0(v, 16),
             "iq4_nl": encode_iq4_nl}[t](np.ascontiguousarray(x, dtype=F32))

@@ -15,7 +15,7 @@
  *
  * Environment (optional): NANOVLLM_BENCH_SHAPE=name keeps the shapes whose
  * name contains it; NANOVLLM_BENCH_M=1,16,64 sets the row counts.
- * NANOVLLM_BENCH_WEIGHT=q4_k|q5_k|q6_k|q8_0 times that block-quantized
+ * NANOVLLM_BENCH_WEIGHT=q4_0|q5_0|iq4_nl|q4_k|q5_k|q6_k|q8_0 times that block-quantized
  * weight (cpu_matmul_quant.h) instead, beside the bf16 weight of the same
  * shape in the same run (automatic strategy for both, interleaved), with
  * the GB/s of weight bytes read: the number that sets decode speed.
@@ -364,7 +364,7 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
 }
 
 static bool parse_weight(const char *name, WeightType *t) {
-    static const WeightType types[] = {WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_Q5_0, WEIGHT_Q4_K,
+    static const WeightType types[] = {WEIGHT_Q8_0, WEIGHT_Q4_0, WEIGHT_Q5_0, WEIGHT_IQ4_NL, WEIGHT_Q4_K,
                                        WEIGHT_Q5_K, WEIGHT_Q6_K, WEIGHT_F8_E4M3};
     if (strcmp(name, "fp8") == 0) {
         *t = WEIGHT_F8_E4M3;
@@ -398,7 +398,7 @@ int bench_matmul(int num_threads, Error *err) {
         thread_pool_destroy(pool);
         if (y) munmap(y, sizeof(float) * MAX_M * 151936);
         if (w) munmap(w, sizeof(uint16_t) * max_w);
-        return error_set(err, "NANOVLLM_BENCH_WEIGHT: expected q4_0, q5_0, q4_k, q5_k, q6_k, q8_0 or fp8");
+        return error_set(err, "NANOVLLM_BENCH_WEIGHT: expected q4_0, q5_0, iq4_nl, q4_k, q5_k, q6_k, q8_0 or fp8");
     }
     /* Quantized weights need at most 34/32 bytes per value (Q8_0). */
     size_t qarena_bytes = max_w * 2;
