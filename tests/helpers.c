@@ -279,13 +279,18 @@ int argmax_margin(const float *v, size_t n, double *margin) {
 }
 
 void prompt_last_logits(const char *model_dir, const int32_t *ids, int n, float *logits, int32_t *tok) {
+    prompt_last_logits_dtype(model_dir, ids, n, logits, tok, COMPUTE_F32);
+}
+
+void prompt_last_logits_dtype(const char *model_dir, const int32_t *ids, int n, float *logits, int32_t *tok,
+                              ComputeDtype dtype) {
     ModelWeights w;
     Error err = {0};
     cr_assert(model_weights_load(&w, model_dir, &err) == 0, "%s", err.msg);
     RunnerOptions o = runner_default_options();
     o.device = "cpu";
     o.kv_cache_bytes = 16u << 20;
-    o.dtype = COMPUTE_F32;
+    o.dtype = dtype;
     Runner *r = cpu_runner_create(&w, &o, &err);
     cr_assert(r, "%s", err.msg);
     int32_t table[1] = {0};

@@ -125,6 +125,8 @@ int argmax_margin(const float *v, size_t n, double *margin);
  * block) on the model in model_dir: a CPU runner with float32 matmuls
  * (auto would take bf16 for a bf16 checkpoint only). */
 void prompt_last_logits(const char *model_dir, const int32_t *ids, int n, float *logits, int32_t *tok);
+void prompt_last_logits_dtype(const char *model_dir, const int32_t *ids, int n, float *logits, int32_t *tok,
+                              ComputeDtype dtype);
 
 /* Loading the model in dir fails, with an error that mentions needle. */
 void expect_model_error_in(const char *dir, const char *needle);

@@ -55,11 +55,15 @@ static double want_gap(const float *want, int best, int second) {
  * positions x vocabulary), and each position's argmax the reference's
  * where the reference's top two are apart. */
 void reference_logits_within(const char *ref_path, const char *model, double bound) {
+    reference_logits_within_dtype(ref_path, model, bound, COMPUTE_F32);
+}
+
+void reference_logits_within_dtype(const char *ref_path, const char *model, double bound, ComputeDtype dtype) {
     Reference ref = reference_load(ref_path);
     const char *name = model;
     ModelWeights w;
     Runner *r;
-    fixture_open_dtype(model, &w, &r, 16, 512, KV_CACHE_F32, COMPUTE_F32);
+    fixture_open_dtype(model, &w, &r, 16, 512, KV_CACHE_F32, dtype);
     cr_assert_eq(w.config.vocab_size, ref.n_vocab);
     int n = ref.n_prompt, nb = (n + 15) / 16;
     int32_t table[64];

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "engine/runner.h"
+
 typedef struct Reference {
     int n_prompt, n_vocab, n_greedy;
     int32_t *prompt, *greedy;
@@ -25,6 +27,8 @@ void reference_free(Reference *r);
  * positions x vocabulary) and each position's argmax the reference's where
  * its top two are further apart than 6 rms errors. */
 void reference_logits_within(const char *ref_path, const char *model, double bound);
+/* The same with the matmuls' inputs in `dtype` (COMPUTE_BF16: --dtype bfloat16). */
+void reference_logits_within_dtype(const char *ref_path, const char *model, double bound, ComputeDtype dtype);
 
 /* Decoding through the KV cache (one prefill, then a token per step), fed
  * the reference's greedy tokens: at every step whose reference margin is

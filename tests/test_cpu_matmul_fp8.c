@@ -23,7 +23,10 @@
  * (fp8_decode_rows) equals fp8_dequantize_rows bit for bit. Then
  * cpu_matmul (automatic choice), cpu_matmul_with (every strategy),
  * bf16 inputs, cpu_matmul_multi mixing FP8, bf16 and Q8_0 weights,
- * cpu_matmul_grouped and a MoE layer with FP8 experts.
+ * cpu_matmul_grouped and a MoE layer with FP8 experts. Where the CPU has
+ * AVX512-BF16 and VBMI, fp8_gemm_bf16 too: every byte widened exactly, the
+ * same row counts and K against the reference of the rounded inputs, and
+ * a row's bits whatever its batch (elsewhere these tests say so and pass).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -254,11 +257,7 @@ Test(cpu_matmul_fp8, rows_do_not_depend_on_the_batch_or_split, .timeout = 300) {
     free_fp8(&f);
 }
 
-/* ---- through cpu_matmul ---------------------------------------------------- */
-
-static const MatmulStrategy STRATEGIES[] = {MATMUL_AUTO, MATMUL_ROWS, MATMUL_BLAS, MATMUL_AMX,
-                                            MATMUL_GEMM, MATMUL_QUANT};
-#define NSTRAT (int)(sizeof STRATEGIES / sizeof STRATEGIES[0])
+/* ---- bf16 activations (fp8_gemm_bf16, AVX512-BF16 + VBMI) ------------------ */
 
 /* x rounded to bf16, as --dtype bfloat16 rounds the matmul inputs. */
 static float *rounded(const float *x, size_t n) {
@@ -267,6 +266,112 @@ static float *rounded(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
     return r;
 }
+
+/* x rounded to bf16, as bf16 bits. */
+static uint16_t *bf16_bits(const float *x, size_t n) {
+    uint16_t *b = malloc(sizeof(uint16_t) * n + 2);
+    cr_assert(b);
+    for (size_t i = 0; i < n; i++) b[i] = f32_to_bf16(x[i]);
+    return b;
+}
+
+/* Every byte widens to its float value exactly (subnormals, both zeros),
+ * in row ranges and lengths not aligned to the 64-byte step, nothing
+ * written past the rows. */
+Test(cpu_matmul_fp8, bf16_widening_is_exact) {
+    CpuIsa isa = cpu_isa_detect();
+    if (!fp8_bf16_kernel(isa)) {
+        cr_log_warn("fp8_gemm_bf16 not checked: this CPU (%s) lacks AVX512-BF16 or VBMI", cpu_isa_name(isa));
+        return;
+    }
+    static const int Ks[] = {256, 7, 64, 100, 129};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        int K = Ks[ki], N = 40;
+        uint8_t *q = malloc((size_t)N * K);
+        uint16_t *got = malloc(sizeof(uint16_t) * ((size_t)N * K + 1));
+        cr_assert(q && got);
+        for (size_t i = 0; i < (size_t)N * K; i++) { /* every byte but the NaNs, in a shuffled order */
+            uint8_t v = (uint8_t)(i * 7 + i / 256);
+            q[i] = fp8_e4m3_is_nan(v) ? 0x80 : v;
+        }
+        int n0 = 3, n1 = N - 1;
+        size_t count = (size_t)(n1 - n0) * K;
+        for (size_t i = 0; i <= count; i++) got[i] = 0x5a5a;
+        cr_assert(fp8_widen_bf16(isa, q, K, n0, n1, got));
+        for (size_t i = 0; i < count; i++) {
+            uint8_t b = q[(size_t)n0 * K + i];
+            uint16_t want = f32_to_bf16(fp8_e4m3_to_float(b));
+            cr_assert(got[i] == want && bf16_to_f32(want) == fp8_e4m3_to_float(b),
+                      "K=%d: byte 0x%02x widened to 0x%04x, want 0x%04x", K, b, got[i], want);
+        }
+        cr_assert(got[count] == 0x5a5a, "wrote past the rows");
+        free(q);
+        free(got);
+    }
+}
+
+/* Within the float32 bound of the products of the rounded inputs, every
+ * row count and K of kernels_match_the_reference, over unaligned row
+ * ranges, with and without scratch; and a row's bits do not depend on its
+ * batch or on the split. */
+Test(cpu_matmul_fp8, bf16_kernel_matches_the_reference_batch_free, .timeout = 600) {
+    CpuIsa isa = cpu_isa_detect();
+    if (!fp8_bf16_kernel(isa)) {
+        cr_log_warn("fp8_gemm_bf16 not checked: this CPU (%s) lacks AVX512-BF16 or VBMI", cpu_isa_name(isa));
+        return;
+    }
+    static const int Ms[] = {1, 2, 3, 4, 5, 8, 17, 64, 200};
+    static const int Ks[] = {32, 96, 200, 1024, 203};
+    enum { N = 300, LDY = N + 5 };
+    float *scratch = malloc(sizeof(float) * FP8_SCRATCH_ROWS * 1024);
+    cr_assert(scratch);
+    int checked = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        int K = Ks[ki];
+        Fp8Weight f = make_fp8(N, K);
+        float *alone = malloc(sizeof(float) * 200 * N);
+        cr_assert(alone);
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            int M = Ms[mi];
+            float *x = random_rows(M, K), *xr = rounded(x, (size_t)M * K), *y = malloc(sizeof(float) * (size_t)M * LDY);
+            uint16_t *xb = bf16_bits(x, (size_t)M * K);
+            cr_assert(y);
+            Reference r = reference(xr, M, f.deq, N, K);
+            for (int m = 0; m < M; m++) /* each row by itself */
+                fp8_gemm_bf16(isa, f.q, f.scales, K, xb + (size_t)m * K, K, 1, alone + (size_t)m * N, N, 0, N, NULL);
+            for (int with_scratch = 0; with_scratch < 2; with_scratch++) {
+                for (size_t i = 0; i < (size_t)M * LDY; i++) y[i] = NAN;
+                static const int cuts[] = {0, 77, 130, N};
+                for (int c = 0; c < 3; c++)
+                    cr_assert(fp8_gemm_bf16(isa, f.q, f.scales, K, xb, K, M, y, LDY, cuts[c], cuts[c + 1],
+                                            with_scratch ? scratch : NULL));
+                check_y(y, LDY, &r, M, N, K, with_scratch ? "fp8_gemm_bf16" : "fp8_gemm_bf16 (no scratch)", isa);
+                for (int m = 0; m < M; m++) {
+                    cr_assert(memcmp(y + (size_t)m * LDY, alone + (size_t)m * N, sizeof(float) * N) == 0,
+                              "K=%d: row %d of a batch of %d (scratch %d) differs from the row alone", K, m, M,
+                              with_scratch);
+                    for (int n = N; n < LDY; n++) cr_assert(isnan(y[(size_t)m * LDY + n]), "wrote y[%d,%d] past N", m, n);
+                }
+                checked++;
+            }
+            free_reference(&r);
+            free(x);
+            free(xr);
+            free(xb);
+            free(y);
+        }
+        free(alone);
+        free_fp8(&f);
+    }
+    free(scratch);
+    cr_log_info("fp8_gemm_bf16: %d cases at %s", checked, cpu_isa_name(isa));
+}
+
+/* ---- through cpu_matmul ---------------------------------------------------- */
+
+static const MatmulStrategy STRATEGIES[] = {MATMUL_AUTO, MATMUL_ROWS, MATMUL_BLAS, MATMUL_AMX,
+                                            MATMUL_GEMM, MATMUL_QUANT};
+#define NSTRAT (int)(sizeof STRATEGIES / sizeof STRATEGIES[0])
 
 /* Every strategy, forced or automatic, at every level, with float32 and
  * bf16 inputs; with 1 and 3 threads the same bits; the automatic choice
@@ -305,7 +410,15 @@ Test(cpu_matmul_fp8, cpu_matmul_every_strategy, .timeout = 600) {
                     check_y(y1, N, bf16 ? &rr : &r, M, N, K, what, (CpuIsa)isa);
                     cr_assert(memcmp(y1, y3, sizeof(float) * (size_t)M * N) == 0, "%s %s M=%d: 1 and 3 threads differ",
                               what, cpu_isa_name((CpuIsa)isa), M);
-                    if (bf16) { /* the same as float32 inputs already rounded */
+                    bool native = fp8_bf16_kernel((CpuIsa)isa) && (STRATEGIES[s] == MATMUL_AUTO ||
+                                  STRATEGIES[s] == MATMUL_ROWS || STRATEGIES[s] == MATMUL_GEMM);
+                    if (bf16 && native) { /* fp8_gemm_bf16 on the rounded inputs */
+                        uint16_t *xb = bf16_bits(x, (size_t)M * K);
+                        fp8_gemm_bf16((CpuIsa)isa, f.q, f.scales, K, xb, K, M, y3, N, 0, N, NULL);
+                        free(xb);
+                        cr_assert(memcmp(y1, y3, sizeof(float) * (size_t)M * N) == 0,
+                                  "%s %s M=%d: not fp8_gemm_bf16's bits", what, cpu_isa_name((CpuIsa)isa), M);
+                    } else if (bf16) { /* the same as float32 inputs already rounded */
                         cpu_matmul_set_bf16_inputs(mm3, false);
                         cpu_matmul_with(mm3, y3, xr, M, &f.w, STRATEGIES[s], (CpuIsa)isa);
                         cr_assert(memcmp(y1, y3, sizeof(float) * (size_t)M * N) == 0,

@@ -169,6 +169,31 @@ Test(fp8_checkpoint, computes_what_its_dequantized_values_compute, .init = setup
     free(got);
 }
 
+/* With the matmuls' inputs in bf16 (--dtype bfloat16: on CPUs with
+ * AVX512-BF16 and VBMI, fp8_gemm_bf16 multiplies the bytes as bf16), the
+ * FP8 copy against its dequantized float32 twin under the same rounding of
+ * the inputs: the products are exact on both sides, the sums float32, and
+ * an input that rounds to the other bf16 neighbour moves the next layer. */
+Test(fp8_checkpoint, computes_what_its_dequantized_values_compute_bf16, .init = setup, .fini = teardown) {
+    write_fp8_copy(FINE);
+    enum { V = 151936 };
+    float *want = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
+    static const int32_t ids[9] = {9707, 11, 1879, 151643, 100000, 151935, 785, 13, 40};
+    int32_t t_ref, t_fp8;
+    prompt_last_logits_dtype(ref_dir, ids, 9, want, &t_ref, COMPUTE_BF16);
+    prompt_last_logits_dtype(dir, ids, 9, got, &t_fp8, COMPUTE_BF16);
+    double d = 0, scale = 0;
+    for (int i = 0; i < V; i++) {
+        d = fmax(d, fabs(want[i] - got[i]));
+        scale = fmax(scale, fabs(want[i]));
+    }
+    cr_log_info("bf16 inputs: FP8 and dequantized logits differ by %g (largest %g)", d, scale);
+    cr_expect(d <= 1e-3 * scale, "logits differ by %g (largest %g)", d, scale);
+    cr_expect_eq(t_ref, t_fp8);
+    free(want);
+    free(got);
+}
+
 Test(fp8_checkpoint, missing_scale_is_named, .init = setup, .fini = teardown) {
     write_fp8_copy(NO_SCALE);
     expect_model_error_in(dir, "no 'model.layers.0.self_attn.k_proj.weight_scale_inv'");
@@ -271,6 +296,14 @@ Test(fp8_checkpoint, every_e4m3_byte_as_numpy_decodes_it) {
 Test(fp8_checkpoint, dense_logits) { reference_logits_within(FP8_DIR "/dense.ref", FP8_DIR "/dense", 1e-4); }
 Test(fp8_checkpoint, moe_logits) { reference_logits_within(FP8_DIR "/moe.ref", FP8_DIR "/moe", 1e-4); }
 Test(fp8_checkpoint, partial_tiles_logits) { reference_logits_within(FP8_DIR "/odd.ref", FP8_DIR "/odd", 1e-4); }
+/* bf16 inputs (fp8_gemm_bf16 where the CPU has it; the dense layers and
+ * the MoE experts' grouped products): within the golden README's bf16 rule. */
+Test(fp8_checkpoint, dense_logits_bf16) {
+    reference_logits_within_dtype(FP8_DIR "/dense.ref", FP8_DIR "/dense", 2e-2, COMPUTE_BF16);
+}
+Test(fp8_checkpoint, moe_logits_bf16) {
+    reference_logits_within_dtype(FP8_DIR "/moe.ref", FP8_DIR "/moe", 2e-2, COMPUTE_BF16);
+}
 Test(fp8_checkpoint, dense_greedy) { reference_greedy_matches(FP8_DIR "/dense.ref", FP8_DIR "/dense", 0.005); }
 Test(fp8_checkpoint, moe_greedy) { reference_greedy_matches(FP8_DIR "/moe.ref", FP8_DIR "/moe", 0.005); }
 Test(fp8_checkpoint, partial_tiles_greedy) { reference_greedy_matches(FP8_DIR "/odd.ref", FP8_DIR "/odd", 0.005); }

@@ -18,10 +18,13 @@
  * NANOVLLM_BENCH_WEIGHT=q4_0|q5_0|iq4_nl|q4_k|q5_k|q6_k|q8_0 times that block-quantized
  * weight (cpu_matmul_quant.h) instead, beside the bf16 weight of the same
  * shape in the same run (automatic strategy for both, interleaved), with
- * the GB/s of weight bytes read: the number that sets decode speed.
- * NANOVLLM_BENCH_WEIGHT=fp8 does the same for FP8 weights
+ * the GB/s of weight bytes read: the number that sets decode speed. The
+ * bf16 weight runs with bf16 inputs, as a bf16 model does (--dtype
+ * bfloat16). NANOVLLM_BENCH_WEIGHT=fp8 does the same for FP8 weights
  * (cpu_matmul_fp8.h: random e4m3 bytes, NaN excepted, and random scales):
- * fp8_gemm ("gemm") and decoded panels for OpenBLAS ("blas").
+ * fp8_gemm with float32 inputs ("gemm"), decoded panels for OpenBLAS
+ * ("blas") and, where the CPU has it, fp8_gemm_bf16 with bf16 inputs
+ * (the automatic choice then, as a model with bf16 activations runs it).
  */
 #include "bench_matmul.h"
 
@@ -33,6 +36,7 @@
 #include <sys/mman.h>
 
 #include "cpu/cpu_matmul.h"
+#include "cpu/cpu_matmul_fp8.h"
 #include "model/weight_format.h"
 #include "cpu/thread_pool.h"
 #include "base/log.h"
@@ -299,7 +303,7 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
         printf("\n%s: skipped (arena too small or out of memory)\n", s->name);
         return;
     }
-    bool fp8 = t == WEIGHT_F8_E4M3;
+    bool fp8 = t == WEIGHT_F8_E4M3, fp8_bf16 = fp8 && fp8_bf16_kernel(isa);
     float *scales = fp8 ? fp8_fill_scales(s) : NULL;
     if (fp8 && !scales) {
         printf("\n%s: skipped (out of memory)\n", s->name);
@@ -307,13 +311,14 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
     }
     Weight wb = {.data = arena, .type = WEIGHT_BF16, .rows = s->N, .cols = s->K};
     Weight wq = {.data = qarena, .type = t, .rows = s->N, .cols = s->K, .scales = scales};
-    static const MatmulStrategy strat[QCOLS] = {MATMUL_QUANT, MATMUL_GEMM, MATMUL_BLAS, MATMUL_AUTO};
+    MatmulStrategy strat[QCOLS] = {fp8 ? MATMUL_AUTO : MATMUL_QUANT, MATMUL_GEMM, MATMUL_BLAS, MATMUL_AUTO};
     double last[QCOLS] = {0};
     int last_m = 1;
     printf("\n%s: %s weight %dx%d (%.2f MB) vs bf16 (%.2f MB). Median us, GFLOP/s, GB/s of "
            "weights read; interleaved\n",
            s->name, weight_type_name(t), s->N, s->K, (double)qbytes * 1e-6, (double)elems * 2e-6);
-    printf("%5s %27s %27s %27s %27s  %-9s %s\n", "rows", fp8 ? "-" : "integer (quant)",
+    printf("%5s %27s %27s %27s %27s  %-9s %s\n", "rows",
+           fp8 ? (fp8_bf16 ? "fp8_gemm_bf16 (bf16 inputs)" : "-") : "integer (quant)",
            fp8 ? "fp8_gemm (gemm)" : "decode + gemm", "decode + sgemm (blas)", "bf16 (auto)",
            "bf16/auto", "auto");
     for (int r = 0; r < nrows; r++) {
@@ -321,7 +326,7 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
         double flop = 2.0 * M * s->N * s->K, tm[QCOLS][MAX_REPS], med[QCOLS] = {0};
         bool on[QCOLS];
         for (int k = 0; k < QCOLS; k++)
-            on[k] = !(fp8 && k == 0) && !(last[k] > 0 && last[k] * M / last_m > MAX_CELL_SECONDS);
+            on[k] = !(fp8 && !fp8_bf16 && k == 0) && !(last[k] > 0 && last[k] * M / last_m > MAX_CELL_SECONDS);
         int reps = 0;
         double spent = 0;
         for (; reps < MAX_REPS && (reps < 3 || spent < 1.0); reps++) {
@@ -330,6 +335,7 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
                 bool quant = k != QBF16;
                 if (quant) wq.data = qarena + (reps % qcopies) * qbytes;
                 else wb.data = arena + (reps % copies) * elems;
+                cpu_matmul_set_bf16_inputs(mm, k == QBF16 || (fp8 && k == 0));
                 double t0 = now_seconds();
                 cpu_matmul_with(mm, y, x, M, quant ? &wq : &wb, strat[k], isa);
                 tm[k][reps] = now_seconds() - t0;
@@ -353,11 +359,11 @@ static void bench_quant_shape(CpuMatmul *mm, const Shape *s, WeightType t, const
         }
         last_m = M;
         MatmulStrategy pick = cpu_matmul_choose(M, &wq, isa);
-        int col = pick == MATMUL_BLAS ? 2 : pick == MATMUL_GEMM ? 1 : 0;
+        int col = fp8_bf16 ? 0 : pick == MATMUL_BLAS ? 2 : pick == MATMUL_GEMM ? 1 : 0;
         char ratio[16] = "-";
         if (on[QBF16] && on[col] && med[col] > 0)
             snprintf(ratio, sizeof ratio, "%.2fx", med[QBF16] / med[col]);
-        printf("  %-9s %s\n", ratio, matmul_strategy_name(pick));
+        printf("  %-9s %s\n", ratio, fp8_bf16 ? "bf16 inputs" : matmul_strategy_name(pick));
         fflush(stdout);
     }
     free(scales);
