@@ -7,7 +7,8 @@
  * --latency (bench_latency.h): one prefill and single-stream decode beside
  * the machine's limits. --matmul (bench_matmul.h): the CPU matmul
  * strategies. --attention (bench_attention.h): decode attention, the GPU's or
- * (--device cpu) the CPU's.
+ * (--device cpu) the CPU's. --deltanet (bench_deltanet.h): the CPU's Gated
+ * DeltaNet mixer at every SIMD level.
  * --structured (bench_structured.h): structured outputs' compile and mask
  * costs over the model's vocabulary, and constrained generation beside free.
  */
@@ -20,6 +21,7 @@
 #include "commands.h"
 #include "config/defaults.h"
 #include "cli/bench/bench_attention.h"
+#include "cli/bench/bench_deltanet.h"
 #include "cli/bench/bench_latency.h"
 #include "cli/bench/bench_matmul.h"
 #include "cli/bench/bench_structured.h"
@@ -48,6 +50,7 @@ static const char HELP[] =
     "  --input-len N --output-len N  prompt and decode lengths (default "
     DEFAULT_TEXT(DEFAULT_BENCH_INPUT_LEN) ", " DEFAULT_TEXT(DEFAULT_BENCH_OUTPUT_LEN) ")\n"
     "  --matmul                      time the matmul strategies instead\n"
+    "  --deltanet                    time the CPU's Gated DeltaNet mixer (Qwen3.5) at every SIMD level\n"
     "  --attention                   time the GPU's decode attention (--num-seqs sequences of\n"
     "                                --input-len tokens) against its copy bandwidth; with\n"
     "                                --device cpu the CPU's, against reads of the same rows\n"
@@ -64,6 +67,7 @@ typedef enum BenchMode {
     BENCH_THROUGHPUT,
     BENCH_LATENCY,
     BENCH_MATMUL,
+    BENCH_DELTANET,
     BENCH_ATTENTION,
     BENCH_STRUCTURED,
 } BenchMode;
@@ -86,6 +90,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         {"input-len", required_argument, 0, 'i'}, {"output-len", required_argument, 0, 'o'},
         {"seed", required_argument, 0, 's'}, {"latency", no_argument, 0, 'l'},
         {"matmul", no_argument, 0, 'x'}, {"attention", no_argument, 0, 't'},
+        {"deltanet", no_argument, 0, 'D'},
         {"structured", no_argument, 0, 'g'},
         {"json", no_argument, 0, 'j'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
@@ -125,6 +130,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         case 'm': a->model_dir = optarg; break;
         case 'l': a->mode = BENCH_LATENCY; break;
         case 'x': a->mode = BENCH_MATMUL; break;
+        case 'D': a->mode = BENCH_DELTANET; break;
         case 't': a->mode = BENCH_ATTENTION; break;
         case 'g': a->mode = BENCH_STRUCTURED; break;
         case 'j': a->json = true; break;
@@ -138,7 +144,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         }
     }
     if (optind < argc) return error_set(err, "unexpected argument '%s'", argv[optind]);
-    if (!a->model_dir && a->mode != BENCH_MATMUL && a->mode != BENCH_ATTENTION)
+    if (!a->model_dir && a->mode != BENCH_MATMUL && a->mode != BENCH_ATTENTION && a->mode != BENCH_DELTANET)
         return error_set(err, "--model is required");
     if (a->json && a->mode == BENCH_STRUCTURED) return error_set(err, "--structured prints a table, not --json");
     if (a->min_input > a->max_input || a->min_output > a->max_output)
@@ -201,6 +207,7 @@ int command_bench(int argc, char **argv) {
              : a.mode == BENCH_ATTENTION
                  ? bench_attention(a.num_seqs, a.input_len, a.runner.block_size, a.json, &err)
              : a.mode == BENCH_MATMUL  ? bench_matmul(a.runner.num_threads, &err)
+             : a.mode == BENCH_DELTANET ? bench_deltanet(a.runner.num_threads, &err)
              : a.mode == BENCH_LATENCY    ? run_latency(&a, &err)
              : a.mode == BENCH_STRUCTURED ? run_structured(&a, &err)
                                           : run_throughput(&a, &err);

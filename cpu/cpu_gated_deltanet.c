@@ -171,7 +171,10 @@ CpuGdn *cpu_gdn_create(ThreadPool *pool, const GdnShape *s, int max_rows, Error 
     g->chunk_min_rows = GDN_CHUNK_MIN_ROWS;
     g->conv_dim = gdn_conv_dim(s);
 #if defined(__x86_64__)
-    g->k = cpu_isa_active() >= CPU_ISA_AVX2 ? &gdn_kernels_avx2 : &gdn_kernels_portable;
+    CpuIsa isa = cpu_isa_active();
+    g->k = isa >= CPU_ISA_AVX512 ? &gdn_kernels_avx512
+           : isa >= CPU_ISA_AVX2 ? &gdn_kernels_avx2
+                                 : &gdn_kernels_portable;
 #else
     g->k = &gdn_kernels_portable;
 #endif

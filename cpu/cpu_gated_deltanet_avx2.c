@@ -4,7 +4,10 @@
  *
  * gemm keeps a tile of up to 4 rows x 16 columns of C in 8 ymm registers
  * over the whole sum: per k, two loads of B, up to four broadcasts of X and
- * eight FMAs. Decode's products are 2 rows (q and k against the state) and
+ * eight FMAs; one or two rows (decode's q and k against the state) take 32
+ * columns, so each k reads 128 contiguous bytes of the state: with the
+ * state in memory, 64-byte strips 512 bytes apart left the prefetchers
+ * behind (cpu/PERFORMANCE_QWEN3_5.md). Decode's products are 2 rows (q and k against the state) and
  * dk rows of one term (the state update); the chunked form's are 2*C, C or
  * dk rows of dk or C terms. Columns past the last multiple of 8 take a
  * scalar loop in the same k order. SiLU's exponential is cpu_ops.c's
@@ -24,19 +27,18 @@
 /* C[0..MR)[0..8*NV) of gemm's definition; MR and NV constants once inlined. */
 AVX2_INLINE void tile(float *C, int ldc, float cs, const float *X, int ldx, const float *B, int ldb,
                       int N, int MR, int NV) {
-    __m256 acc[4][2];
+    __m256 acc[4][4];
     __m256 s = _mm256_set1_ps(cs);
     for (int m = 0; m < MR; m++)
         for (int v = 0; v < NV; v++)
             acc[m][v] = cs == 0.0f ? _mm256_setzero_ps()
                                    : _mm256_mul_ps(s, _mm256_loadu_ps(C + (size_t)m * ldc + 8 * v));
     for (int k = 0; k < N; k++) {
-        __m256 b0 = _mm256_loadu_ps(B + (size_t)k * ldb);
-        __m256 b1 = NV > 1 ? _mm256_loadu_ps(B + (size_t)k * ldb + 8) : b0;
+        __m256 b[4];
+        for (int v = 0; v < NV; v++) b[v] = _mm256_loadu_ps(B + (size_t)k * ldb + 8 * v);
         for (int m = 0; m < MR; m++) {
             __m256 x = _mm256_broadcast_ss(X + (size_t)m * ldx + k);
-            acc[m][0] = _mm256_fmadd_ps(x, b0, acc[m][0]);
-            if (NV > 1) acc[m][1] = _mm256_fmadd_ps(x, b1, acc[m][1]);
+            for (int v = 0; v < NV; v++) acc[m][v] = _mm256_fmadd_ps(x, b[v], acc[m][v]);
         }
     }
     for (int m = 0; m < MR; m++)
@@ -60,6 +62,11 @@ AVX2 static void gemm_avx2(float *C, int ldc, float cs, const float *X, int ldx,
         float *c = C + (size_t)m0 * ldc;
         const float *x = X + (size_t)m0 * ldx;
         int w = 0;
+        if (mr <= 2) /* 32 columns: each k reads 128 contiguous bytes of B (see the top) */
+            for (; w + 32 <= W; w += 32) {
+                if (mr == 2) tile(c + w, ldc, cs, x, ldx, B + w, ldb, N, 2, 4);
+                else tile(c + w, ldc, cs, x, ldx, B + w, ldb, N, 1, 4);
+            }
         for (; w + 16 <= W; w += 16) tile_rows(c + w, ldc, cs, x, ldx, B + w, ldb, N, mr, 2);
         if (w + 8 <= W) {
             tile_rows(c + w, ldc, cs, x, ldx, B + w, ldb, N, mr, 1);

@@ -2,7 +2,8 @@
  * cpu_gated_deltanet_kernels.h - the inner loops of the Gated DeltaNet
  * module (cpu_gated_deltanet.h), one table per instruction set: the
  * portable one in cpu_gated_deltanet.c (the reference the tests hold the
- * others to), AVX2+FMA in cpu_gated_deltanet_avx2.c. Everything the module
+ * others to), AVX2+FMA in cpu_gated_deltanet_avx2.c, AVX-512 in
+ * cpu_gated_deltanet_avx512.c (gemm's bits are AVX2's). Everything the module
  * does over a head's dv-wide rows goes through gemm; the rest is O(rows).
  */
 #ifndef NANOVLLM_CPU_GATED_DELTANET_KERNELS_H
@@ -22,6 +23,7 @@ typedef struct GdnKernels {
 extern const GdnKernels gdn_kernels_portable;
 #if defined(__x86_64__)
 extern const GdnKernels gdn_kernels_avx2;
+extern const GdnKernels gdn_kernels_avx512;
 #endif
 
 #endif

@@ -7,7 +7,8 @@
  * a prompt split over calls at odd points (equal to one call), several
  * sequences of different lengths in one call (fresh and continuing), value
  * heads sharing key heads with dk != dv, the real 0.8B shape, and every
- * SIMD level this machine has against the portable one.
+ * SIMD level this machine has against the portable one; the AVX-512 gemm
+ * gives the AVX2 one's bits on odd shapes.
  *
  * Inputs look like real projections: rows ~ N(0, 1), b ~ N(0, 2) (beta in
  * (0, 1)), a ~ N(0, 1), A_log = log U(0.5, 4), dt_bias ~ U(-1, 1), conv
@@ -26,6 +27,7 @@
 #include "helpers.h"
 #include "base/cpu_isa.h"
 #include "cpu/cpu_gated_deltanet.h"
+#include "cpu/cpu_gated_deltanet_kernels.h"
 
 /* Largest errors measured against the float64 reference (outputs up to
  * ~18 in size), chunks of 16: 1.4e-6 decode, 3e-6..9e-6 prefills of 63..200
@@ -392,3 +394,60 @@ Test(gdn, every_isa_matches_portable) {
     free_model(&m);
     free_model(&m2);
 }
+
+#if defined(__x86_64__)
+/* The AVX-512 gemm computes each output as the AVX2 one does (cs * C, then
+ * one FMA per k in k order), so the bits agree on every shape: rows past
+ * its 8-row and AVX2's 4-row tiles, columns past 32, 16 and none of them,
+ * cs 0 and not, and nothing written past W. SiLU and dot within float32
+ * rounding (their lanes and tails differ). */
+Test(gdn, avx512_kernels_match_avx2) {
+    if (cpu_isa_detect() < CPU_ISA_AVX512) {
+        cr_log_warn("AVX-512 DeltaNet kernels not checked: this CPU is %s", cpu_isa_name(cpu_isa_detect()));
+        return;
+    }
+    static const int Ms[] = {1, 2, 3, 5, 8, 9, 17, 33}, Ns[] = {1, 3, 16, 40}, Ws[] = {1, 5, 15, 16, 17, 31, 32, 33, 40, 128, 130};
+    enum { LD = 140, MAXM = 33, MAXN = 40 };
+    float *X = malloc(sizeof(float) * MAXM * MAXN), *B = malloc(sizeof(float) * MAXN * LD),
+          *C0 = malloc(sizeof(float) * MAXM * LD), *C1 = malloc(sizeof(float) * MAXM * LD),
+          *C2 = malloc(sizeof(float) * MAXM * LD);
+    cr_assert(X && B && C0 && C1 && C2);
+    rng_state = 21;
+    for (int i = 0; i < MAXM * MAXN; i++) X[i] = (float)gauss();
+    for (int i = 0; i < MAXN * LD; i++) B[i] = (float)gauss();
+    for (int i = 0; i < MAXM * LD; i++) C0[i] = (float)gauss();
+    int checked = 0;
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+        for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+            for (size_t c = 0; c < sizeof Ws / sizeof *Ws; c++)
+                for (int k = 0; k < 2; k++) {
+                    int M = Ms[a], N = Ns[b], W = Ws[c];
+                    float cs = k ? 0.7f : 0.0f;
+                    memcpy(C1, C0, sizeof(float) * MAXM * LD);
+                    memcpy(C2, C0, sizeof(float) * MAXM * LD);
+                    gdn_kernels_avx2.gemm(C1, LD, cs, X, MAXN, B, LD, M, N, W);
+                    gdn_kernels_avx512.gemm(C2, LD, cs, X, MAXN, B, LD, M, N, W);
+                    cr_assert(memcmp(C1, C2, sizeof(float) * MAXM * LD) == 0,
+                              "gemm M=%d N=%d W=%d cs=%g: AVX-512 and AVX2 bits differ", M, N, W, cs);
+                    checked++;
+                }
+    for (int n = 1; n <= 70; n += 3) {
+        float d2 = gdn_kernels_avx2.dot(X, B, n), d5 = gdn_kernels_avx512.dot(X, B, n);
+        double mag = 0;
+        for (int i = 0; i < n; i++) mag += fabs((double)X[i] * B[i]);
+        cr_expect(fabs(d2 - d5) <= 1e-6 * mag, "dot n=%d: %g vs %g", n, d2, d5);
+        memcpy(C1, B, sizeof(float) * n);
+        memcpy(C2, B, sizeof(float) * n);
+        gdn_kernels_avx2.silu(C1, n);
+        gdn_kernels_avx512.silu(C2, n);
+        for (int i = 0; i < n; i++)
+            cr_expect(fabsf(C1[i] - C2[i]) <= 1e-6f * (1.0f + fabsf(C1[i])), "silu n=%d [%d]: %g vs %g", n, i, C1[i], C2[i]);
+    }
+    cr_log_info("gdn gemm: AVX-512 = AVX2 bit for bit on %d shapes", checked);
+    free(X);
+    free(B);
+    free(C0);
+    free(C1);
+    free(C2);
+}
+#endif
