@@ -29,6 +29,20 @@ bool amx_available(void) {
 bool amx_available(void) { return false; }
 #endif
 
+bool cpu_isa_byte_lookup(CpuIsa isa) {
+#if defined(__x86_64__)
+    static int vbmi = -1;
+    if (vbmi < 0) {
+        __builtin_cpu_init();
+        vbmi = __builtin_cpu_supports("avx512vbmi") ? 1 : 0;
+    }
+    return isa >= CPU_ISA_AVX512_BF16 && vbmi;
+#else
+    (void)isa;
+    return false;
+#endif
+}
+
 static int active = -1;
 
 CpuIsa cpu_isa_detect(void) {

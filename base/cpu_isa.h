@@ -39,4 +39,10 @@ const char *cpu_isa_name(CpuIsa isa);
 /* AMX-BF16 present and tile state granted by the kernel (asked once). */
 bool amx_available(void);
 
+/* Whether `isa` may run the kernels that widen fp8 bytes by 128-entry
+ * table lookups (vpermi2b): AVX512-BF16 or above on a CPU with
+ * AVX512-VBMI (Zen 4, Sapphire Rapids). Tied to a level so that the level
+ * below runs the other kernels on the same CPU (the tests compare them). */
+bool cpu_isa_byte_lookup(CpuIsa isa);
+
 #endif

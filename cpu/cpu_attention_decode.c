@@ -3,7 +3,8 @@
  * (see cpu_attention_decode.h): the scalar reference and the AVX2 / AVX-512
  * kernels for its two inner loops, scores = scale * Q k_j and acc += p_j v_j,
  * each for a float32, bf16 and fp8 cache (one template per ISA, the
- * element a constant; fp8 widens through cpu_kv_fp8.h).
+ * element a constant; fp8 widens through cpu_kv_fp8.h, or by table lookup
+ * where the CPU has AVX512-VBMI: the same values).
  *
  * Each K/V row (head_dim values of one token) is read once and used for all
  * G heads of the group. A block's rows of one head are adjacent (the CPU
@@ -14,6 +15,7 @@
 #include "cpu_attention_decode.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -255,6 +257,198 @@ DEFINE_AVX512(f32, ELEM_F32)
 DEFINE_AVX512(bf16, ELEM_BF16)
 DEFINE_AVX512(fp8, ELEM_FP8)
 
+/* ---- AVX-512 with VBMI: the fp8 cache widened by table lookup ------------- */
+
+/* kv_fp8_widen16 converts 16 bytes with five operations, and with two
+ * heads per K/V row that bound an fp8 cache's decode attention to ~63% of
+ * its rows' read rate (Zen 4). Here 64 bytes at a time: vpermi2b looks up
+ * the high and the low byte of each magnitude's float32 (e4m3 * 2^-8 is
+ * exactly a bf16, so the other two bytes are zero), the sign goes into the
+ * high byte, and a zero-masking vpermt2b per 16 places them: seven
+ * shuffles for 64 values. The floats are kv_fp8_widen16's (the table is
+ * built from the same half bits), so these kernels give the AVX-512 fp8
+ * kernels' bits; head sizes not a multiple of 64 take those. */
+#define VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,fma")))
+
+static uint8_t fp8_lut[2][128]; /* [0] byte 2, [1] byte 3 of each magnitude's float */
+static pthread_once_t fp8_lut_once = PTHREAD_ONCE_INIT;
+
+static void fp8_lut_build(void) {
+    for (int v = 0; v < 128; v++) {
+        float f = f16_to_f32((uint16_t)(v << 7)); /* kv_fp8_widen16's half: e4m3 * 2^-8 */
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        fp8_lut[0][v] = (uint8_t)(bits >> 16);
+        fp8_lut[1][v] = (uint8_t)(bits >> 24);
+    }
+}
+
+typedef struct Fp8Lut {
+    __m512i lo0, lo1, hi0, hi1; /* the tables, 64 entries a register */
+    __m512i sign;               /* 0x80 in every byte */
+    __m512i place[4];           /* values 16q..16q+15 into bytes 2 and 3 of each lane */
+} Fp8Lut;
+
+VBMI INLINE void fp8_lut_load(Fp8Lut *t) {
+    pthread_once(&fp8_lut_once, fp8_lut_build);
+    t->lo0 = _mm512_loadu_si512(fp8_lut[0]);
+    t->lo1 = _mm512_loadu_si512(fp8_lut[0] + 64);
+    t->hi0 = _mm512_loadu_si512(fp8_lut[1]);
+    t->hi1 = _mm512_loadu_si512(fp8_lut[1] + 64);
+    t->sign = _mm512_set1_epi8((char)0x80);
+    for (int q = 0; q < 4; q++) {
+        uint8_t idx[64] = {0};
+        for (int i = 0; i < 16; i++) {
+            idx[4 * i + 2] = (uint8_t)(16 * q + i);      /* lo */
+            idx[4 * i + 3] = (uint8_t)(64 + 16 * q + i); /* hi: the second source */
+        }
+        t->place[q] = _mm512_loadu_si512(idx);
+    }
+}
+
+/* 64 bytes at p as 4 x 16 floats, kv_fp8_widen16's values. */
+VBMI INLINE void fp8_widen64(const Fp8Lut *t, const uint8_t *p, __m512 w[4]) {
+    __m512i b = _mm512_loadu_si512(p);
+    __m512i lo = _mm512_permutex2var_epi8(t->lo0, b, t->lo1);
+    __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t->hi0, b, t->hi1), b, t->sign, 0xF8);
+    UNROLL for (int q = 0; q < 4; q++)
+        w[q] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(0xCCCCCCCCCCCCCCCCull, lo, t->place[q], hi));
+}
+
+/* qk_avx512_g for an fp8 cache and D a multiple of 64: every accumulator
+ * takes the same FMAs in the same order. */
+VBMI INLINE void qk_fp8_lut_g(float *s, int lds, const float *q, int G, int D, const void *k, size_t stride,
+                              int n, float scale) {
+    Fp8Lut t;
+    fp8_lut_load(&t);
+    int j = 0, pfr = prefetch_rows(stride);
+    if (G <= 4) {
+        for (; j + QK_ROWS <= n; j += QK_ROWS) {
+            const uint8_t *row[QK_ROWS];
+            UNROLL for (int r = 0; r < QK_ROWS; r++) {
+                row[r] = (const uint8_t *)k + (size_t)(j + r) * stride;
+                if (j + r + pfr < n) prefetch_span(row[r] + pfr * stride, (size_t)D);
+            }
+            __m512 acc[QK_ROWS][4];
+            UNROLL for (int r = 0; r < QK_ROWS; r++)
+                UNROLL for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
+            for (int e = 0; e < D; e += 64) {
+                UNROLL for (int r = 0; r < QK_ROWS; r++) {
+                    __m512 kv[4];
+                    fp8_widen64(&t, row[r] + e, kv);
+                    UNROLL for (int c = 0; c < 4; c++)
+                        UNROLL for (int g = 0; g < G; g++)
+                            acc[r][g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * D + e + 16 * c), kv[c], acc[r][g]);
+                }
+            }
+            UNROLL for (int g = 0; g < G; g++) {
+                float d[QK_ROWS];
+                _mm_storeu_ps(d, reduce4_512(acc[0][g], acc[1][g], acc[2][g], acc[3][g]));
+                UNROLL for (int r = 0; r < QK_ROWS; r++) s[(size_t)g * lds + j + r] = d[r] * scale;
+            }
+        }
+    }
+    for (; j < n; j++) {
+        const uint8_t *row = (const uint8_t *)k + (size_t)j * stride;
+        if (j + pfr < n) prefetch_span(row + pfr * stride, (size_t)D);
+        __m512 acc[MAX_G];
+        for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+        for (int e = 0; e < D; e += 64) {
+            __m512 kv[4];
+            fp8_widen64(&t, row + e, kv);
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < G; g++)
+                    acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * D + e + 16 * c), kv[c], acc[g]);
+        }
+        for (int g = 0; g < G; g++) s[(size_t)g * lds + j] = _mm512_reduce_add_ps(acc[g]) * scale;
+    }
+}
+
+/* pv_avx512_g for an fp8 cache and D a multiple of 64, in the same order. */
+VBMI INLINE void pv_fp8_lut_g(float *acc, const float *p, int lds, int G, int D, const void *v, size_t stride,
+                              int n) {
+    Fp8Lut t;
+    fp8_lut_load(&t);
+    int j = 0, pfr = prefetch_rows(stride);
+    for (; j + 4 <= n; j += 4) { /* four rows a pass: each accumulator load and store serves four FMAs */
+        const uint8_t *r[4];
+        __m512 pr[4][MAX_G];
+        UNROLL for (int i = 0; i < 4; i++) {
+            r[i] = (const uint8_t *)v + (size_t)(j + i) * stride;
+            if (j + 4 + pfr < n) prefetch_span(r[i] + pfr * stride, (size_t)D);
+            for (int g = 0; g < G; g++) pr[i][g] = _mm512_set1_ps(p[(size_t)g * lds + j + i]);
+        }
+        for (int e = 0; e < D; e += 64) {
+            __m512 w[4][4];
+            UNROLL for (int i = 0; i < 4; i++) fp8_widen64(&t, r[i] + e, w[i]);
+            UNROLL for (int c = 0; c < 4; c++)
+                for (int g = 0; g < G; g++) {
+                    float *a = acc + (size_t)g * D + e + 16 * c;
+                    __m512 x = _mm512_loadu_ps(a);
+                    UNROLL for (int i = 0; i < 4; i++) x = _mm512_fmadd_ps(pr[i][g], w[i][c], x);
+                    _mm512_storeu_ps(a, x);
+                }
+        }
+    }
+    for (; j + 2 <= n; j += 2) {
+        const uint8_t *r0 = (const uint8_t *)v + (size_t)j * stride, *r1 = r0 + stride;
+        if (j + 2 + pfr < n) {
+            prefetch_span(r0 + pfr * stride, (size_t)D);
+            prefetch_span(r1 + pfr * stride, (size_t)D);
+        }
+        __m512 p0[MAX_G], p1[MAX_G];
+        for (int g = 0; g < G; g++) {
+            p0[g] = _mm512_set1_ps(p[(size_t)g * lds + j]);
+            p1[g] = _mm512_set1_ps(p[(size_t)g * lds + j + 1]);
+        }
+        for (int e = 0; e < D; e += 64) {
+            __m512 v0[4], v1[4];
+            fp8_widen64(&t, r0 + e, v0);
+            fp8_widen64(&t, r1 + e, v1);
+            UNROLL for (int c = 0; c < 4; c++)
+                for (int g = 0; g < G; g++) {
+                    float *a = acc + (size_t)g * D + e + 16 * c;
+                    _mm512_storeu_ps(a, _mm512_fmadd_ps(p1[g], v1[c], _mm512_fmadd_ps(p0[g], v0[c], _mm512_loadu_ps(a))));
+                }
+        }
+    }
+    for (; j < n; j++) {
+        const uint8_t *r0 = (const uint8_t *)v + (size_t)j * stride;
+        for (int g = 0; g < G; g++) {
+            __m512 p0 = _mm512_set1_ps(p[(size_t)g * lds + j]);
+            for (int e = 0; e < D; e += 64) {
+                __m512 v0[4];
+                fp8_widen64(&t, r0 + e, v0);
+                for (int c = 0; c < 4; c++) {
+                    float *a = acc + (size_t)g * D + e + 16 * c;
+                    _mm512_storeu_ps(a, _mm512_fmadd_ps(p0, v0[c], _mm512_loadu_ps(a)));
+                }
+            }
+        }
+    }
+}
+
+#define QKLUT(s, lds, q, D, k, stride, n, scale, G) qk_fp8_lut_g(s, lds, q, G, D, k, stride, n, scale)
+#define PVLUT(acc, p, lds, D, v, stride, n, G) pv_fp8_lut_g(acc, p, lds, G, D, v, stride, n)
+
+VBMI static void qk_fp8_lut(float *s, int lds, const float *q, int G, int D, const void *k, size_t stride,
+                            int n, float scale) {
+    if (D % 64 != 0) return qk_avx512_fp8(s, lds, q, G, D, k, stride, n, scale);
+    for (int g0 = 0; g0 < G; g0 += MAX_G) {
+        int g = G - g0 < MAX_G ? G - g0 : MAX_G;
+        GROUP_DISPATCH(QKLUT, g, s + (size_t)g0 * lds, lds, q + (size_t)g0 * D, D, k, stride, n, scale)
+    }
+}
+
+VBMI static void pv_fp8_lut(float *acc, const float *p, int lds, int G, int D, const void *v, size_t stride,
+                            int n) {
+    if (D % 64 != 0) return pv_avx512_fp8(acc, p, lds, G, D, v, stride, n);
+    for (int g0 = 0; g0 < G; g0 += MAX_G) {
+        int g = G - g0 < MAX_G ? G - g0 : MAX_G;
+        GROUP_DISPATCH(PVLUT, g, acc + (size_t)g0 * D, p + (size_t)g0 * lds, lds, D, v, stride, n)
+    }
+}
+
 /* ---- AVX2 + FMA ------------------------------------------------------------- */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -385,7 +579,10 @@ static void kernels(CpuIsa isa, int kind, QkFn *qk, PvFn *pv) {
     static const PvFn avx512_pv[3] = {pv_avx512_f32, pv_avx512_bf16, pv_avx512_fp8};
     static const QkFn avx2_qk[3] = {qk_avx2_f32, qk_avx2_bf16, qk_avx2_fp8};
     static const PvFn avx2_pv[3] = {pv_avx2_f32, pv_avx2_bf16, pv_avx2_fp8};
-    if (isa >= CPU_ISA_AVX512) {
+    if (kind == ELEM_FP8 && cpu_isa_byte_lookup(isa)) {
+        *qk = qk_fp8_lut;
+        *pv = pv_fp8_lut;
+    } else if (isa >= CPU_ISA_AVX512) {
         *qk = avx512_qk[kind];
         *pv = avx512_pv[kind];
     } else if (isa == CPU_ISA_AVX2) {

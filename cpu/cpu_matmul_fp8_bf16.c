@@ -333,19 +333,7 @@ __attribute__((target(FT))) static void widen_bf16(const uint8_t *q, int K, int 
 }
 #endif /* __x86_64__ */
 
-bool fp8_bf16_kernel(CpuIsa isa) {
-#if defined(__x86_64__)
-    static int vbmi = -1;
-    if (vbmi < 0) {
-        __builtin_cpu_init();
-        vbmi = __builtin_cpu_supports("avx512vbmi") ? 1 : 0;
-    }
-    return isa >= CPU_ISA_AVX512_BF16 && vbmi;
-#else
-    (void)isa;
-    return false;
-#endif
-}
+bool fp8_bf16_kernel(CpuIsa isa) { return cpu_isa_byte_lookup(isa); }
 
 bool fp8_gemm_bf16(CpuIsa isa, const uint8_t *q, const float *scales, int K, const uint16_t *x, int ldx,
                    int M, float *y, int ldy, int n0, int n1, float *scratch) {

@@ -30,10 +30,11 @@ static uint64_t next_u64(void) { /* xorshift64 */
 }
 static float uniform(void) { return (float)((next_u64() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0); }
 
-/* The highest level the attention kernels have (AMX adds nothing to them). */
+/* The highest level the attention kernels have: AVX512-BF16 where the CPU
+ * has VBMI too (the fp8 cache by table lookup), AMX adds nothing. */
 static CpuIsa top_level(void) {
-    CpuIsa best = cpu_isa_detect();
-    return best > CPU_ISA_AVX512 ? CPU_ISA_AVX512 : best;
+    CpuIsa best = cpu_isa_detect(), top = cpu_isa_byte_lookup(best) ? CPU_ISA_AVX512_BF16 : CPU_ISA_AVX512;
+    return best > top ? top : best;
 }
 
 /* ---- the conversions ------------------------------------------------------- */
@@ -247,6 +248,49 @@ Test(cpu_kv_fp8, decode_kernels_every_isa) {
                     cpu_isa_name((CpuIsa)isa), vs_f64, vs_scalar);
     }
     cpu_isa_set(best);
+}
+
+/* Where the CPU has VBMI, the table-lookup kernels (AVX512-BF16 level)
+ * give the AVX-512 fp8 kernels' bits: the same floats, the same FMAs in
+ * the same order (head sizes not a multiple of 64 are those kernels). */
+Test(cpu_kv_fp8, table_lookup_kernels_have_avx512_bits) {
+    if (!cpu_isa_byte_lookup(cpu_isa_detect())) {
+        cr_log_warn("fp8 table-lookup attention not checked: this CPU (%s) lacks AVX512-BF16 or VBMI",
+                    cpu_isa_name(cpu_isa_detect()));
+        return;
+    }
+    static const int groups[] = {1, 2, 3, 8}, dims[] = {128, 64, 192, 40}, contexts[] = {1, 2, 3, 5, 17, 64, 257, 600};
+    size_t n = (size_t)40 * 256 * KV_HEADS * 192;
+    Scratch s = {malloc(sizeof(float) * MAX_G * 600), malloc(sizeof(float) * MAX_PARTS * MAX_G),
+                 malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * 192)};
+    float *q = malloc(sizeof(float) * MAX_G * 192), *a = malloc(sizeof(float) * MAX_G * 192),
+          *b = malloc(sizeof(float) * MAX_G * 192);
+    cr_assert(s.scores && s.max && s.sum && s.acc && q && a && b);
+    Fp8Cache c = make_cache(n, 0.25f, 3.0f);
+    int32_t table[64];
+    for (int i = 0; i < 64; i++) table[i] = (int32_t)((i * 7 + 3) % 40);
+    CpuIsa best = cpu_isa_active();
+    int checked = 0;
+    for (int gi = 0; gi < 4; gi++)
+        for (int di = 0; di < 4; di++)
+            for (int ci = 0; ci < 8; ci++) {
+                int G = groups[gi], D = dims[di], ctx = contexts[ci], parts = ctx >= 3 ? 1 + ci % MAX_PARTS : 1;
+                for (int k = 0; k < G * D; k++) q[k] = 1.5f * uniform() / c.k_scale;
+                DecodeKv kv = {.k = c.kq, .v = c.vq, .dtype = KV_CACHE_FP8, .block_table = table, .block_size = 16,
+                               .num_kv_heads = KV_HEADS, .kv_head = (gi + di) % KV_HEADS, .head_dim = D,
+                               .k_scale = c.k_scale, .v_scale = c.v_scale};
+                cr_assert(cpu_isa_set(CPU_ISA_AVX512) == 0);
+                decode(a, CPU_ISA_AVX512, &kv, q, G, ctx, parts, &s);
+                cr_assert(cpu_isa_set(CPU_ISA_AVX512_BF16) == 0);
+                decode(b, CPU_ISA_AVX512_BF16, &kv, q, G, ctx, parts, &s);
+                cr_assert(memcmp(a, b, sizeof(float) * (size_t)G * D) == 0, "G %d D %d ctx %d: bits differ", G, D, ctx);
+                checked++;
+            }
+    cpu_isa_set(best);
+    cr_log_info("fp8 decode attention by table lookup: %d cases, AVX-512's bits", checked);
+    free_cache(&c);
+    free(q), free(a), free(b);
+    free(s.scores), free(s.max), free(s.sum), free(s.acc);
 }
 
 /* cpu_attention() with prefill tiles (fp8 blocks widened for sgemm) and
