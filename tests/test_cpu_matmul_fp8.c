@@ -173,18 +173,21 @@ Test(cpu_matmul_fp8, decode_equals_the_reference_bitwise) {
 
 /* ---- the kernels ----------------------------------------------------------- */
 
+/* Row counts through both paths (1..4 in registers, more from scratch) and
+ * K of whole, partial and tiny chunks (203: not a multiple of any vector). */
+static const int KERNEL_MS[] = {1, 2, 3, 4, 5, 8, 17, 64, 200};
+static const int KERNEL_KS[] = {32, 96, 200, 1024, 203};
+
 Test(cpu_matmul_fp8, kernels_match_the_reference, .timeout = 600) {
-    static const int Ms[] = {1, 2, 3, 4, 5, 8, 17, 64, 200};
-    static const int Ks[] = {32, 96, 200, 1024, 203};
     enum { N = 300, LDY = N + 5 };
     float *scratch = malloc(sizeof(float) * FP8_SCRATCH_ROWS * 1024);
     cr_assert(scratch);
     int checked = 0;
-    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-        int K = Ks[ki];
+    for (size_t ki = 0; ki < sizeof KERNEL_KS / sizeof KERNEL_KS[0]; ki++) {
+        int K = KERNEL_KS[ki];
         Fp8Weight f = make_fp8(N, K);
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            int M = Ms[mi];
+        for (size_t mi = 0; mi < sizeof KERNEL_MS / sizeof KERNEL_MS[0]; mi++) {
+            int M = KERNEL_MS[mi];
             float *x = random_rows(M, K), *y = malloc(sizeof(float) * (size_t)M * LDY);
             cr_assert(y);
             Reference r = reference(x, M, f.deq, N, K);
@@ -320,19 +323,17 @@ Test(cpu_matmul_fp8, bf16_kernel_matches_the_reference_batch_free, .timeout = 60
         cr_log_warn("fp8_gemm_bf16 not checked: this CPU (%s) lacks AVX512-BF16 or VBMI", cpu_isa_name(isa));
         return;
     }
-    static const int Ms[] = {1, 2, 3, 4, 5, 8, 17, 64, 200};
-    static const int Ks[] = {32, 96, 200, 1024, 203};
     enum { N = 300, LDY = N + 5 };
     float *scratch = malloc(sizeof(float) * FP8_SCRATCH_ROWS * 1024);
     cr_assert(scratch);
     int checked = 0;
-    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-        int K = Ks[ki];
+    for (size_t ki = 0; ki < sizeof KERNEL_KS / sizeof KERNEL_KS[0]; ki++) {
+        int K = KERNEL_KS[ki];
         Fp8Weight f = make_fp8(N, K);
         float *alone = malloc(sizeof(float) * 200 * N);
         cr_assert(alone);
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            int M = Ms[mi];
+        for (size_t mi = 0; mi < sizeof KERNEL_MS / sizeof KERNEL_MS[0]; mi++) {
+            int M = KERNEL_MS[mi];
             float *x = random_rows(M, K), *xr = rounded(x, (size_t)M * K), *y = malloc(sizeof(float) * (size_t)M * LDY);
             uint16_t *xb = bf16_bits(x, (size_t)M * K);
             cr_assert(y);
