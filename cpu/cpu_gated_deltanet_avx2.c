@@ -10,8 +10,8 @@
  * behind (cpu/PERFORMANCE_QWEN3_5.md). Decode's products are 2 rows (q and k against the state) and
  * dk rows of one term (the state update); the chunked form's are 2*C, C or
  * dk rows of dk or C terms. Columns past the last multiple of 8 take a
- * scalar loop in the same k order. SiLU's exponential is cpu_ops.c's
- * polynomial (Cephes expf, ~1 ulp).
+ * scalar loop in the same k order. SiLU's exponential is exp_avx2
+ * (cpu_simd.h, cpu_ops.c's too).
  */
 #include "cpu_gated_deltanet_kernels.h"
 
@@ -97,34 +97,11 @@ AVX2 static float dot_avx2(const float *x, const float *y, int n) {
     return s;
 }
 
-/* cpu_ops.c's exp_avx2: x = n ln2 + r, e^r by Cephes expf's polynomial,
- * 2^n built in the exponent field; below -87.3 the result is 0, above 88
- * it saturates at e^88. */
-AVX2_INLINE __m256 exp8(__m256 x) {
-    __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365478515625f), _CMP_GE_OQ);
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0296919311f)),
-                      _mm256_set1_ps(-87.3365478515625f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-    __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
-    return _mm256_and_ps(_mm256_mul_ps(p, scale), in_range);
-}
-
 AVX2 static void silu_avx2(float *x, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
-        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), v));
         _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
     }
     for (; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));

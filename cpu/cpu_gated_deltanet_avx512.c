@@ -14,15 +14,17 @@
  * cs * C[m][w] followed by one FMA per k in k order, as the AVX2 level
  * computes it: the two levels give the same bits (the tests hold them to
  * it), so a model's DeltaNet state does not depend on which CPU ran it.
- * SiLU's exponential is cpu_ops.c's polynomial (Cephes expf, ~1 ulp).
+ * SiLU's exponential is exp_avx512 (cpu_simd.h, cpu_ops.c's too).
  */
 #include "cpu_gated_deltanet_kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define AVX512 __attribute__((target("avx512f,avx512dq")))
-#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq")))
+#include "cpu_simd.h"
+
+#define AVX512 __attribute__((target("avx512f,avx512dq,fma")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq,fma")))
 
 #define MR 8
 #define NV_MAX 8
@@ -121,33 +123,11 @@ AVX512 static float dot_avx512(const float *x, const float *y, int n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-/* cpu_ops.c's exponential (the AVX2 level's exp8, 16 lanes): x = n ln2 + r,
- * e^r by Cephes expf's polynomial, 2^n built in the exponent field; below
- * -87.3 the result is 0, above 88 it saturates at e^88. */
-AVX512_INLINE __m512 exp16(__m512 x) {
-    __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_GE_OQ);
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0296919311f)), _mm512_set1_ps(-87.3365478515625f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-    __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
-    return _mm512_maskz_mul_ps(in_range, p, scale);
-}
-
 AVX512 static void silu_avx512(float *x, int n) {
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), v));
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), v));
         _mm512_mask_storeu_ps(x + i, m, _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
     }
 }

@@ -20,38 +20,6 @@
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
-/* exp(x) for x in about [-87, 88] (inputs here are <= 0 or SiLU's -g):
- * x = n ln2 + r with |r| <= ln2/2 (ln2 split in a part exact in float and
- * a correction), e^r by Cephes expf's minimax polynomial
- * 1 + r + r^2 (EXP_P5 + EXP_P4 r + ... + EXP_P0 r^5), times 2^n. */
-#define EXP_LOG2E 1.44269504088896341f
-#define EXP_LN2_HI 0.693359375f
-#define EXP_LN2_LO -2.12194440e-4f
-#define EXP_P0 1.9875691500e-4f
-#define EXP_P1 1.3981999507e-3f
-#define EXP_P2 8.3334519073e-3f
-#define EXP_P3 4.1665795894e-2f
-#define EXP_P4 1.6666665459e-1f
-#define EXP_P5 5.0000001201e-1f
-
-/* 2^n by scalef, which also saturates out-of-range n. */
-AVX512 static inline __m512 exp_avx512(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)),
-                      _mm512_set1_ps(-88.3762626647949f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(EXP_P0);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
 AVX512 static float sum_squares_avx512(const float *x, int n) {
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
@@ -89,33 +57,8 @@ AVX512 static float exp_shifted_sum_avx512(float *x, int n, float shift) {
     return _mm512_reduce_add_ps(acc);
 }
 
-/* ---- AVX2 + FMA: exp_avx512's polynomial, 8 lanes ------------------------- */
+/* ---- AVX2 + FMA (exp_avx2 in cpu_simd.h) ---------------------------------- */
 #define AVX2 __attribute__((target("avx2,fma")))
-
-/* AVX2 has no scalef: 2^n is built in the exponent field, so x is clamped
- * to where n stays a normal exponent ([-126, 127]): above, the result
- * saturates at e^88 (~1.6e38) instead of inf; below, it is flushed to 0. */
-#define EXP_LOW -87.3365478515625f
-#define EXP_HIGH 88.0296919311f
-
-AVX2 static inline __m256 exp_avx2(__m256 x) {
-    __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LOW), _CMP_GE_OQ);
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(EXP_HIGH)), _mm256_set1_ps(EXP_LOW));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(EXP_P0);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-    __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
-    return _mm256_and_ps(_mm256_mul_ps(p, scale), in_range);
-}
 
 AVX2 static float sum_squares_avx2(const float *x, int n) {
     __m256 acc = _mm256_setzero_ps();
