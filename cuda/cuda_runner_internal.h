@@ -94,7 +94,7 @@ typedef struct CudaRunner {
     float *split_workspace; /* partial attention results of split decode */
     int *split_counters;    /* per (sequence, KV head): splits done, zero between launches */
     bool legacy_attention;  /* NANOVLLM_CUDA_LEGACY=attention: the previous decode kernel (bf16 cache only) */
-    bool flash_prefill;     /* NANOVLLM_CUDA_PREFILL=flash: prompt steps on cuda_flash_attention */
+    bool flash_prefill;     /* prompt steps on cuda_flash_attention (else the WMMA kernel) */
     int32_t pad_block;      /* the KV block padding sequences write to */
     RunnerSeq *padded;      /* [max graph batch]: a decode batch padded to its bucket */
     int num_graphs;

@@ -89,10 +89,10 @@ int cuda_runner_alloc_activations(CudaRunner *r, Error *err) {
     if (r->kv_fp8 && cuda_variant_legacy("attention"))
         log_info("NANOVLLM_CUDA_LEGACY=attention ignored: the previous decode kernel reads a bf16 KV cache only");
 
-    /* NANOVLLM_CUDA_PREFILL=flash: the mma.sync prefill attention, opt-in
-     * until a GPU run has checked it (cuda_flash_attention.cu). */
-    const char *prefill = getenv("NANOVLLM_CUDA_PREFILL");
-    r->flash_prefill = prefill && strcmp(prefill, "flash") == 0 &&
+    /* prompt steps on the mma.sync flash attention where it covers the head
+     * size (cuda_flash_attention.cu); NANOVLLM_CUDA_LEGACY=prefill keeps the
+     * WMMA kernel, as head_dim 256 does */
+    r->flash_prefill = !cuda_variant_legacy("prefill") &&
                        cuda_flash_attention_supports(c->num_heads, c->num_kv_heads, c->head_dim);
     r->tile_tokens = r->flash_prefill ? cuda_flash_attention_tile_tokens(c->num_heads, c->num_kv_heads)
                                       : cuda_attention_tile_tokens(c->num_heads, c->num_kv_heads);

@@ -9,13 +9,12 @@
  * "gemv" (cuBLAS for the few-row projections too; FP8 matrices then
  * dequantized to bf16 for it at every batch), "prefetch" (decode
  * attention without the next pass's loads in flight), "gdn" (Qwen3.5's
- * Gated DeltaNet row by row in prompts too, no chunked kernel). Unset, every part runs
+ * Gated DeltaNet row by row in prompts too, no chunked kernel), "prefill"
+ * (prompt attention on the WMMA kernel instead of the flash one). Unset, every part runs
  * its current kernel. With an fp8 KV cache (--kv-cache-dtype fp8) "prefetch"
- * applies to its decode kernel too, while "attention" is ignored (logged)
+ * changes nothing (its decode kernel never prefetches) and "attention" is ignored (logged)
  * and "kernels" keeps the cache store on the vector kernel: neither previous
- * kernel reads or writes fp8. Read once per process. (The one kernel that is new and
- * not yet the default is opted into instead: NANOVLLM_CUDA_PREFILL=flash,
- * cuda_runner.cu.)
+ * kernel reads or writes fp8. Read once per process.
  */
 #ifndef NANOVLLM_CUDA_VARIANTS_H
 #define NANOVLLM_CUDA_VARIANTS_H
@@ -26,8 +25,8 @@
 extern "C" {
 #endif
 
-/* Whether `part` ("attention", "kernels", "sampler", "gemv", "gdn") is listed in
- * NANOVLLM_CUDA_LEGACY. */
+/* Whether `part` ("attention", "kernels", "sampler", "gemv", "gdn", "prefill",
+ * "prefetch") is listed in NANOVLLM_CUDA_LEGACY. */
 bool cuda_variant_legacy(const char *part);
 
 #ifdef __cplusplus
