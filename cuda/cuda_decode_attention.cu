@@ -22,7 +22,8 @@
  *    counter back to zero for the next launch.
  * The previous kernel (cuda_attention.cu, one lane per key reading its own
  * row) stays for A/B under NANOVLLM_CUDA_LEGACY=attention, and this one
- * without the next pass's loads in flight under NANOVLLM_CUDA_LEGACY=prefetch.
+ * without the next pass's loads in flight under NANOVLLM_CUDA_LEGACY=prefetch
+ * (an fp8 cache's kernel always runs without them).
  */
 #include <math.h>
 
@@ -382,7 +383,9 @@ static int launch(const DecodeArgs<KV> &a, Error *err) {
     int block_shift = -1;
     for (int b = 0; b < 31; b++)
         if (a.block_size == 1 << b) block_shift = b;
-    if (HB <= 4 && !cuda_variant_legacy("prefetch"))
+    /* the next pass's loads in flight pay for bf16 rows only: an fp8 cache's
+     * kernel ran 1-20% slower with them on an H200 (cuda/PERFORMANCE.md, v6) */
+    if (HB <= 4 && sizeof(KV) == 2 && !cuda_variant_legacy("prefetch"))
         decode_attention_kernel<D, HB, T, (HB <= 4), KV, EPL><<<grid, THREADS, 0, a.stream>>>(
             a.out, a.q, a.k_cache, a.v_cache, a.seqs, a.items, a.block_tables, a.num_heads, a.num_kv_heads,
             a.block_size, block_shift, q_scale, a.num_splits, a.part, a.counters, a.k_scale, a.v_scale);
