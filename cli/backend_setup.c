@@ -27,13 +27,6 @@ Runner *runner_create(const ModelWeights *model, const RunnerOptions *opts, char
         error_set(err, "unknown device '%s' (expected auto, cuda or cpu)", device);
         return NULL;
     }
-    /* Qwen3.5 on CUDA (cuda/cuda_runner_hybrid.cu) is compiled but has not
-     * run on a GPU yet: --device cuda opts in, auto stays on the CPU. */
-    if (want_auto && model->config.hybrid) {
-        write_note(note, note_size, "Qwen3.5 models run on CUDA with --device cuda only until the GPU path is "
-                                    "verified; using the CPU");
-        return cpu_runner_create(model, opts, err);
-    }
     if (want_cuda || want_auto) {
         char why[256];
         int gpus = cuda_device_probe(why, sizeof why);

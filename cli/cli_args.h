@@ -92,7 +92,8 @@ int parse_common_option(int c, const char *name, const char *value, RunnerOption
     "                                what the KV cache stores (default auto: bfloat16 when the\n"  \
     "                                model's weights are bf16, else float32; CUDA: bfloat16).\n"   \
     "                                fp8 (= fp8_e4m3): one e4m3 byte per value, scale 1.0 for K\n" \
-    "                                and V (no calibration), saturating at +-448; CPU only\n"      \
+    "                                and V (no calibration), saturating at +-448 (CUDA: not for\n" \
+    "                                Qwen3.5)\n"                                                  \
     "  --dtype auto|bfloat16|float32 what each matmul's input is rounded to (default auto:\n"      \
     "                                bfloat16 for a bf16 model on CUDA and on CPUs with\n"        \
     "                                AVX512-BF16 or AMX, else float32: exact, the slower)\n"      \

@@ -15,6 +15,16 @@
  * absolute difference. A weak bound: it catches a wrong layer (a missing
  * gate, RoPE over the wrong dims, a state not carried), not a small bias;
  * the largest difference seen is logged so a GPU run can tighten it.
+ * The MoE fixture's router breaks that bound at a few positions: where two
+ * experts' scores are closer than the two paths' rounding, the paths pick
+ * different experts and that position's logits move by 10-50 (the CPU's
+ * own bf16 run against its float32 one: 47 of 1,189 positions over 8, up to
+ * 48.9, median 0.40; the GPU against the CPU's bf16, H200: 5 positions, up
+ * to 22.8). So the MoE fixture may put ROUTING_FLIPS of its positions past
+ * BF16_TOL, and both fixtures hold the median position to MEDIAN_TOL (CPU
+ * bf16 against float32: 0.38 dense, 0.40 MoE), which a wrong layer fails.
+ * The dense fixture, no router, is held at every position to DENSE_TOL
+ * (its largest difference on the H200: 0.356).
  * Greedy tokens are held to the golden ones while the golden margin (top-1
  * minus top-2) is at least MARGIN_FLOOR, as test_qwen3_5.c's bf16 runs.
  * Decode graphs against eager steps and a checkpointed prefill against one
@@ -33,6 +43,9 @@
 
 #define VOCAB 151936
 #define BF16_TOL 8.0
+#define DENSE_TOL 2.0      /* every position of the dense fixture; H200: 0.356 */
+#define ROUTING_FLIPS 0.02 /* of the MoE fixture's positions may pass BF16_TOL */
+#define MEDIAN_TOL 1.0
 #define MARGIN_FLOOR 1.0
 #define CLOSE_TOL 2e-2 /* max |a - b| between two GPU runs of logits of std ~8 */
 
@@ -67,8 +80,13 @@ static RunnerSeq seq_of(const int32_t *tokens, int n, int start, const int32_t *
                        .num_blocks = (start + n + 15) / 16, .state_slot = slot, .compute_logits = true};
 }
 
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Every golden prompt in one call on both runners: every position's logits. */
-static void every_position(const GoldenFixture *f) {
+static void every_position(const GoldenFixture *f, double tol, double flips) {
     require_gpu();
     ModelWeights wc, wg;
     Runner *cpu;
@@ -77,34 +95,45 @@ static void every_position(const GoldenFixture *f) {
     json_t *g = golden_load_from(f);
     size_t i;
     json_t *p;
-    double worst = 0;
+    double *diffs = NULL;
+    int positions = 0, past_tol = 0;
     json_array_foreach(json_object_get(g, "prompts"), i, p) {
         int n;
         int32_t *ids = json_ids(json_object_get(p, "prompt_ids"), &n), next, table[32];
         table_for(table, (int)i % 4, (n + 15) / 16);
         float *a = malloc(sizeof(float) * (size_t)n * VOCAB), *b = malloc(sizeof(float) * (size_t)n * VOCAB);
-        cr_assert(a && b);
+        diffs = realloc(diffs, sizeof *diffs * (size_t)(positions + n));
+        cr_assert(a && b && diffs);
         RunnerSeq s = seq_of(ids, n, 0, table, 0); /* start_pos 0: the slot starts afresh */
         step(cpu, &s, 1, a, NULL, &next);
         step(gpu, &s, 1, b, NULL, &next);
         for (int t = 0; t < n; t++) {
             double d = max_abs_diff(b + (size_t)t * VOCAB, a + (size_t)t * VOCAB, VOCAB);
-            cr_expect(d <= BF16_TOL, "%s %s position %d: GPU logits %g from the CPU's", f->model,
-                      json_string_value(json_object_get(p, "name")), t, d);
-            if (d > worst) worst = d;
+            diffs[positions++] = d;
+            if (d <= tol) continue;
+            past_tol++;
+            cr_log_info("%s %s position %d: GPU logits %g from the CPU's", f->model,
+                        json_string_value(json_object_get(p, "name")), t, d);
         }
         free(a);
         free(b);
         free(ids);
     }
-    cr_log_info("%s: largest GPU - CPU (bf16) logit difference %.3g", f->model, worst);
+    qsort(diffs, (size_t)positions, sizeof *diffs, compare_doubles);
+    double median = diffs[positions / 2], allowed = flips * positions;
+    cr_log_info("%s: GPU - CPU (bf16) logits over %d positions: median %.3g, largest %.3g, %d past %g",
+                f->model, positions, median, diffs[positions - 1], past_tol, tol);
+    cr_expect(median <= MEDIAN_TOL, "%s: the median position's logits %g from the CPU's", f->model, median);
+    cr_expect(past_tol <= allowed, "%s: %d of %d positions past %g (allowed %.0f)", f->model, past_tol,
+              positions, tol, allowed);
+    free(diffs);
     json_decref(g);
     tiny_close(&wc, cpu);
     tiny_close(&wg, gpu);
 }
 
-Test(cuda_hybrid, every_position_dense) { every_position(&DENSE); }
-Test(cuda_hybrid, every_position_moe) { every_position(&MOE); }
+Test(cuda_hybrid, every_position_dense) { every_position(&DENSE, DENSE_TOL, 0); }
+Test(cuda_hybrid, every_position_moe) { every_position(&MOE, BF16_TOL, ROUTING_FLIPS); }
 
 /* Prefill, then a token a step through the KV cache, the state slot and the
  * decode graphs; the golden tokens while the margins allow. */
