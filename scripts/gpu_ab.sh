@@ -4,7 +4,8 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e prefill profile moe fp8 kvfp8 hybrid" scripts/gpu_ab.sh  (sections; all by default)
+#   AB_ONLY="kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile" \
+#       scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
 # NANOVLLM_CUDA_LEGACY (cuda/cuda_variants.h): "attention", "kernels" (the
@@ -21,9 +22,9 @@
 #           kernels alone and all of them; the current build's logits and
 #           greedy tokens against the all-previous build's (AB_WORKLOAD
 #           names the variants the workload runs for, e.g. "current all-previous");
-#  prefill: NANOVLLM_CUDA_PREFILL=flash (the mma.sync flash attention,
-#           opt-in until checked here) against the WMMA kernel: prefill
-#           tokens/s at 512, 4,096 and 16,384-token prompts (medians of 2),
+#  prefill: the mma.sync flash attention against the WMMA kernel
+#           (NANOVLLM_CUDA_LEGACY=prefill): prefill
+#           tokens/s at 512, 4,096 and 16,384-token prompts (AB_PREFILL_LENS; medians of 2),
 #           the workload, and the logits of one prompt through both;
 #  profile: ncu's per-kernel time over a few eager single-sequence decode
 #           steps (proportions: ncu serialises the launches);
@@ -47,6 +48,14 @@
 #           chunked Gated DeltaNet prefill against the row-by-row kernel
 #           (NANOVLLM_CUDA_LEGACY=gdn) at 512 and 4,096-token prompts (medians
 #           of 2), decode after each, and one prompt's logits through both.
+#  ttft:    time to first token (one prefill step, bench --latency) of 1k, 4k,
+#           16k and 32k-token prompts (AB_TTFT_LENS) on dummy Qwen3-0.6B and
+#           Qwen3-30B-A3B;
+#  hybridprofile: ncu's per-kernel time of Qwen3.5-0.8B (dummy weights) over
+#           a 4,096-token prefill and over a few decode steps;
+#  workloads: the bench.py workload on dummy Qwen3.5-0.8B (256 requests) and
+#           Qwen3-30B-A3B (AB_MOE_SEQS, 64);
+#  fp8profile: ncu's per-kernel time of the FP8 0.6B's 512-token prefill.
 # Logs and JSON go to OUT_DIR; the model to $WORK.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,7 +67,65 @@ ROW_WIDTH=44
 . scripts/gpu_lib.sh
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8 kvfp8 hybrid} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile} " == *" $1 "* ]]; }
+# ncu_profile NAME SKIP COUNT CMD...: ncu's time of COUNT kernel launches after SKIP, summed per
+# kernel and grid into $OUT/NAME.txt (proportions: ncu serialises the launches)
+ncu_profile() {
+    local name=$1 skip=$2 count=$3 ncu
+    shift 3
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+    timeout 150 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum --launch-skip "$skip" \
+        --launch-count "$count" "$@" > "$OUT/${name}_raw.csv" 2> "$OUT/$name.log"
+    "$PY" - "$OUT/${name}_raw.csv" > "$OUT/$name.txt" 2>> "$OUT/$name.log" <<'PY'
+import csv, sys
+lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith('"')]
+rows = {}
+for r in csv.DictReader(lines):
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    unit = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(r["Metric Unit"], 1)
+    name = r["Kernel Name"].split("(")[0][:60] + " " + r.get("Grid Size", "")
+    t = rows.setdefault(name, [0, 0.0])
+    t[0] += 1
+    t[1] += float(r["Metric Value"].replace(",", "")) * unit
+total = sum(t[1] for t in rows.values())
+print(f"kernel time {total:.0f} us over {sum(t[0] for t in rows.values())} launches")
+for k, (n, t) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+    print(f"{100 * t / total:5.1f}% {t:9.1f} us {n:5d} x {t / n:7.2f} us  {k}")
+PY
+}
+# The dummy models' configs (--load-format dummy: random weights of these shapes, made on the GPU),
+# each folder with the tiny fixture's tokenizer (Qwen3's) for generate.
+QWEN3_06B='"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
+ "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+ "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
+ "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+ "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+ "vocab_size": 151936'
+QWEN3_30B_A3B='"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": false,
+ "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+ "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+ "num_attention_heads": 32, "num_hidden_layers": 48, "num_key_value_heads": 4,
+ "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": false,
+ "torch_dtype": "bfloat16", "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
+ "norm_topk_prob": true, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768'
+QWEN3_5_08B='"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": true,
+ "text_config": {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 1024,
+  "intermediate_size": 3584, "num_hidden_layers": 24, "num_attention_heads": 8, "num_key_value_heads": 2,
+  "head_dim": 256, "attention_bias": false, "attn_output_gate": true, "linear_num_key_heads": 16,
+  "linear_num_value_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+  "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "full_attention_interval": 4,
+  "max_position_embeddings": 262144, "tie_word_embeddings": true, "eos_token_id": 248044,
+  "torch_dtype": "bfloat16", "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10],
+  "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}}'
+QUANT='"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+ "weight_block_size": [128, 128]}'
+# dummy_model DIR CONFIG_FIELDS [MORE_FIELDS]
+dummy_model() {
+    mkdir -p "$1"
+    echo "{$2${3:+, $3}}" > "$1/config.json"
+    cp tests/fixtures/tiny-qwen3/tokenizer.json tests/fixtures/tiny-qwen3/tokenizer_config.json "$1/" 2> /dev/null
+}
 declare -A PREFILL
 row "GPU" "-" "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 
@@ -84,9 +151,9 @@ fi
 
 # ---- e2e: the random Qwen3-0.6B -----------------------------------------------------------
 MODEL=$WORK/qwen3-0.6b-random
-VARIANTS=("current:" "attention:attention" "kernels:kernels" "sampler:sampler" "gemv:gemv"
-    "all-previous:attention,kernels,sampler,gemv")
-ALL_PREVIOUS="all-previous:attention,kernels,sampler,gemv"
+VARIANTS=("current:" "attention:attention" "kernels:kernels" "sampler:sampler" "gemv:gemv" "prefill:prefill"
+    "all-previous:attention,kernels,sampler,gemv,prefill")
+ALL_PREVIOUS="all-previous:attention,kernels,sampler,gemv,prefill"
 # AB_WORKLOAD="current all-previous" limits the (longer) workload runs to those variants
 in_workload() { [ -z "${AB_WORKLOAD:-}" ] || [[ " $AB_WORKLOAD " == *" $1 "* ]]; }
 if want e2e; then
@@ -162,10 +229,10 @@ fi
 if want prefill; then
     [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
         --out "$MODEL" > "$OUT/make_model.log" 2>&1
-    for len in 512 4096 16384; do
-        for v in "wmma:" "flash:flash" "wmma:" "flash:flash"; do
+    for len in ${AB_PREFILL_LENS:-512 4096 16384}; do
+        for v in "wmma:prefill" "flash:" "wmma:prefill" "flash:"; do
             name=${v%%:*}
-            json=$(NANOVLLM_CUDA_PREFILL=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --model "$MODEL" \
+            json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --model "$MODEL" \
                 --input-len "$len" --output-len 2 --max-num-batched-tokens "$len" --json --quiet \
                 2>> "$OUT/prefill_${name}_$len.log")
             echo "$json" >> "$OUT/prefill_${name}_$len.jsonl"
@@ -176,13 +243,13 @@ if want prefill; then
         row "prefill $len tokens, flash vs wmma" "$([ -n "$f" ] && echo - || echo FAIL)" \
             "$(printf '%.0f' "${f:-0}") vs $(printf '%.0f' "${w:-0}") tok/s = $(ratio "$f" "$w")"
     done
-    json=$(NANOVLLM_CUDA_PREFILL=flash timeout 150 "$BIN" bench --device cuda --model "$MODEL" --json \
+    json=$(timeout 150 "$BIN" bench --device cuda --model "$MODEL" --json \
         2>> "$OUT/workload_flash.log")
     row "bench.py workload, flash prefill" "$([ -n "$json" ] && echo - || echo FAIL)" \
         "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s"
     PROMPT=$(printf 'Flash attention keeps the scores in registers. %.0s' $(seq 1 60))
-    for v in "wmma:" "flash:flash"; do
-        NANOVLLM_CUDA_PREFILL=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
+    for v in "wmma:prefill" "flash:"; do
+        NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
             --max-tokens 1 --quiet --dump-logits "$WORK/prefill_${v%%:*}.f32" > /dev/null 2>> "$OUT/prefill_logits.log"
     done
     rel=$("$PY" -c 'import sys, numpy as np; a, b = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:]); print(f"{np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")' \
@@ -193,31 +260,11 @@ fi
 
 # ---- profile: where a single-sequence decode step's time goes (ncu, eager) -------------------
 if want profile; then
-    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
     [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
         --out "$MODEL" > "$OUT/make_model.log" 2>&1
     # the launches after warm-up and the 512-token prefill: a few decode steps
-    timeout 150 "$NCU" --clock-control none --csv --metrics gpu__time_duration.sum \
-        --launch-skip "${AB_PROFILE_SKIP:-3000}" --launch-count "${AB_PROFILE_COUNT:-900}" \
-        "$BIN" bench --latency --device cuda --enforce-eager --model "$MODEL" --input-len 512 --output-len 32 \
-        > "$OUT/profile_raw.csv" 2> "$OUT/profile.log"
-    "$PY" - "$OUT/profile_raw.csv" > "$OUT/profile.txt" 2>> "$OUT/profile.log" <<'PY'
-import csv, sys
-lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith('"')]
-rows = {}
-for r in csv.DictReader(lines):
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    unit = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(r["Metric Unit"], 1)
-    name = r["Kernel Name"].split("(")[0][:60] + " " + r.get("Grid Size", "")
-    t = rows.setdefault(name, [0, 0.0])
-    t[0] += 1
-    t[1] += float(r["Metric Value"].replace(",", "")) * unit
-total = sum(t[1] for t in rows.values())
-print(f"kernel time {total:.0f} us over {sum(t[0] for t in rows.values())} launches")
-for k, (n, t) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
-    print(f"{100 * t / total:5.1f}% {t:9.1f} us {n:5d} x {t / n:7.2f} us  {k}")
-PY
+    ncu_profile profile "${AB_PROFILE_SKIP:-3000}" "${AB_PROFILE_COUNT:-900}" \
+        "$BIN" bench --latency --device cuda --enforce-eager --model "$MODEL" --input-len 512 --output-len 32
     row "profile: decode kernels (ncu, eager)" "$([ -s "$OUT/profile.txt" ] && echo - || echo FAIL)" \
         "$(head -1 "$OUT/profile.txt"); top: $(sed -n 2,4p "$OUT/profile.txt" | awk '{printf "%s %s; ", $1, $7}')"
 fi
@@ -225,16 +272,7 @@ fi
 # ---- moe: Qwen3-30B-A3B's shapes, dummy weights --------------------------------------------
 if want moe; then
     MOE=$WORK/qwen3-30b-a3b-dummy
-    mkdir -p "$MOE"
-    cat > "$MOE/config.json" <<'JSON'
-{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": false,
- "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
- "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
- "num_attention_heads": 32, "num_hidden_layers": 48, "num_key_value_heads": 4,
- "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": false,
- "torch_dtype": "bfloat16", "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
- "norm_topk_prob": true, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}
-JSON
+    dummy_model "$MOE" "$QWEN3_30B_A3B"
     for v in "current:" "attention:attention"; do
         name=${v%%:*}
         json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 120 "$BIN" bench --latency --device cuda --load-format dummy \
@@ -247,17 +285,8 @@ fi
 
 # ---- fp8: a dummy FP8 Qwen3-0.6B against the same shapes in bf16 --------------------------------
 if want fp8; then
-    QWEN06='"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
- "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
- "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
- "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
- "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
- "vocab_size": 151936'
-    QUANT='"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
- "weight_block_size": [128, 128]}'
-    mkdir -p "$WORK/qwen3-0.6b-dummy-bf16" "$WORK/qwen3-0.6b-dummy-fp8"
-    echo "{$QWEN06}" > "$WORK/qwen3-0.6b-dummy-bf16/config.json"
-    echo "{$QWEN06, $QUANT}" > "$WORK/qwen3-0.6b-dummy-fp8/config.json"
+    dummy_model "$WORK/qwen3-0.6b-dummy-bf16" "$QWEN3_06B"
+    dummy_model "$WORK/qwen3-0.6b-dummy-fp8" "$QWEN3_06B" "$QUANT"
     FP8_VARIANTS=("bf16:bf16:" "fp8:fp8:" "fp8 dequantized:fp8:gemv")
     declare -A FP8_DECODE FP8_PREFILL
     for round in $(seq 1 "$ROUNDS"); do
@@ -312,15 +341,7 @@ if want kvfp8; then
 
     # the bench.py workload and single-sequence decode, a dummy Qwen3-0.6B
     KVM=$WORK/qwen3-0.6b-dummy-kv
-    mkdir -p "$KVM"
-    cat > "$KVM/config.json" <<'JSON'
-{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
- "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
- "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
- "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
- "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
- "vocab_size": 151936}
-JSON
+    dummy_model "$KVM" "$QWEN3_06B"
     declare -A KV_WORK KV_DECODE
     # the option itself comes with the CLI's plumbing (another branch): without it, say so once
     if ! "$BIN" bench --device null --model tests/fixtures/tiny-qwen3 --kv-cache-dtype fp8 --num-seqs 1 \
@@ -360,7 +381,6 @@ JSON
         "$(printf '%.0f' "${d_fp8:-0}") vs $(printf '%.0f' "${d_bf16:-0}") tok/s = $(ratio "$d_fp8" "$d_bf16")"
     # one prompt's logits through both caches (dummy weights: random, so only a size check;
     # the tiny fixture's tokenizer is Qwen3's)
-    cp tests/fixtures/tiny-qwen3/tokenizer.json tests/fixtures/tiny-qwen3/tokenizer_config.json "$KVM/" 2> /dev/null
     PROMPT=$(printf 'The KV cache holds one byte a value in e4m3. %.0s' $(seq 1 40))
     for kv in bf16 fp8; do
         timeout 90 "$BIN" generate --model "$KVM" --load-format dummy --device cuda --kv-cache-dtype "$kv" \
@@ -378,19 +398,7 @@ if want hybrid; then
     # in prefill, single-sequence decode (graphs: the row kernel either way), and one prompt's logits
     # through both
     QM=$WORK/qwen3.5-0.8b-dummy
-    mkdir -p "$QM"
-    cat > "$QM/config.json" <<'JSON'
-{"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": true,
- "text_config": {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 1024,
-  "intermediate_size": 3584, "num_hidden_layers": 24, "num_attention_heads": 8, "num_key_value_heads": 2,
-  "head_dim": 256, "attention_bias": false, "attn_output_gate": true, "linear_num_key_heads": 16,
-  "linear_num_value_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-  "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "full_attention_interval": 4,
-  "max_position_embeddings": 262144, "tie_word_embeddings": true, "eos_token_id": 248044,
-  "torch_dtype": "bfloat16", "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10],
-  "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}}}
-JSON
-    cp tests/fixtures/tiny-qwen3/tokenizer.json tests/fixtures/tiny-qwen3/tokenizer_config.json "$QM/" 2> /dev/null
+    dummy_model "$QM" "$QWEN3_5_08B"
     declare -A GDN_PREFILL GDN_DECODE
     for len in 512 4096; do
         for v in "chunked:" "rows:gdn" "chunked:" "rows:gdn"; do
@@ -421,6 +429,59 @@ JSON
         "$WORK/hybrid_chunked.f32" "$WORK/hybrid_rows.f32" 2>> "$OUT/hybrid_logits.log")
     ok=$(awk -v r="$rel" 'BEGIN {print (r == r + 0 && r < 1e-2) ? "ok" : "FAIL"}')
     row "Qwen3.5 logits chunked vs rows (rel L2)" "$ok" "${rel:-?} over a ~600-token prompt, dummy weights"
+fi
+
+# ---- ttft: long prompts, one prefill step each (dummy 0.6B and 30B-A3B) ------------------------
+if want ttft; then
+    dummy_model "$WORK/qwen3-0.6b-dummy-bf16" "$QWEN3_06B"
+    dummy_model "$WORK/qwen3-30b-a3b-dummy" "$QWEN3_30B_A3B"
+    for m in "0.6B:qwen3-0.6b-dummy-bf16" "30B-A3B:qwen3-30b-a3b-dummy"; do
+        for len in ${AB_TTFT_LENS:-1024 4096 16384 32768}; do
+            json=$(timeout 120 "$BIN" bench --latency --device cuda --load-format dummy --model "$WORK/${m#*:}" \
+                --input-len "$len" --output-len 2 --max-num-batched-tokens "$len" --max-model-len $((len + 64)) \
+                --json 2>> "$OUT/ttft_${m%%:*}_$len.log")
+            tps=$(json_field "$json" "['prefill_tokens_per_s']")
+            row "time to first token, ${m%%:*}, $len tokens" "$([ -n "$tps" ] && echo - || echo FAIL)" \
+                "$(awk -v n="$len" -v t="${tps:-0}" 'BEGIN {if (t > 0) printf "%.3f s (%.0f tok/s; one prefill step, process start not counted)", n / t, t; else print "?"}')"
+        done
+    done
+fi
+
+# ---- hybridprofile: where Qwen3.5-0.8B's prefill and decode time goes (ncu, eager) --------------
+if want hybridprofile; then
+    QM=$WORK/qwen3.5-0.8b-dummy
+    dummy_model "$QM" "$QWEN3_5_08B"
+    ncu_profile hybrid_prefill_profile 0 "${AB_HYBRID_PREFILL_COUNT:-2000}" "$BIN" bench --latency --device cuda \
+        --enforce-eager --load-format dummy --model "$QM" --input-len 4096 --output-len 1 --max-num-batched-tokens 4096
+    ncu_profile hybrid_decode_profile "${AB_HYBRID_DECODE_SKIP:-2000}" "${AB_HYBRID_DECODE_COUNT:-600}" "$BIN" bench \
+        --latency --device cuda --enforce-eager --load-format dummy --model "$QM" --input-len 512 --output-len 64
+    for p in prefill decode; do
+        row "Qwen3.5-0.8B $p kernels (ncu, eager)" "$([ -s "$OUT/hybrid_${p}_profile.txt" ] && echo - || echo FAIL)" \
+            "$(head -1 "$OUT/hybrid_${p}_profile.txt"); top: $(sed -n 2,5p "$OUT/hybrid_${p}_profile.txt" | awk '{printf "%s %s; ", $1, $7}')"
+    done
+fi
+
+# ---- workloads: the bench.py workload on the dummy Qwen3.5-0.8B and Qwen3-30B-A3B ---------------
+if want workloads; then
+    dummy_model "$WORK/qwen3.5-0.8b-dummy" "$QWEN3_5_08B"
+    dummy_model "$WORK/qwen3-30b-a3b-dummy" "$QWEN3_30B_A3B"
+    for m in "Qwen3.5-0.8B:qwen3.5-0.8b-dummy:256" "30B-A3B:qwen3-30b-a3b-dummy:${AB_MOE_SEQS:-64}"; do
+        IFS=: read -r name dir seqs <<< "$m"
+        json=$(timeout 150 "$BIN" bench --device cuda --load-format dummy --model "$WORK/$dir" --num-seqs "$seqs" \
+            --json 2>> "$OUT/workload_${dir}.log")
+        echo "$json" >> "$OUT/workload_${dir}.jsonl"
+        row "bench.py workload, $name, $seqs seqs" "$([ -n "$json" ] && echo - || echo FAIL)" \
+            "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s, $(json_field "$json" "['preemptions']") preemptions"
+    done
+fi
+
+# ---- fp8profile: where an FP8 0.6B's 512-token prefill goes (ncu, eager) -----------------------
+if want fp8profile; then
+    dummy_model "$WORK/qwen3-0.6b-dummy-fp8" "$QWEN3_06B" "$QUANT"
+    ncu_profile fp8_prefill_profile 0 "${AB_FP8_PROFILE_COUNT:-1200}" "$BIN" bench --latency --device cuda \
+        --enforce-eager --load-format dummy --model "$WORK/qwen3-0.6b-dummy-fp8" --input-len 512 --output-len 1
+    row "FP8 0.6B prefill kernels (ncu, eager)" "$([ -s "$OUT/fp8_prefill_profile.txt" ] && echo - || echo FAIL)" \
+        "$(head -1 "$OUT/fp8_prefill_profile.txt")"
 fi
 
 print_table "nanovllm GPU A/B"

@@ -79,14 +79,14 @@ if [ -n "${CHECK:-}" ]; then
     cp "$OUT/check/table.txt" "$OUT/check_table.txt" 2> /dev/null
 fi
 [ -f "$OUT/ab/table.txt" ] && cp "$OUT/ab/table.txt" "$OUT/ab_table.txt"
-[ -f "$OUT/ab/profile.txt" ] && cp "$OUT/ab/profile.txt" "$OUT/profile.txt"
+for f in "$OUT"/ab/*profile.txt; do [ -f "$f" ] && cp "$f" "$OUT/"; done
 xz -9 "$OUT/cuda_tests.log" 2> /dev/null
 # everything else in one archive: at most 8 files come back
-KEEP='^(logs.tgz|.*_table.txt|profile.txt|cuda_tests.log.xz|sass.txt|ttft.txt)$'
+KEEP='^(logs.tgz|.*_table.txt|.*profile.txt|cuda_tests.log.xz|sass.txt|ttft.txt)$'
 (cd "$OUT" && ls -A | grep -vE "$KEEP" | tar -czf logs.tgz -T - 2> /dev/null &&
     ls -A | grep -vE "$KEEP" | xargs -r rm -rf)
 echo "==== total +$(($(date +%s) - T0)) s"
 cat "$OUT/sass.txt" "$OUT/ttft.txt" 2> /dev/null
 grep attention "$OUT/ab_noprefetch_table.txt" 2> /dev/null | sed 's/^/NOPREFETCH /'
 cat "$OUT/ab_table.txt" "$OUT/check_table.txt" 2> /dev/null
-head -30 "$OUT/profile.txt" 2> /dev/null
+for f in "$OUT"/*profile.txt; do [ -f "$f" ] && echo "== $(basename "$f")" && head -16 "$f"; done
