@@ -13,7 +13,8 @@
  * and the warp sums its lanes with shuffles. The conversion is the
  * architecture's (cuda_fp8_convert.h). Scales are read with __ldg (each is
  * read by the 8 lanes of its tile in one instruction, 3% of the bytes),
- * weights with __ldcs (read once).
+ * weights with __ldcs (read once). It also runs an MoE decode step's FP8
+ * experts, one launch over the routed pairs (cuda_gemv_fp8_experts).
  */
 #include "cuda_bf16.h"
 #include "cuda_check.h"
@@ -29,12 +30,17 @@
 /* M rows of x [M, K] bf16 times W [N, K] e4m3 with per-row scales ->
  * y [M, N] float32; KSPLIT warps share one output (every KSPLIT-th
  * 512-value chunk of K each), their sums added in shared memory. */
-template <int M, int KSPLIT>
+template <int M, int KSPLIT, bool EXPERTS = false>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * WARP)
 gemv_fp8_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint8_t *__restrict__ w,
-                const float *__restrict__ scales, int N, int K) {
+                const float *__restrict__ scales, int N, int K, GemvExperts experts) {
     constexpr int OUTS = WARPS_PER_BLOCK / KSPLIT; /* outputs per block */
     constexpr int STEP = KSPLIT * WARP;            /* 16-byte loads between one lane's */
+    if (EXPERTS) {
+        const size_t expert = gemv_pair(experts, x, y, N, K);
+        w += expert * N * K;
+        scales += expert * N * fp8_col_tiles(K);
+    }
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
     const int n = blockIdx.x * OUTS + warp / KSPLIT;
     const bool valid = n < N;
@@ -81,13 +87,13 @@ extern "C" bool cuda_gemv_fp8_fits(int rows, int in, const void *x, const void *
            ((uintptr_t)w & 15) == 0;
 }
 
-template <int M>
-static void launch_gemv_fp8(int split, unsigned blocks, cudaStream_t s, float *y, const uint16_t *x,
-                            const uint8_t *w, const float *scales, int out, int in) {
+template <int M, bool EXPERTS = false>
+static void launch_gemv_fp8(int split, dim3 blocks, cudaStream_t s, float *y, const uint16_t *x, const uint8_t *w,
+                            const float *scales, int out, int in, GemvExperts experts = {NULL, 1}) {
     const unsigned threads = WARPS_PER_BLOCK * WARP;
-    if (split == 4) gemv_fp8_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in);
-    else if (split == 2) gemv_fp8_kernel<M, 2><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in);
-    else gemv_fp8_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in);
+    if (split == 4) gemv_fp8_kernel<M, 4, EXPERTS><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in, experts);
+    else if (split == 2) gemv_fp8_kernel<M, 2, EXPERTS><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in, experts);
+    else gemv_fp8_kernel<M, 1, EXPERTS><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in, experts);
 }
 
 extern "C" int cuda_gemv_fp8(float *y, const uint16_t *x, const uint8_t *w, const float *scales, int rows,
@@ -106,6 +112,19 @@ extern "C" int cuda_gemv_fp8(float *y, const uint16_t *x, const uint8_t *w, cons
     default: launch_gemv_fp8<4>(split, blocks, s, y, x, w, scales, out, in); break;
     }
     CUDA_LAUNCHED("the FP8 gemv kernel", err);
+    return 0;
+}
+
+extern "C" int cuda_gemv_fp8_experts(float *y, const uint16_t *x, int x_div, const uint8_t *w, const float *scales,
+                                     const int32_t *expert_of, int pairs, int out, int in, CudaStream stream,
+                                     Error *err) {
+    if (pairs <= 0 || out <= 0) return 0;
+    if (!cuda_gemv_fp8_fits(1, in, x, w) || x_div < 1)
+        return error_set(err, "FP8 expert gemv: rows of %d (a multiple of 16 wide, 16-byte aligned)", in);
+    const int split = fp8_gemv_k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)pairs);
+    launch_gemv_fp8<1, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in, GemvExperts{expert_of, x_div});
+    CUDA_LAUNCHED("the FP8 expert gemv kernel", err);
     return 0;
 }
 

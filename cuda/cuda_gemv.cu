@@ -13,7 +13,9 @@
  * a few KB and stays in L1), and the warp sums its lanes with shuffles.
  * Below 4,096 outputs four warps share each output's K (k_split), so the
  * launch fills the GPU at any N. cuBLAS keeps the
- * larger batches, and all of them under NANOVLLM_CUDA_LEGACY=gemv.
+ * larger batches, and all of them under NANOVLLM_CUDA_LEGACY=gemv. The same
+ * kernel runs an MoE decode step's experts, one launch over its routed
+ * pairs (cuda_gemv_experts).
  */
 #include "cuda_bf16.h"
 #include "cuda_check.h"
@@ -29,10 +31,12 @@
  * their sums added in shared memory: for small N (Qwen3-0.6B's o_proj and
  * down_proj have 1,024 outputs) one warp an output would leave each warp
  * several load round trips deep in K with too few warps to cover them. */
-template <int M, int KSPLIT>
+template <int M, int KSPLIT, bool EXPERTS = false>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * WARP)
-gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_t *__restrict__ w, int N, int K) {
+gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_t *__restrict__ w, int N, int K,
+            GemvExperts experts) {
     constexpr int OUTS = WARPS_PER_BLOCK / KSPLIT; /* outputs per block */
+    if (EXPERTS) w += gemv_pair(experts, x, y, N, K) * N * K;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
     const int n = blockIdx.x * OUTS + warp / KSPLIT;
     const bool valid = n < N;
@@ -91,9 +95,10 @@ extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int row
     const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
     const unsigned threads = WARPS_PER_BLOCK * WARP;
     cudaStream_t s = (cudaStream_t)stream;
+    const GemvExperts one = {NULL, 1};
 #define GEMV_LAUNCH(M)                                                                                       \
-    (split == 4 ? gemv_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, out, in)                              \
-                : gemv_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, out, in))
+    (split == 4 ? gemv_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, out, in, one)                         \
+                : gemv_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, out, in, one))
     switch (rows) {
     case 1: GEMV_LAUNCH(1); break;
     case 2: GEMV_LAUNCH(2); break;
@@ -102,5 +107,24 @@ extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int row
     }
 #undef GEMV_LAUNCH
     CUDA_LAUNCHED("the gemv kernel", err);
+    return 0;
+}
+
+extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMatrix w, const int32_t *expert_of,
+                                 int pairs, int out, int in, CudaStream stream, Error *err) {
+    if (pairs <= 0 || out <= 0) return 0;
+    if (w.scales)
+        return cuda_gemv_fp8_experts(y, x, x_div, (const uint8_t *)w.data, w.scales, expert_of, pairs, out, in,
+                                     stream, err);
+    if (!cuda_gemv_fits(1, in, x, w.data) || x_div < 1)
+        return error_set(err, "expert gemv: rows of %d (a multiple of 8 wide, 16-byte aligned)", in);
+    const int split = k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)pairs);
+    const GemvExperts experts = {expert_of, x_div};
+    const uint16_t *wb = (const uint16_t *)w.data;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (split == 4) gemv_kernel<1, 4, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts);
+    else gemv_kernel<1, 1, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts);
+    CUDA_LAUNCHED("the expert gemv kernel", err);
     return 0;
 }

@@ -2,7 +2,8 @@
  * cuda_gemv_reduce.h - the end every gemv kernel shares (cuda_gemv.cu's bf16
  * one, cuda_fp8.cu's FP8 one): each warp's lanes summed with shuffles, then
  * the KSPLIT warps that share an output (consecutive in the block) added in
- * shared memory, one store per output and row.
+ * shared memory, one store per output and row - and the offsets of a
+ * launch over an MoE step's routed pairs (GemvExperts).
  */
 #ifndef NANOVLLM_CUDA_GEMV_REDUCE_H
 #define NANOVLLM_CUDA_GEMV_REDUCE_H
@@ -34,6 +35,27 @@ __device__ __forceinline__ void gemv_reduce_store(float (&acc)[M], float *__rest
         for (int p = 0; p < KSPLIT; p++) sum += partial[warp + p][lane];
         y[(size_t)lane * N + n] = sum;
     }
+}
+
+/* A gemv launched once over an MoE step's (token, choice) pairs, grid y
+ * the pair: pair p multiplies x's row p / x_div (the token's hidden row for
+ * gate/up, x_div = k; the pair's own activation row for down, x_div = 1) by
+ * its expert's matrix, experts stacked [experts][N, K], into y's row p.
+ * expert_of NULL: one matrix, grid y 1. */
+struct GemvExperts {
+    const int32_t *expert_of;
+    int x_div;
+};
+
+/* This block's pair: its expert's index (0 for a plain launch), and x and
+ * y moved to its rows. */
+__device__ __forceinline__ size_t gemv_pair(GemvExperts g, const uint16_t *__restrict__ &x,
+                                            float *__restrict__ &y, int N, int K) {
+    if (!g.expert_of) return 0;
+    const int p = blockIdx.y;
+    x += (size_t)(p / g.x_div) * K;
+    y += (size_t)p * N;
+    return (size_t)g.expert_of[p];
 }
 
 #endif

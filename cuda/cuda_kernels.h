@@ -213,6 +213,16 @@ int cuda_gemv_fp8(float *y, const uint16_t *x, const uint8_t *w, const float *sc
 int cuda_fp8_dequantize(uint16_t *dst, const uint8_t *w, const float *scales, int rows, int cols,
                         CudaStream stream, Error *err);
 
+/* An MoE step's experts as gemvs, one launch over its routed pairs: for
+ * pair p, y[p, :out] = x[p / x_div, :in] times W[expert_of[p]]^T, w the
+ * stacked [experts][out, in], bf16 or FP8 (w.scales, per-row tile scales
+ * of the stack's rows). x_div: k for gate/up (the token's row), 1 for down.
+ * Needs in a multiple of 8 (bf16) or 16 (FP8) and x, w 16-byte aligned. */
+int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMatrix w, const int32_t *expert_of, int pairs,
+                      int out, int in, CudaStream stream, Error *err);
+int cuda_gemv_fp8_experts(float *y, const uint16_t *x, int x_div, const uint8_t *w, const float *scales,
+                          const int32_t *expert_of, int pairs, int out, int in, CudaStream stream, Error *err);
+
 /* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, intermediate + i]). */
 int cuda_silu_mul(uint16_t *out, const float *gate_up, int n, int intermediate, CudaStream stream,
                   Error *err);

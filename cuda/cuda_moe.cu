@@ -5,7 +5,11 @@
  * route, one block to lay out the rows, a WMMA GEMM where each warp owns a
  * 16 x 16 output tile and streams its expert's weight rows from global
  * memory (decode reads each routed expert's matrices once per tile of 16
- * rows, i.e. once for a small batch, which is what bounds it). The
+ * rows, i.e. once for a small batch, which is what bounds it). Steps of up
+ * to CUDA_MOE_GEMV_MAX_TOKENS tokens skip the layout: each (token, choice)
+ * pair is a row of the gemv kernels (cuda_gemv_experts), which read a
+ * weight row with whole 16-byte loads per lane where the WMMA tile reads 32
+ * bytes of each of 16 rows; NANOVLLM_CUDA_LEGACY=moe keeps the GEMM. The
  * arithmetic mirrors cpu_moe.c: float32 softmax, the same tie rule, the
  * same order of the weighted sum.
  */
@@ -20,6 +24,7 @@
 #include "cuda_check.h"
 #include "cuda_fp8_convert.h"
 #include "cuda_moe.h"
+#include "cuda_variants.h"
 
 using namespace nvcuda;
 
@@ -139,13 +144,14 @@ __global__ void gather_kernel(uint16_t *x, const uint16_t *h, const int32_t *row
     for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = t >= 0 ? h[(size_t)t * H + i] : 0;
 }
 
+/* pair_row NULL: pair i's row is row i (the expert gemvs' layout). */
 __global__ void combine_kernel(float *delta, const float *y, const int32_t *pair_row,
                                const float *weights, int k, int H) {
     int t = blockIdx.x;
     for (int i = threadIdx.x; i < H; i += blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j < k; j++)
-            acc += weights[t * k + j] * y[(size_t)pair_row[t * k + j] * H + i];
+            acc += weights[t * k + j] * y[(size_t)(pair_row ? pair_row[t * k + j] : t * k + j) * H + i];
         delta[(size_t)t * H + i] = acc;
     }
 }
@@ -246,6 +252,17 @@ extern "C" int cuda_moe_route(int32_t *ids, float *weights, const float *logits,
     return 0;
 }
 
+/* Whether a step of T tokens takes the expert gemvs: a few tokens, so
+ * each routed expert has a row or two, and x, the activations and the
+ * weights as the gemv kernels need them (16-byte rows). */
+static bool moe_gemv_fits(const CudaMoe *m, const uint16_t *h, int T, CudaMatrix gate_up, CudaMatrix down) {
+    if (T > CUDA_MOE_GEMV_MAX_TOKENS || cuda_variant_legacy("moe")) return false;
+    const int mult = gate_up.scales ? 16 : 8;
+    return m->hidden % mult == 0 && m->width % mult == 0 && ((uintptr_t)h & 15) == 0 &&
+           ((uintptr_t)m->act & 15) == 0 && ((uintptr_t)gate_up.data & 15) == 0 && ((uintptr_t)down.data & 15) == 0 &&
+           (gate_up.scales != NULL) == (down.scales != NULL);
+}
+
 extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, CudaMatrix gate_up,
                         CudaMatrix down, CudaStream stream, Error *err) {
     if (T <= 0) return 0;
@@ -254,6 +271,17 @@ extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, Cuda
     int H = m->hidden, W = m->width, E = m->experts, k = m->k;
     int rows = cuda_moe_max_rows(T, E, k), tiles = rows / TILE;
     if (cuda_moe_route(m->ids, m->weights, m->logits, T, E, k, m->norm, stream, err)) return -1;
+    if (moe_gemv_fits(m, h, T, gate_up, down)) {
+        /* a row per (token, choice) in routing order, each its expert's gemv */
+        const int pairs = T * k;
+        if (cuda_gemv_experts(m->gate_up, h, k, gate_up, m->ids, pairs, 2 * W, H, stream, err) ||
+            cuda_silu_mul_rows(m->act, m->gate_up, pairs, NULL, W, stream, err) ||
+            cuda_gemv_experts(m->y, m->act, 1, down, m->ids, pairs, H, W, stream, err))
+            return -1;
+        combine_kernel<<<T, ROW_THREADS, 0, s>>>(delta, m->y, NULL, m->weights, k, H);
+        CUDA_LAUNCHED("the MoE combine kernel", err);
+        return 0;
+    }
     align_kernel<<<1, ALIGN_THREADS, 0, s>>>(m->row_token, m->pair_row, m->tile_expert, m->used_rows,
                                              m->ids, T * k, E, k, rows);
     CUDA_LAUNCHED("the MoE row layout kernel", err);

@@ -17,6 +17,9 @@
  *     stacked gate/up weights, and tiles beyond the used rows return at
  *     once; SiLU-and-mul; grouped GEMM down;
  *   combine: each token's k rows weighted, in routing order.
+ * Steps of at most CUDA_MOE_GEMV_MAX_TOKENS tokens (decode at small batch)
+ * skip align and gather: gate/up and down run as gemvs over the routed
+ * pairs, an expert read once per pair that chose it.
  * Only routed experts' weights are read: an expert no token chose has no
  * tile. Needs hidden and moe_intermediate_size multiples of 16 and at most
  * 2048 experts (checked by cuda_moe_create).
@@ -54,6 +57,8 @@ typedef struct CudaMoe {
     float *gate_up, *y;    /* [max rows, 2 * width], [max rows, hidden] */
     void *memory;          /* the one device allocation */
 } CudaMoe;
+
+#define CUDA_MOE_GEMV_MAX_TOKENS 8
 
 /* Rows (and so 16-row tiles) a step of T tokens may need. */
 int cuda_moe_max_rows(int T, int experts, int k);

@@ -10,7 +10,8 @@
  * dequantized to bf16 for it at every batch), "prefetch" (decode
  * attention without the next pass's loads in flight), "gdn" (Qwen3.5's
  * Gated DeltaNet row by row in prompts too, no chunked kernel), "prefill"
- * (prompt attention on the WMMA kernel instead of the flash one). Unset, every part runs
+ * (prompt attention on the WMMA kernel instead of the flash one), "moe" (the
+ * grouped expert GEMM at every batch, no expert gemvs). Unset, every part runs
  * its current kernel. With an fp8 KV cache (--kv-cache-dtype fp8) "prefetch"
  * changes nothing (its decode kernel never prefetches) and "attention" is ignored (logged)
  * and "kernels" keeps the cache store on the vector kernel: neither previous
@@ -26,7 +27,7 @@ extern "C" {
 #endif
 
 /* Whether `part` ("attention", "kernels", "sampler", "gemv", "gdn", "prefill",
- * "prefetch") is listed in NANOVLLM_CUDA_LEGACY. */
+ * "prefetch", "moe") is listed in NANOVLLM_CUDA_LEGACY. */
 bool cuda_variant_legacy(const char *part);
 
 #ifdef __cplusplus

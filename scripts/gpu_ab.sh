@@ -29,7 +29,8 @@
 #  profile: ncu's per-kernel time over a few eager single-sequence decode
 #           steps (proportions: ncu serialises the launches);
 #  moe:     Qwen3-30B-A3B's shapes with dummy weights: single-sequence decode,
-#           current against the previous attention;
+#           current against the previous attention and against the grouped
+#           expert GEMM at decode (NANOVLLM_CUDA_LEGACY=moe: no expert gemvs);
 #  fp8:     Qwen3-0.6B's shape with dummy weights, FP8 (config.json with Qwen's
 #           quantization_config: layer matrices float8_e4m3fn with 128 x 128
 #           block scales, read as FP8 on the GPU) against bf16: single-sequence
@@ -273,11 +274,11 @@ fi
 if want moe; then
     MOE=$WORK/qwen3-30b-a3b-dummy
     dummy_model "$MOE" "$QWEN3_30B_A3B"
-    for v in "current:" "attention:attention"; do
+    for v in "current:" "attention:attention" "grouped GEMM:moe"; do
         name=${v%%:*}
         json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 120 "$BIN" bench --latency --device cuda --load-format dummy \
-            --model "$MOE" --input-len 512 --output-len 128 --json 2>> "$OUT/moe_$name.log")
-        echo "$json" >> "$OUT/moe_$name.jsonl"
+            --model "$MOE" --input-len 512 --output-len 128 --json 2>> "$OUT/moe_${name// /_}.log")
+        echo "$json" >> "$OUT/moe_${name// /_}.jsonl"
         row "30B-A3B single-stream decode, $name" "$([ -n "$json" ] && echo - || echo FAIL)" \
             "$(json_field "$json" "['decode_tokens_per_s']" .0f) tok/s"
     done
