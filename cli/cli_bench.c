@@ -11,6 +11,8 @@
  * DeltaNet mixer at every SIMD level.
  * --structured (bench_structured.h): structured outputs' compile and mask
  * costs over the model's vocabulary, and constrained generation beside free.
+ * --admission (bench_admission.h): a long prompt admitted while --num-seqs
+ * sequences decode.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -20,6 +22,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "config/defaults.h"
+#include "cli/bench/bench_admission.h"
 #include "cli/bench/bench_attention.h"
 #include "cli/bench/bench_deltanet.h"
 #include "cli/bench/bench_latency.h"
@@ -30,12 +33,15 @@
 
 /* Rows of --structured's generation comparison unless --num-seqs says. */
 #define STRUCTURED_BENCH_NUM_SEQS 32
+/* --admission: the decoding sequences unless --num-seqs says, and their prompts. */
+#define ADMISSION_BENCH_NUM_SEQS 32
+#define ADMISSION_PROMPT_LEN 128
 
 static const char USAGE[] = "usage: nanovllm bench --model DIR [options]\n";
 
 static const char HELP[] =
-    "Benchmarks generation (default), single-stream latency (--latency), the matmul (--matmul)\n"
-    "or structured outputs (--structured).\n"
+    "Benchmarks generation (default), single-stream latency (--latency), the matmul (--matmul),\n"
+    "structured outputs (--structured) or a long prompt's admission (--admission).\n"
     "\n"
     "  --model DIR                   Hugging Face model folder\n"
     "throughput (nano-vllm's bench.py workload, prompt ids uniform in [0, 10000]):\n"
@@ -54,6 +60,11 @@ static const char HELP[] =
     "  --attention                   time the GPU's decode attention (--num-seqs sequences of\n"
     "                                --input-len tokens) against its copy bandwidth; with\n"
     "                                --device cpu the CPU's, against reads of the same rows\n"
+    "admission:\n"
+    "  --admission                   a prompt of --input-len tokens arriving while --num-seqs sequences\n"
+    "                                (default " DEFAULT_TEXT(ADMISSION_BENCH_NUM_SEQS) ") decode: its time to first token, their decode rate\n"
+    "                                before and meanwhile, the longest step (--max-num-batched-tokens\n"
+    "                                is the chunk the prompt is prefilled in)\n"
     "structured outputs:\n"
     "  --structured                  compile and per-token mask times of a JSON schema, a regex\n"
     "                                and a choice over the model's vocabulary, then --num-seqs\n"
@@ -70,6 +81,7 @@ typedef enum BenchMode {
     BENCH_DELTANET,
     BENCH_ATTENTION,
     BENCH_STRUCTURED,
+    BENCH_ADMISSION,
 } BenchMode;
 
 typedef struct BenchArgs {
@@ -91,7 +103,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         {"seed", required_argument, 0, 's'}, {"latency", no_argument, 0, 'l'},
         {"matmul", no_argument, 0, 'x'}, {"attention", no_argument, 0, 't'},
         {"deltanet", no_argument, 0, 'D'},
-        {"structured", no_argument, 0, 'g'},
+        {"structured", no_argument, 0, 'g'}, {"admission", no_argument, 0, 'A'},
         {"json", no_argument, 0, 'j'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (BenchArgs){.num_seqs = DEFAULT_BENCH_NUM_SEQS,
@@ -133,6 +145,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         case 'D': a->mode = BENCH_DELTANET; break;
         case 't': a->mode = BENCH_ATTENTION; break;
         case 'g': a->mode = BENCH_STRUCTURED; break;
+        case 'A': a->mode = BENCH_ADMISSION; break;
         case 'j': a->json = true; break;
         default: {
             if (c == 'q') a->quiet = true;
@@ -176,6 +189,21 @@ static int run_throughput(const BenchArgs *a, Error *err) {
     return rc;
 }
 
+static int run_admission(const BenchArgs *a, Error *err) {
+    LoadedModel m;
+    if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
+    Engine *e = engine_create(&m.weights, m.runner, err);
+    int rc = -1;
+    if (e) {
+        AdmissionConfig c = {a->num_seqs_given ? a->num_seqs : ADMISSION_BENCH_NUM_SEQS, ADMISSION_PROMPT_LEN,
+                             a->input_len, a->json};
+        rc = bench_admission(e, &c, err);
+        engine_destroy(e);
+    }
+    loaded_model_close(&m);
+    return rc;
+}
+
 static int run_structured(const BenchArgs *a, Error *err) {
     LoadedModel m;
     if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
@@ -210,6 +238,7 @@ int command_bench(int argc, char **argv) {
              : a.mode == BENCH_DELTANET ? bench_deltanet(a.runner.num_threads, &err)
              : a.mode == BENCH_LATENCY    ? run_latency(&a, &err)
              : a.mode == BENCH_STRUCTURED ? run_structured(&a, &err)
+             : a.mode == BENCH_ADMISSION  ? run_admission(&a, &err)
                                           : run_throughput(&a, &err);
     if (rc != 0) {
         fprintf(stderr, "nanovllm bench: %s\n", err.msg);

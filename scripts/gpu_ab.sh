@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile" \
+#   AB_ONLY="kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission" \
 #       scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
@@ -56,7 +56,9 @@
 #           a 4,096-token prefill and over a few decode steps;
 #  workloads: the bench.py workload on dummy Qwen3.5-0.8B (256 requests) and
 #           Qwen3-30B-A3B (AB_MOE_SEQS, 64);
-#  fp8profile: ncu's per-kernel time of the FP8 0.6B's 512-token prefill.
+#  fp8profile: ncu's per-kernel time of the FP8 0.6B's 512-token prefill;
+#  admission: bench --admission on a dummy 0.6B: a 16k-token prompt arriving
+#           while 32 sequences decode, at chunk budgets AB_ADMISSION_BUDGETS.
 # Logs and JSON go to OUT_DIR; the model to $WORK.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,7 +70,7 @@ ROW_WIDTH=44
 . scripts/gpu_lib.sh
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission} " == *" $1 "* ]]; }
 # ncu_profile NAME SKIP COUNT CMD...: ncu's time of COUNT kernel launches after SKIP, summed per
 # kernel and grid into $OUT/NAME.txt (proportions: ncu serialises the launches)
 ncu_profile() {
@@ -483,6 +485,19 @@ if want fp8profile; then
         --enforce-eager --load-format dummy --model "$WORK/qwen3-0.6b-dummy-fp8" --input-len 512 --output-len 1
     row "FP8 0.6B prefill kernels (ncu, eager)" "$([ -s "$OUT/fp8_prefill_profile.txt" ] && echo - || echo FAIL)" \
         "$(head -1 "$OUT/fp8_prefill_profile.txt")"
+fi
+
+# ---- admission: a 16k-token prompt arriving while 32 sequences decode (dummy 0.6B) -------------
+if want admission; then
+    dummy_model "$WORK/qwen3-0.6b-dummy-bf16" "$QWEN3_06B"
+    for budget in ${AB_ADMISSION_BUDGETS:-2048 8192 16384}; do
+        json=$(timeout 120 "$BIN" bench --admission --device cuda --load-format dummy --model "$WORK/qwen3-0.6b-dummy-bf16" \
+            --num-seqs 32 --input-len 16384 --max-num-batched-tokens "$budget" --json --quiet \
+            2>> "$OUT/admission_$budget.log")
+        echo "$json" >> "$OUT/admission_$budget.jsonl"
+        row "16k prompt among 32 decoding, budget $budget" "$([ -n "$json" ] && echo - || echo FAIL)" \
+            "ttft $(json_field "$json" "['ttft_s']" .3f) s in $(json_field "$json" "['admission_steps']") steps; decode $(json_field "$json" "['admission_decode_tokens_per_s']" .0f) tok/s meanwhile vs $(json_field "$json" "['steady_decode_tokens_per_s']" .0f) before; longest step $(json_field "$json" "['longest_step_ms']" .1f) ms"
+    done
 fi
 
 print_table "nanovllm GPU A/B"

@@ -307,3 +307,38 @@ Test(cli, seeded_samples) {
     free(out1);
     free(out2);
 }
+
+/* bench --admission: a 200-token prompt arriving while 4 sequences decode is
+ * prefilled in ceil(200 / (64 - 4)) = 4 steps of a 64-token budget, each of
+ * which also decodes all 4 (the scheduler's shared step); with a budget
+ * past the prompt, one step. A prompt past max_model_len is refused. */
+Test(cli, admission_bench_shares_steps) {
+    const int budgets[] = {64, 512}, want_steps[] = {4, 1};
+    for (int i = 0; i < 2; i++) {
+        char args[256], *out, *err;
+        snprintf(args, sizeof args,
+                 "bench --admission --model " TINY_MODEL " --device cpu --num-seqs 4 --input-len 200 "
+                 "--max-num-batched-tokens %d --json --quiet", budgets[i]);
+        int rc = run_nanovllm(args, &out, &err);
+        cr_assert_eq(rc, 0, "%s", err);
+        json_error_t jerr;
+        json_t *j = json_loads(out, 0, &jerr);
+        cr_assert(j, "%s: %s", jerr.text, out);
+        int steps = (int)json_integer_value(json_object_get(j, "admission_steps"));
+        int tokens = (int)json_integer_value(json_object_get(j, "admission_decode_tokens"));
+        cr_expect_eq(steps, want_steps[i], "budget %d: %d steps", budgets[i], steps);
+        cr_expect_eq(tokens, 4 * want_steps[i], "budget %d: %d decode tokens meanwhile", budgets[i], tokens);
+        cr_expect_gt(json_real_value(json_object_get(j, "ttft_s")), 0.0);
+        cr_expect_gt(json_real_value(json_object_get(j, "steady_decode_tokens_per_s")), 0.0);
+        json_decref(j);
+        free(out);
+        free(err);
+    }
+    char *out, *err;
+    int rc = run_nanovllm("bench --admission --model " TINY_MODEL " --device cpu --num-seqs 2 --input-len 1000000 "
+                          "--max-model-len 4096 --quiet", &out, &err);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(err, "max_model_len 4096"), "%s", err);
+    free(out);
+    free(err);
+}
