@@ -32,7 +32,7 @@
 #include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_gated_deltanet.h"
-#include "cuda_gdn_chunk.h"
+#include "cuda_gdn_chunk_tiles.h"
 #include "cuda_variants.h"
 
 #define WARP 32
@@ -262,20 +262,23 @@ gdn_chunk_kernel(float *__restrict__ qkv, const float *__restrict__ a, const flo
             for (int r = lane; r < dk; r += WARP) qt[r] *= iq, kt[r] *= ik;
         }
         __syncthreads();
-        for (int i = tid; i < C * C; i += NT) gdn_chunk_gram(v, i);
+        for (int i = tid; i < gdn_tiles_gram(); i += NT) gdn_chunk_gram2(v, i);
         for (int i = tid; i < n * dk; i += NT) gdn_chunk_w_rhs(v, i);
         for (int i = tid; i < n * W; i += NT) gdn_chunk_u_rhs(v, i);
         __syncthreads();
         for (int i = tid; i < dk + W; i += NT) gdn_chunk_solve(v, i);
         __syncthreads();
-        for (int i = tid; i < n * W; i += NT) gdn_chunk_delta(v, i);
+        for (int i = tid; i < gdn_tiles_rows_cols(); i += NT) gdn_chunk_delta2(v, i);
         __syncthreads();
-        for (int i = tid; i < n * W; i += NT) {
-            int valid;
-            const float o = gdn_chunk_out(v, i, &valid);
-            if (valid) qkv[(size_t)(row0 + i / W) * cd + v_at + i % W] = o;
+        for (int i = tid; i < gdn_tiles_rows_cols(); i += NT) {
+            int t, c;
+            float o[2][2];
+            const int valid = gdn_chunk_out2(v, i, &t, &c, o);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (valid >> e & 1) qkv[(size_t)(row0 + t + e / 2) * cd + v_at + c + e % 2] = o[e / 2][e % 2];
         }
-        for (int i = tid; i < dk * W; i += NT) gdn_chunk_state(v, i);
+        for (int i = tid; i < gdn_tiles_state(dk); i += NT) gdn_chunk_state2(v, i);
         __syncthreads(); /* the next chunk's stage overwrites what these read */
     }
     for (int i = tid; i < dk * W; i += NT)

@@ -9,7 +9,10 @@
  * CPU module's recurrent step (cpu_gated_deltanet.h, token by token: an
  * independent derivation), call by call on one sequence: a fresh prompt over
  * several chunks, continuations of 33, 1 and 64 rows; shapes with a partial
- * column tile, several column tiles, value heads tiled, dk 256. Runs on
+ * column tile, several column tiles, value heads tiled, dk 256 and an odd
+ * dk. The kernel runs the products two by two (cuda_gdn_chunk_tiles.h):
+ * every call runs both forms, which must agree to the bit, and the tiled
+ * one is compared with the recurrent step. Runs on
  * every machine: what it cannot see is the launch itself (grid, barriers,
  * shared memory size), which the GPU tests cover.
  *
@@ -26,7 +29,7 @@
 
 #include "helpers.h"
 #include "cpu/cpu_gated_deltanet.h"
-#include "cuda/cuda_gdn_chunk.h"
+#include "cuda/cuda_gdn_chunk_tiles.h"
 
 #define TOL 2e-5
 
@@ -42,7 +45,7 @@ typedef struct Weights {
  * conv's output), every (value head, column tile) block in turn; its
  * recurrent state [Hv][dk][dv] in `state`, zeroed first when fresh. */
 static void chunk_blocks(const CudaGdnShape *s, const Weights *w, float *state, bool fresh, float *qkv,
-                         const float *a, const float *b, int rows) {
+                         const float *a, const float *b, int rows, bool tiled_products) {
     const int hk = s->num_k_heads, hv = s->num_v_heads, dk = s->k_dim, dv = s->v_dim;
     const int C = GDN_CHUNK_ROWS, W = GDN_CHUNK_COLS, tiles = gdn_chunk_col_tiles(dv);
     const size_t cd = gdn_plan_conv_dim(s), floats = gdn_chunk_smem(dk).floats;
@@ -81,10 +84,25 @@ static void chunk_blocks(const CudaGdnShape *s, const Weights *w, float *state, 
                 const float iq = gdn_chunk_inv_norm(qq, qscale), ik = gdn_chunk_inv_norm(kk, 1.0f);
                 for (int r = 0; r < dk; r++) qt[r] *= iq, kt[r] *= ik;
             }
-            for (int i = 0; i < C * C; i++) gdn_chunk_gram(v, i);
+            if (tiled_products)
+                for (int i = 0; i < gdn_tiles_gram(); i++) gdn_chunk_gram2(v, i);
+            else
+                for (int i = 0; i < C * C; i++) gdn_chunk_gram(v, i);
             for (int i = 0; i < n * dk; i++) gdn_chunk_w_rhs(v, i);
             for (int i = 0; i < n * W; i++) gdn_chunk_u_rhs(v, i);
             for (int i = 0; i < dk + W; i++) gdn_chunk_solve(v, i);
+            if (tiled_products) {
+                for (int i = 0; i < gdn_tiles_rows_cols(); i++) gdn_chunk_delta2(v, i);
+                for (int i = 0; i < gdn_tiles_rows_cols(); i++) {
+                    int r, c;
+                    float o[2][2];
+                    const int valid = gdn_chunk_out2(v, i, &r, &c, o);
+                    for (int e = 0; e < 4; e++)
+                        if (valid >> e & 1) qkv[(size_t)(t0 + r + e / 2) * cd + v_at + c + e % 2] = o[e / 2][e % 2];
+                }
+                for (int i = 0; i < gdn_tiles_state(dk); i++) gdn_chunk_state2(v, i);
+                continue;
+            }
             for (int i = 0; i < n * W; i++) gdn_chunk_delta(v, i);
             for (int i = 0; i < n * W; i++) {
                 int valid;
@@ -138,8 +156,9 @@ static void check_shape(int hk, int hv, int dk, int dv, bool tiled, uint64_t see
     float *qkv = malloc(sizeof(float) * max_rows * cd), *z = malloc(sizeof(float) * max_rows * vd);
     float *a = malloc(sizeof(float) * max_rows * hv), *b = malloc(sizeof(float) * max_rows * hv);
     float *want = malloc(sizeof(float) * max_rows * vd), *got = malloc(sizeof(float) * max_rows * vd);
+    float *qkv_one = malloc(sizeof(float) * max_rows * cd), *state_one = malloc(sizeof(float) * rec);
     cr_assert(w.A_log && w.dt_bias && w.norm_w && conv_w && conv_state && want_state && got_state && qkv && z && a &&
-              b && want && got);
+              b && want && got && qkv_one && state_one);
     for (int i = 0; i < hv; i++) {
         w.A_log[i] = (float)log(0.5 + 3.5 * test_rng_uniform(&rng));
         w.dt_bias[i] = test_rng_gauss(&rng);
@@ -161,7 +180,13 @@ static void check_shape(int hk, int hv, int dk, int dv, bool tiled, uint64_t see
         for (size_t i = 0; i < (size_t)rows * hv; i++) a[i] = test_rng_gauss(&rng), b[i] = 2.0f * test_rng_gauss(&rng);
         const GdnSeq seq = {0, rows, conv_state, want_state, call == 0};
         cpu_gdn_forward(cpu, &cw, &seq, 1, qkv, z, a, b, want); /* leaves the conv's output in qkv */
-        chunk_blocks(&s, &w, got_state, call == 0, qkv, a, b, rows);
+        /* one output an element, then two by two (what the kernel runs): the same bits */
+        memcpy(qkv_one, qkv, sizeof(float) * rows * cd);
+        if (call) memcpy(state_one, got_state, sizeof(float) * rec);
+        chunk_blocks(&s, &w, state_one, call == 0, qkv_one, a, b, rows, false);
+        chunk_blocks(&s, &w, got_state, call == 0, qkv, a, b, rows, true);
+        cr_assert(memcmp(qkv_one, qkv, sizeof(float) * rows * cd) == 0, "call %d: tiled outputs differ", call);
+        cr_assert(memcmp(state_one, got_state, sizeof(float) * rec) == 0, "call %d: tiled states differ", call);
         norm_rows(&s, &w, qkv, z, got, rows);
         double d = worst_of(got, want, rows * vd, "out", call);
         worst_out = d > worst_out ? d : worst_out;
@@ -172,7 +197,8 @@ static void check_shape(int hk, int hv, int dk, int dv, bool tiled, uint64_t see
                 dk, dv, tiled ? " tiled" : "", worst_out, worst_state, TOL);
     cpu_gdn_destroy(cpu);
     thread_pool_destroy(tp);
-    void *all[] = {w.A_log, w.dt_bias, w.norm_w, conv_w, conv_state, want_state, got_state, qkv, z, a, b, want, got};
+    void *all[] = {w.A_log,    w.dt_bias, w.norm_w, conv_w, conv_state, want_state, got_state, qkv, z, a, b, want,
+                   got,        qkv_one,   state_one};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
@@ -183,6 +209,8 @@ Test(gdn_chunk, real_head_size) { check_shape(2, 4, 128, 128, false, 2); }
 Test(gdn_chunk, value_heads_tiled_two_tiles) { check_shape(2, 6, 64, 40, true, 3); }
 
 Test(gdn_chunk, large_key_dim) { check_shape(1, 2, 256, 64, false, 4); }
+
+Test(gdn_chunk, odd_key_dim) { check_shape(1, 2, 33, 24, false, 5); }
 
 /* The shared memory regions are disjoint and in bounds, and the sizes the
  * launch asks for are what the kernel's view uses. */
