@@ -19,42 +19,24 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "bench_tally.h"
 
 #define STEADY_STEPS 16
 
-typedef struct Tally {
-    long tokens;
-    int started, finished;
-    char error[256];
-} Tally;
-
-static void on_output(const EngineOutput *o, void *user) {
-    Tally *t = user;
-    if (o->has_token) {
-        t->tokens++;
-        if (o->num_output_tokens == 1) t->started++;
-    }
-    if (o->finish != FINISH_NONE) {
-        t->finished++;
-        if (o->finish == FINISH_ERROR && !t->error[0])
-            snprintf(t->error, sizeof t->error, "%s", o->error ? o->error : "unknown error");
-    }
-}
-
 /* A request of n token ids (1..10,000, from seed) that decodes up to max_tokens. */
-static int submit(Engine *e, int32_t *ids, int n, int seed, int max_tokens, Tally *t, Error *err) {
+static int submit(Engine *e, int32_t *ids, int n, int seed, int max_tokens, BenchTally *t, Error *err) {
     for (int i = 0; i < n; i++) ids[i] = 1 + (int32_t)(((uint32_t)i * 2654435761u + (uint32_t)seed * 40503u) % 10000u);
     SamplingParams sp = sampling_params_default();
     sp.ignore_eos = true;
     sp.max_tokens = max_tokens;
-    EngineRequest req = {.prompt = ids, .prompt_len = n, .params = sp, .on_output = on_output, .user = t};
+    EngineRequest req = {.prompt = ids, .prompt_len = n, .params = sp, .on_output = bench_tally_output, .user = t};
     return engine_submit(e, &req, NULL, err);
 }
 
-/* Steps until done(t) or an error or a failed request. */
-static int step(Engine *e, const Tally *decoders, const Tally *extra, Error *err) {
+/* One engine step: an error, a failed request or a decoder that finished is an error. */
+static int step(Engine *e, const BenchTally *decoders, const BenchTally *extra, Error *err) {
     if (engine_step(e, err) < 0) return -1;
-    const Tally *bad = decoders->error[0] ? decoders : extra && extra->error[0] ? extra : NULL;
+    const BenchTally *bad = decoders->error[0] ? decoders : extra && extra->error[0] ? extra : NULL;
     if (bad) return error_set(err, "a request failed: %s", bad->error);
     if (decoders->finished) return error_set(err, "a decoding request finished early (max_model_len too short)");
     return 0;
@@ -68,7 +50,7 @@ int bench_admission(Engine *e, const AdmissionConfig *c, Error *err) {
                               "in max_model_len %d", c->long_len, c->prompt_len, max_len);
     int32_t *ids = malloc(sizeof *ids * (size_t)(c->long_len > c->prompt_len ? c->long_len : c->prompt_len));
     if (!ids) return error_set(err, "out of memory (prompt of %d tokens)", c->long_len);
-    Tally decoders = {0}, admitted = {0};
+    BenchTally decoders = {0}, admitted = {0};
     int rc = 0;
     for (int i = 0; i < c->num_seqs && rc == 0; i++)
         rc = submit(e, ids, c->prompt_len, i + 1, max_len - c->prompt_len, &decoders, err);

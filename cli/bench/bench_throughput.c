@@ -18,46 +18,27 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "bench_tally.h"
 #include "bench_workload.h"
 #include "base/log.h"
 
-typedef struct Progress {
-    long output_tokens;
-    int started; /* requests that have their first token */
-    int finished;
-    char error[256];
-} Progress;
-
-static void on_output(const EngineOutput *o, void *user) {
-    Progress *p = user;
-    if (o->has_token) {
-        p->output_tokens++;
-        if (o->num_output_tokens == 1) p->started++;
-    }
-    if (o->finish != FINISH_NONE) {
-        p->finished++;
-        if (o->finish == FINISH_ERROR && !p->error[0])
-            snprintf(p->error, sizeof p->error, "%s", o->error ? o->error : "unknown error");
-    }
-}
-
 static void warm_up(Engine *e, Error *err) {
     int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    Progress p = {0};
+    BenchTally p = {0};
     SamplingParams sp = sampling_params_default();
     sp.max_tokens = 4;
     sp.ignore_eos = true;
-    EngineRequest req = {.prompt = prompt, .prompt_len = 8, .params = sp, .on_output = on_output, .user = &p};
+    EngineRequest req = {.prompt = prompt, .prompt_len = 8, .params = sp, .on_output = bench_tally_output, .user = &p};
     if (engine_submit(e, &req, NULL, err) == 0)
         while (p.finished < 1 && engine_step(e, err) >= 0) {
         }
 }
 
-static void show_progress(const Progress *p, int total, long want_tokens, double elapsed) {
-    int width = 30, done = (int)(width * (double)p->output_tokens / (double)want_tokens);
+static void show_progress(const BenchTally *p, int total, long want_tokens, double elapsed) {
+    int width = 30, done = (int)(width * (double)p->tokens / (double)want_tokens);
     fprintf(stderr, "\r[%.*s%*s] %d/%d done, %ld/%ld tokens, %.1f tokens/s ", done,
             "==============================", width - done, "", p->finished, total,
-            p->output_tokens, want_tokens, elapsed > 0 ? p->output_tokens / elapsed : 0.0);
+            p->tokens, want_tokens, elapsed > 0 ? p->tokens / elapsed : 0.0);
 }
 
 int bench_throughput(Engine *e, const ThroughputConfig *c, Error *err) {
@@ -68,7 +49,7 @@ int bench_throughput(Engine *e, const ThroughputConfig *c, Error *err) {
     warm_up(e, err);
     EngineStats before = engine_stats(e);
 
-    Progress p = {0};
+    BenchTally p = {0};
     int rc = 0;
     for (int i = 0; i < w.num_seqs && rc == 0; i++) {
         SamplingParams sp = sampling_params_default();
@@ -77,7 +58,7 @@ int bench_throughput(Engine *e, const ThroughputConfig *c, Error *err) {
         sp.max_tokens = w.max_tokens[i];
         sp.has_seed = true;
         sp.seed = (uint64_t)i;
-        EngineRequest req = {.prompt = w.prompts[i], .prompt_len = w.prompt_lens[i], .params = sp, .on_output = on_output, .user = &p};
+        EngineRequest req = {.prompt = w.prompts[i], .prompt_len = w.prompt_lens[i], .params = sp, .on_output = bench_tally_output, .user = &p};
         rc = engine_submit(e, &req, NULL, err);
     }
     double t0 = now_seconds(), last_shown = 0, decode_seconds = 0;
