@@ -174,45 +174,33 @@ static int run_latency(const BenchArgs *a, Error *err) {
     return rc;
 }
 
-static int run_throughput(const BenchArgs *a, Error *err) {
-    LoadedModel m;
-    if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
-    Engine *e = engine_create(&m.weights, m.runner, err);
-    int rc = -1;
-    if (e) {
-        ThroughputConfig c = {a->num_seqs, a->min_input, a->max_input, a->min_output,
-                              a->max_output, a->seed, a->json, !a->quiet};
-        rc = bench_throughput(e, &c, err);
-        engine_destroy(e);
-    }
-    loaded_model_close(&m);
-    return rc;
+/* The engine benchmarks' bodies: the model's engine in, the result printed. */
+static int throughput(Engine *e, const BenchArgs *a, Error *err) {
+    ThroughputConfig c = {a->num_seqs, a->min_input, a->max_input, a->min_output,
+                          a->max_output, a->seed, a->json, !a->quiet};
+    return bench_throughput(e, &c, err);
 }
 
-static int run_admission(const BenchArgs *a, Error *err) {
-    LoadedModel m;
-    if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
-    Engine *e = engine_create(&m.weights, m.runner, err);
-    int rc = -1;
-    if (e) {
-        AdmissionConfig c = {a->num_seqs_given ? a->num_seqs : ADMISSION_BENCH_NUM_SEQS, ADMISSION_PROMPT_LEN,
-                             a->input_len, a->json};
-        rc = bench_admission(e, &c, err);
-        engine_destroy(e);
-    }
-    loaded_model_close(&m);
-    return rc;
+static int admission(Engine *e, const BenchArgs *a, Error *err) {
+    AdmissionConfig c = {a->num_seqs_given ? a->num_seqs : ADMISSION_BENCH_NUM_SEQS, ADMISSION_PROMPT_LEN,
+                         a->input_len, a->json};
+    return bench_admission(e, &c, err);
 }
 
-static int run_structured(const BenchArgs *a, Error *err) {
+static int structured(Engine *e, const BenchArgs *a, Error *err) {
+    StructuredBenchConfig c = {a->model_dir, a->num_seqs_given ? a->num_seqs : STRUCTURED_BENCH_NUM_SEQS,
+                               a->output_len, a->seed, !a->quiet};
+    return bench_structured(e, &c, err);
+}
+
+/* Loads the model, runs bench on an engine over it, and frees both. */
+static int run_with_engine(const BenchArgs *a, int (*bench)(Engine *, const BenchArgs *, Error *), Error *err) {
     LoadedModel m;
     if (loaded_model_open(&m, a->model_dir, &a->runner, err)) return -1;
     Engine *e = engine_create(&m.weights, m.runner, err);
     int rc = -1;
     if (e) {
-        StructuredBenchConfig c = {a->model_dir, a->num_seqs_given ? a->num_seqs : STRUCTURED_BENCH_NUM_SEQS,
-                                   a->output_len, a->seed, !a->quiet};
-        rc = bench_structured(e, &c, err);
+        rc = bench(e, a, err);
         engine_destroy(e);
     }
     loaded_model_close(&m);
@@ -237,9 +225,9 @@ int command_bench(int argc, char **argv) {
              : a.mode == BENCH_MATMUL  ? bench_matmul(a.runner.num_threads, &err)
              : a.mode == BENCH_DELTANET ? bench_deltanet(a.runner.num_threads, &err)
              : a.mode == BENCH_LATENCY    ? run_latency(&a, &err)
-             : a.mode == BENCH_STRUCTURED ? run_structured(&a, &err)
-             : a.mode == BENCH_ADMISSION  ? run_admission(&a, &err)
-                                          : run_throughput(&a, &err);
+             : a.mode == BENCH_STRUCTURED ? run_with_engine(&a, structured, &err)
+             : a.mode == BENCH_ADMISSION  ? run_with_engine(&a, admission, &err)
+                                          : run_with_engine(&a, throughput, &err);
     if (rc != 0) {
         fprintf(stderr, "nanovllm bench: %s\n", err.msg);
         return 1;
