@@ -21,6 +21,7 @@
 
 #include "cpu_kv_fp8.h"
 #include "cpu_ops.h"
+#include "cpu_fp8_byte_lut.h"
 #include "cpu_simd.h"
 #include "base/half.h"
 #include "base/row_max.h"
@@ -284,18 +285,13 @@ static void fp8_lut_build(void) {
 }
 
 typedef struct Fp8Lut {
-    __m512i lo0, lo1, hi0, hi1; /* the tables, 64 entries a register */
-    __m512i sign;               /* 0x80 in every byte */
-    __m512i place[4];           /* values 16q..16q+15 into bytes 2 and 3 of each lane */
+    Fp8ByteLut bytes;
+    __m512i place[4]; /* values 16q..16q+15 into bytes 2 and 3 of each lane */
 } Fp8Lut;
 
 VBMI INLINE void fp8_lut_load(Fp8Lut *t) {
     pthread_once(&fp8_lut_once, fp8_lut_build);
-    t->lo0 = _mm512_loadu_si512(fp8_lut[0]);
-    t->lo1 = _mm512_loadu_si512(fp8_lut[0] + 64);
-    t->hi0 = _mm512_loadu_si512(fp8_lut[1]);
-    t->hi1 = _mm512_loadu_si512(fp8_lut[1] + 64);
-    t->sign = _mm512_set1_epi8((char)0x80);
+    fp8_byte_lut_load(&t->bytes, fp8_lut);
     for (int q = 0; q < 4; q++) {
         uint8_t idx[64] = {0};
         for (int i = 0; i < 16; i++) {
@@ -308,9 +304,8 @@ VBMI INLINE void fp8_lut_load(Fp8Lut *t) {
 
 /* 64 bytes at p as 4 x 16 floats, kv_fp8_widen16's values. */
 VBMI INLINE void fp8_widen64(const Fp8Lut *t, const uint8_t *p, __m512 w[4]) {
-    __m512i b = _mm512_loadu_si512(p);
-    __m512i lo = _mm512_permutex2var_epi8(t->lo0, b, t->lo1);
-    __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t->hi0, b, t->hi1), b, t->sign, 0xF8);
+    __m512i lo, hi;
+    fp8_byte_lut_lookup(&t->bytes, _mm512_loadu_si512(p), &lo, &hi);
     UNROLL for (int q = 0; q < 4; q++)
         w[q] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(0xCCCCCCCCCCCCCCCCull, lo, t->place[q], hi));
 }

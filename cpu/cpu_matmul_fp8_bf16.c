@@ -41,6 +41,7 @@
 #include <pthread.h>
 
 #include "base/half.h"
+#include "cpu_fp8_byte_lut.h"
 #include "cpu_simd.h"
 
 #define FT "avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi"
@@ -78,18 +79,14 @@ static void lut_build(void) {
 }
 
 typedef struct Lut {
-    __m512i lo0, lo1, hi0, hi1; /* the tables, 64 entries a register */
-    __m512i first, second;      /* interleaves: bf16 0..31 and 32..63 of (lo, hi) */
-    __m512i sign;               /* 0x80 in every byte */
+    Fp8ByteLut bytes;
+    __m512i first, second; /* interleaves: bf16 0..31 and 32..63 of (lo, hi) */
 } Lut;
 
 FN Lut lut_load(void) {
     pthread_once(&lut_once, lut_build);
     Lut t;
-    t.lo0 = _mm512_loadu_si512(lut_bytes[0]);
-    t.lo1 = _mm512_loadu_si512(lut_bytes[0] + 64);
-    t.hi0 = _mm512_loadu_si512(lut_bytes[1]);
-    t.hi1 = _mm512_loadu_si512(lut_bytes[1] + 64);
+    fp8_byte_lut_load(&t.bytes, lut_bytes);
     uint8_t a[64], b[64];
     for (int i = 0; i < 32; i++) { /* index bit 6 picks the second source (hi) */
         a[2 * i] = (uint8_t)i;
@@ -99,15 +96,13 @@ FN Lut lut_load(void) {
     }
     t.first = _mm512_loadu_si512(a);
     t.second = _mm512_loadu_si512(b);
-    t.sign = _mm512_set1_epi8((char)0x80);
     return t;
 }
 
 /* 64 e4m3 bytes -> bf16 values 0..31 (*a) and 32..63 (*b), exactly. */
 FN void widen64(const Lut *t, __m512i bytes, __m512i *a, __m512i *b) {
-    __m512i lo = _mm512_permutex2var_epi8(t->lo0, bytes, t->lo1);
-    __m512i hi = _mm512_permutex2var_epi8(t->hi0, bytes, t->hi1);
-    hi = _mm512_ternarylogic_epi32(hi, bytes, t->sign, 0xF8); /* hi | (bytes & sign) */
+    __m512i lo, hi;
+    fp8_byte_lut_lookup(&t->bytes, bytes, &lo, &hi);
     *a = _mm512_permutex2var_epi8(lo, t->first, hi);
     *b = _mm512_permutex2var_epi8(lo, t->second, hi);
 }
