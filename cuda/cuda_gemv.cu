@@ -16,9 +16,22 @@
  * larger batches, and all of them under NANOVLLM_CUDA_LEGACY=gemv. The same
  * kernel runs an MoE decode step's experts, one launch over its routed
  * pairs (cuda_gemv_experts).
+ *
+ * At one sequence a decode step is a chain of ~9 launches a layer, each a
+ * few microseconds of latency whatever its bytes, so the gemvs that follow
+ * a residual add + RMSNorm also do it (NORM): every block normalises the
+ * rows itself into shared memory - they are a few KB, read from L2, where
+ * the separate kernel was a launch and a round trip to memory - and block 0
+ * writes the new residual and h for whoever reads them next. The gate/up
+ * gemv also applies SiLU x up in its epilogue (GLU): a warp computes an
+ * output's gate and up rows together and writes the bf16 activation. Both
+ * do cuda_kernels.cu's arithmetic (cuda_fused_math.h) with the same split of
+ * K, so the fused step has the unfused one's bits. NANOVLLM_CUDA_LEGACY=fuse
+ * keeps the separate launches.
  */
 #include "cuda_bf16.h"
 #include "cuda_check.h"
+#include "cuda_fused_math.h"
 #include "cuda_gemv_reduce.h"
 #include "cuda_kernels.h"
 
@@ -26,55 +39,122 @@
 #define WARPS_PER_BLOCK 8
 #define GEMV_UNROLL 4
 
+/* Rows [0, M) of RMSNorm(x_in + delta) * weight into xs ([M][K] bf16), a
+ * warp a row, with add_rmsnorm_warp_kernel's arithmetic and order (a lane
+ * sums float4s lane, lane + 32, ...; then the warp); block (0, 0) also
+ * writes x_out = x_in + delta and h. The row is read twice (L1), not kept
+ * in registers: the gemv's loop after it needs them more. */
+template <int M>
+__device__ __forceinline__ void gemv_normalise(const CudaGemvNorm &g, int K, uint2 *xs, int warp, int lane) {
+    if (warp >= M) return;
+    const int n4 = K / 4;
+    const float4 *xr = reinterpret_cast<const float4 *>(g.x_in + (size_t)warp * K);
+    const float4 *dr = g.delta ? reinterpret_cast<const float4 *>(g.delta + (size_t)warp * K) : NULL;
+    const float4 *w4 = reinterpret_cast<const float4 *>(g.weight);
+    float sum = 0.0f;
+    for (int i = lane; i < n4; i += WARP) sum = rms_sum4(sum, dr ? add4(xr[i], dr[i]) : xr[i]);
+    const float inv = rms_inv(rms_warp_sum(sum), K, g.eps);
+    const bool lead = blockIdx.x == 0 && blockIdx.y == 0;
+    float4 *x_out = dr ? reinterpret_cast<float4 *>(g.x_out + (size_t)warp * K) : NULL;
+    uint2 *h = reinterpret_cast<uint2 *>(g.h + (size_t)warp * K);
+    for (int i = lane; i < n4; i += WARP) {
+        const float4 v = dr ? add4(xr[i], dr[i]) : xr[i];
+        const uint2 o = rms_scale4(v, inv, w4[i]);
+        xs[(size_t)warp * n4 + i] = o;
+        if (lead) {
+            if (x_out) x_out[i] = v;
+            h[i] = o;
+        }
+    }
+}
+
 /* M rows of x [M, K] bf16 times W [N, K] bf16 -> y [M, N] float32. KSPLIT
  * warps share one output, each taking every KSPLIT-th 256-wide chunk of K,
  * their sums added in shared memory: for small N (Qwen3-0.6B's o_proj and
  * down_proj have 1,024 outputs) one warp an output would leave each warp
- * several load round trips deep in K with too few warps to cover them. */
-template <int M, int KSPLIT, bool EXPERTS = false>
+ * several load round trips deep in K with too few warps to cover them.
+ * NORM: x is RMSNorm(norm.x_in + norm.delta), made in shared memory first.
+ * GLU: W is [2N, K], gate rows then up rows; y is bf16 [M, N] =
+ * SiLU(x gate^T) x (x up^T). */
+template <int M, int KSPLIT, bool EXPERTS = false, bool NORM = false, bool GLU = false>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * WARP)
-gemv_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint16_t *__restrict__ w, int N, int K,
-            GemvExperts experts) {
+gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint16_t *__restrict__ w, int N, int K,
+            GemvExperts experts, CudaGemvNorm norm) {
     constexpr int OUTS = WARPS_PER_BLOCK / KSPLIT; /* outputs per block */
+    constexpr int ROWS = GLU ? 2 : 1;              /* weight rows per output */
+    extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
+    float *y = static_cast<float *>(y_out);
     if (EXPERTS) w += gemv_pair(experts, x, y, N, K) * N * K;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
     const int n = blockIdx.x * OUTS + warp / KSPLIT;
     const bool valid = n < N;
-    const uint4 *w_row = reinterpret_cast<const uint4 *>(w + (size_t)(valid ? n : 0) * K);
-    const uint4 *x4 = reinterpret_cast<const uint4 *>(x);
-    const int k8_count = valid ? K / 8 : 0;
-    float acc[M] = {};
+    const uint4 *w_row[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+        w_row[r] = reinterpret_cast<const uint4 *>(w + ((size_t)r * N + (valid ? n : 0)) * K);
+    const int k8_count = valid ? K / 8 : 0, x_stride = K / 8;
+    constexpr int STEP = KSPLIT * WARP; /* one chunk of this warp to its next */
     /* chunk c (32 lanes x 8 elements) of this warp: c = part + KSPLIT * j */
     int k8 = part * WARP + lane;
-    for (; k8 + (GEMV_UNROLL - 1) * KSPLIT * WARP < k8_count; k8 += GEMV_UNROLL * KSPLIT * WARP) {
-        uint4 wr[GEMV_UNROLL];
+    uint4 wr[ROWS][GEMV_UNROLL];
+    /* NORM: the first weights do not wait for x, they are in flight across the prologue */
+    bool preloaded = NORM && k8 + (GEMV_UNROLL - 1) * STEP < k8_count;
+    if (preloaded)
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) wr[u] = __ldcs(w_row + k8 + u * KSPLIT * WARP); /* read once */
+        for (int r = 0; r < ROWS; r++)
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            float wf[8];
-            widen8(wr[u], wf);
+            for (int u = 0; u < GEMV_UNROLL; u++) wr[r][u] = __ldcs(w_row[r] + k8 + u * STEP); /* read once */
+    if (NORM) {
+        gemv_normalise<M>(norm, K, reinterpret_cast<uint2 *>(x_shared), warp, lane);
+        __syncthreads();
+    }
+    const uint4 *x4 = NORM ? x_shared : reinterpret_cast<const uint4 *>(x);
+    float acc[ROWS * M] = {}; /* [r][m] */
+    for (; k8 + (GEMV_UNROLL - 1) * STEP < k8_count; k8 += GEMV_UNROLL * STEP) {
+        if (!preloaded)
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+#pragma unroll
+                for (int u = 0; u < GEMV_UNROLL; u++) wr[r][u] = __ldcs(w_row[r] + k8 + u * STEP);
+        preloaded = false;
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
             for (int m = 0; m < M; m++) {
                 float xf[8];
-                widen8(__ldg(x4 + (size_t)m * k8_count + k8 + u * KSPLIT * WARP), xf);
+                const uint4 *xp = x4 + (size_t)m * x_stride + k8 + u * STEP;
+                widen8(NORM ? *xp : __ldg(xp), xf);
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[m] = fmaf(wf[e], xf[e], acc[m]);
+                for (int r = 0; r < ROWS; r++) {
+                    float wf[8];
+                    widen8(wr[r][u], wf);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[r * M + m] = fmaf(wf[e], xf[e], acc[r * M + m]);
+                }
             }
-        }
     }
-    for (; k8 < k8_count; k8 += KSPLIT * WARP) { /* the remainder */
-        float wf[8];
-        widen8(__ldcs(w_row + k8), wf);
+    for (; k8 < k8_count; k8 += STEP) { /* the remainder */
 #pragma unroll
         for (int m = 0; m < M; m++) {
             float xf[8];
-            widen8(__ldg(x4 + (size_t)m * k8_count + k8), xf);
+            const uint4 *xp = x4 + (size_t)m * x_stride + k8;
+            widen8(NORM ? *xp : __ldg(xp), xf);
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[m] = fmaf(wf[e], xf[e], acc[m]);
+            for (int r = 0; r < ROWS; r++) {
+                float wf[8];
+                widen8(__ldcs(w_row[r] + k8), wf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[r * M + m] = fmaf(wf[e], xf[e], acc[r * M + m]);
+            }
         }
     }
-    gemv_reduce_store<M, KSPLIT, WARPS_PER_BLOCK>(acc, y, N, n, valid, warp, lane, part);
+    if constexpr (!GLU) {
+        gemv_reduce_store<M, KSPLIT, WARPS_PER_BLOCK>(acc, y, N, n, valid, warp, lane, part);
+    } else if (gemv_reduce<ROWS * M, KSPLIT, WARPS_PER_BLOCK>(acc, warp, lane, part) && valid) {
+        uint16_t *act = static_cast<uint16_t *>(y_out);
+#pragma unroll
+        for (int m = 0; m < M; m++) act[(size_t)m * N + n] = float_to_bf16_bits(silu_mul1(acc[m], acc[M + m]));
+    }
 }
 
 /* Warps per output: enough warps in all for a few per SM's worth of loads. */
@@ -96,9 +176,10 @@ extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int row
     const unsigned threads = WARPS_PER_BLOCK * WARP;
     cudaStream_t s = (cudaStream_t)stream;
     const GemvExperts one = {NULL, 1};
+    const CudaGemvNorm none = {};
 #define GEMV_LAUNCH(M)                                                                                       \
-    (split == 4 ? gemv_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, out, in, one)                         \
-                : gemv_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, out, in, one))
+    (split == 4 ? gemv_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, out, in, one, none)                   \
+                : gemv_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, out, in, one, none))
     switch (rows) {
     case 1: GEMV_LAUNCH(1); break;
     case 2: GEMV_LAUNCH(2); break;
@@ -123,8 +204,67 @@ extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMat
     const GemvExperts experts = {expert_of, x_div};
     const uint16_t *wb = (const uint16_t *)w.data;
     cudaStream_t s = (cudaStream_t)stream;
-    if (split == 4) gemv_kernel<1, 4, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts);
-    else gemv_kernel<1, 1, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts);
+    const CudaGemvNorm none = {};
+    if (split == 4)
+        gemv_kernel<1, 4, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts, none);
+    else gemv_kernel<1, 1, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts, none);
     CUDA_LAUNCHED("the expert gemv kernel", err);
     return 0;
+}
+
+/* ---- the normalising gemvs (NORM, and GLU for gate/up) ------------------------------------ */
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+extern "C" bool cuda_gemv_norm_fits(int rows, int in, const CudaGemvNorm *norm, const void *w) {
+    return rows >= 1 && rows <= CUDA_GEMV_MAX_ROWS && in > 0 && in % 8 == 0 &&
+           (size_t)rows * in * sizeof(uint16_t) <= CUDA_GEMV_NORM_MAX_SHARED && norm && norm->x_in && norm->weight &&
+           norm->h && (!norm->delta || norm->x_out) && aligned16(norm->x_in) && aligned16(norm->delta) &&
+           aligned16(norm->weight) && aligned16(norm->x_out) && ((uintptr_t)norm->h & 7) == 0 && aligned16(w);
+}
+
+template <int M, bool GLU>
+static void launch_gemv_norm(int split, unsigned blocks, size_t shared, cudaStream_t s, void *y, const uint16_t *w,
+                             int out, int in, const CudaGemvNorm &norm) {
+    const GemvExperts one = {NULL, 1};
+    if (split == 4)
+        gemv_kernel<M, 4, false, true, GLU><<<blocks, WARPS_PER_BLOCK * WARP, shared, s>>>(y, NULL, w, out, in, one,
+                                                                                           norm);
+    else
+        gemv_kernel<M, 1, false, true, GLU><<<blocks, WARPS_PER_BLOCK * WARP, shared, s>>>(y, NULL, w, out, in, one,
+                                                                                           norm);
+}
+
+/* out: the outputs (GLU: the activation's width; W has twice the rows). K is
+ * split as the plain gemv splits W's row count, so the sums are its sums. */
+template <bool GLU>
+static int gemv_norm(void *y, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
+                     CudaStream stream, Error *err) {
+    if (!cuda_gemv_norm_fits(rows, in, norm, w))
+        return error_set(err, "normalising gemv: %d rows of %d (1..%d rows, a multiple of 8 wide, at most %d bytes "
+                              "of bf16 rows, 16-byte aligned)",
+                         rows, in, CUDA_GEMV_MAX_ROWS, CUDA_GEMV_NORM_MAX_SHARED);
+    if (out <= 0) return 0;
+    const int split = k_split(GLU ? 2 * out : out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
+    const size_t shared = (size_t)rows * in * sizeof(uint16_t);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (rows) {
+    case 1: launch_gemv_norm<1, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
+    case 2: launch_gemv_norm<2, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
+    case 3: launch_gemv_norm<3, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
+    default: launch_gemv_norm<4, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
+    }
+    CUDA_LAUNCHED("a normalising gemv kernel", err);
+    return 0;
+}
+
+extern "C" int cuda_gemv_norm(float *y, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
+                              CudaStream stream, Error *err) {
+    return gemv_norm<false>(y, norm, w, rows, out, in, stream, err);
+}
+
+extern "C" int cuda_gemv_norm_glu(uint16_t *act, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out,
+                                  int in, CudaStream stream, Error *err) {
+    return gemv_norm<true>(act, norm, w, rows, out, in, stream, err);
 }

@@ -2,39 +2,48 @@
  * cuda_gemv_reduce.h - the end every gemv kernel shares (cuda_gemv.cu's bf16
  * one, cuda_fp8.cu's FP8 one): each warp's lanes summed with shuffles, then
  * the KSPLIT warps that share an output (consecutive in the block) added in
- * shared memory, one store per output and row - and the offsets of a
- * launch over an MoE step's routed pairs (GemvExperts).
+ * shared memory, one store per output and row (or, for the gate/up gemv,
+ * one SiLU x up) - and the offsets of a launch over an MoE step's routed
+ * pairs (GemvExperts).
  */
 #ifndef NANOVLLM_CUDA_GEMV_REDUCE_H
 #define NANOVLLM_CUDA_GEMV_REDUCE_H
 
-/* acc[m]: this lane's partial sum for row m of output n (valid: n < N);
- * warp / lane: this thread's place in a block of WARPS warps; part: which
- * of the output's KSPLIT warps this is. y is [M, N]. */
+/* acc[m]: this lane's partial sum for row m of its output; warp / lane:
+ * this thread's place in a block of WARPS warps; part: which of the
+ * output's KSPLIT warps this is. Sums the lanes, then the KSPLIT warps in
+ * order, into acc of the output's lead thread (lane 0 of part 0), and
+ * returns whether this is it. Every thread of the block must call it. */
 template <int M, int KSPLIT, int WARPS>
-__device__ __forceinline__ void gemv_reduce_store(float (&acc)[M], float *__restrict__ y, int N, int n,
-                                                  bool valid, int warp, int lane, int part) {
+__device__ __forceinline__ bool gemv_reduce(float (&acc)[M], int warp, int lane, int part) {
 #pragma unroll
     for (int m = 0; m < M; m++)
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
-    if (KSPLIT == 1) {
-        if (valid && lane == 0)
-#pragma unroll
-            for (int m = 0; m < M; m++) y[(size_t)m * N + n] = acc[m];
-        return;
-    }
+    if (KSPLIT == 1) return lane == 0;
     __shared__ float partial[WARPS][M];
     if (lane == 0)
 #pragma unroll
         for (int m = 0; m < M; m++) partial[warp][m] = acc[m];
     __syncthreads();
-    if (valid && part == 0 && lane < M) {
+    if (part != 0 || lane != 0) return false;
+#pragma unroll
+    for (int m = 0; m < M; m++) {
         float sum = 0.0f;
 #pragma unroll
-        for (int p = 0; p < KSPLIT; p++) sum += partial[warp + p][lane];
-        y[(size_t)lane * N + n] = sum;
+        for (int p = 0; p < KSPLIT; p++) sum += partial[warp + p][m];
+        acc[m] = sum;
     }
+    return true;
+}
+
+/* The sums into y [M, N] at column n (valid: n < N). */
+template <int M, int KSPLIT, int WARPS>
+__device__ __forceinline__ void gemv_reduce_store(float (&acc)[M], float *__restrict__ y, int N, int n,
+                                                  bool valid, int warp, int lane, int part) {
+    if (gemv_reduce<M, KSPLIT, WARPS>(acc, warp, lane, part) && valid)
+#pragma unroll
+        for (int m = 0; m < M; m++) y[(size_t)m * N + n] = acc[m];
 }
 
 /* A gemv launched once over an MoE step's (token, choice) pairs, grid y

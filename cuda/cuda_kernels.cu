@@ -37,6 +37,7 @@
 
 #include "cuda_bf16.h"
 #include "cuda_check.h"
+#include "cuda_fused_math.h"
 #include "cuda_kernels.h"
 #include "cuda_kv_fp8.h"
 #include "cuda_variants.h"
@@ -122,21 +123,17 @@ __global__ void __launch_bounds__(256)
         for (int k = 0; k < VPL; k++) {
             int i = lane + k * WARP;
             if (i < n4) {
-                float4 d = dr[i];
-                v[k].x += d.x;
-                v[k].y += d.y;
-                v[k].z += d.z;
-                v[k].w += d.w;
+                v[k] = add4(v[k], dr[i]);
                 xr[i] = v[k];
             }
         }
     }
+    /* cuda_fused_math.h: the gemv's normalising prologue does the same */
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < VPL; k++)
-        if (lane + k * WARP < n4) sum += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-    sum = warp_sum(sum);
-    float inv = 1.0f / sqrtf(sum / (float)hidden + eps);
+        if (lane + k * WARP < n4) sum = rms_sum4(sum, v[k]);
+    const float inv = rms_inv(rms_warp_sum(sum), hidden, eps);
     uint2 *o = (uint2 *)(out + (size_t)t * hidden);
 #pragma unroll
     for (int k = 0; k < VPL; k++) {
@@ -145,8 +142,7 @@ __global__ void __launch_bounds__(256)
             float4 w;
             if constexpr (early_w) w = wv[k];
             else w = w4[i];
-            o[i] = pack_bf16x4(make_float4(v[k].x * inv * w.x, v[k].y * inv * w.y, v[k].z * inv * w.z,
-                                           v[k].w * inv * w.w));
+            o[i] = rms_scale4(v[k], inv, w);
         }
     }
 }
@@ -243,8 +239,8 @@ __global__ void __launch_bounds__(VEC_THREADS)
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
         unsigned t = idx / q, i = idx - t * q;
         float4 g = gu[(size_t)t * 2 * q + i], u = gu[(size_t)t * 2 * q + q + i];
-        o[idx] = pack_bf16x4(make_float4(g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y,
-                                         g.z / (1.0f + expf(-g.z)) * u.z, g.w / (1.0f + expf(-g.w)) * u.w));
+        o[idx] = pack_bf16x4(make_float4(silu_mul1(g.x, u.x), silu_mul1(g.y, u.y), silu_mul1(g.z, u.z),
+                                         silu_mul1(g.w, u.w)));
     }
 }
 

@@ -190,6 +190,32 @@ bool cuda_gemv_fits(int rows, int in, const void *x, const void *w);
 int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int rows, int out, int in, CudaStream stream,
               Error *err);
 
+/* The residual add and RMSNorm a normalising gemv does before its product
+ * (cuda_gemv.cu): its rows are RMSNorm(x_in + delta) * weight with
+ * cuda_add_rmsnorm's bits, and one of its blocks writes x_out = x_in +
+ * delta (x_out must not be x_in: the other blocks still read it) and h,
+ * the bf16 rows. delta NULL: x_in as it is, x_out unused. */
+typedef struct CudaGemvNorm {
+    const float *x_in, *delta, *weight;
+    float *x_out;
+    uint16_t *h;
+    float eps;
+} CudaGemvNorm;
+
+/* y = RMSNorm(...) W^T as cuda_gemv's product of those rows (the same
+ * bits as cuda_add_rmsnorm then cuda_gemv), in one launch. The rows live in
+ * shared memory: rows x in bf16 at most CUDA_GEMV_NORM_MAX_SHARED bytes. */
+#define CUDA_GEMV_NORM_MAX_SHARED (48 * 1024)
+bool cuda_gemv_norm_fits(int rows, int in, const CudaGemvNorm *norm, const void *w);
+int cuda_gemv_norm(float *y, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
+                   CudaStream stream, Error *err);
+
+/* The gate/up projection and SiLU x up in the same launch: W is [2 out, in]
+ * (gate rows, then up rows) and act [rows, out] bf16 gets the bits of
+ * cuda_silu_mul of cuda_gemv's float32 product. */
+int cuda_gemv_norm_glu(uint16_t *act, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
+                       CudaStream stream, Error *err);
+
 /* A weight matrix [out, in] on the device: bf16 (scales NULL), or
  * float8_e4m3fn bytes with float32 scales per row and 128-column tile
  * (cuda_fp8_plan.h: W[n, k] = e4m3(data[n, k]) * scales[n * ceil(in / 128)

@@ -225,32 +225,92 @@ static int mlp(CudaRunner *r, const CudaLayerWeights *W, int T, Error *err) {
                : 0;
 }
 
-/* splits: how decode attention splits contexts, or 0 for a step with prompt tokens. */
+/* The residual stream through a step: x holds it, and r->delta, when
+ * pending, is a sublayer's output still to be added - by cuda_add_rmsnorm
+ * in place, or by the next normalising gemv, which writes the sum into the
+ * spare buffer (so the two swap). */
+typedef struct Residual {
+    float *x, *spare;
+    bool pending;
+    bool fuse; /* a step of a few rows: gemvs may normalise their input */
+} Residual;
+
+/* h = RMSNorm(x += delta) * weight, as a launch of its own. */
+static int add_norm(CudaRunner *r, Residual *res, const float *weight, int T, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const bool pending = res->pending;
+    res->pending = false;
+    return cuda_add_rmsnorm(res->x, pending ? r->delta : NULL, r->h, weight, T, c->hidden_size,
+                            (float)c->rms_norm_eps, r->stream, err);
+}
+
+/* What a gemv over bf16 w needs to normalise its own input, or false
+ * (then add_norm and a plain product). */
+static bool fused_norm(CudaRunner *r, const Residual *res, const float *weight, CudaMatrix w, int T,
+                       CudaGemvNorm *n) {
+    *n = (CudaGemvNorm){res->x, res->pending ? r->delta : NULL, weight, res->spare, r->h,
+                        (float)r->cfg.rms_norm_eps};
+    return res->fuse && !w.scales && cuda_gemv_norm_fits(T, r->cfg.hidden_size, n, w.data);
+}
+
+/* The stream after a fused gemv added delta. */
+static void fused_done(Residual *res) {
+    if (res->pending) {
+        float *t = res->x;
+        res->x = res->spare;
+        res->spare = t;
+    }
+    res->pending = false;
+}
+
+/* qkv = RMSNorm(x + delta) W_qkv^T: the attention's input. */
+static int qkv_projection(CudaRunner *r, Residual *res, const CudaLayerWeights *W, int T, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const int H = c->hidden_size, QKV = (c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
+    CudaGemvNorm n;
+    if (!fused_norm(r, res, W->input_norm, W->qkv, T, &n))
+        return add_norm(r, res, W->input_norm, T, err) || gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ? -1 : 0;
+    if (cuda_gemv_norm(r->qkv, &n, (const uint16_t *)W->qkv.data, T, QKV, H, r->stream, err)) return -1;
+    fused_done(res);
+    return 0;
+}
+
+/* delta = the layer's MLP of RMSNorm(x + delta); a dense one of a few rows
+ * is two launches: gate/up with the norm and SiLU x up, then down. */
+static int mlp_block(CudaRunner *r, Residual *res, const CudaLayerWeights *W, int T, Error *err) {
+    const ModelConfig *c = &r->cfg;
+    const int H = c->hidden_size, I = c->intermediate_size;
+    CudaGemvNorm n;
+    if (W->router.data || r->hybrid || !fused_norm(r, res, W->post_attention_norm, W->gate_up, T, &n) ||
+        W->down.scales)
+        return add_norm(r, res, W->post_attention_norm, T, err) || mlp(r, W, T, err) ||
+                       (r->hybrid && cuda_hybrid_shared_expert(r, W, T, err))
+                   ? -1
+                   : 0;
+    if (cuda_gemv_norm_glu(r->act, &n, (const uint16_t *)W->gate_up.data, T, I, H, r->stream, err)) return -1;
+    fused_done(res);
+    return gemm(r, r->delta, r->act, W->down, T, H, I, err);
+}
+
+/* splits: how decode attention splits contexts, or 0 for a step with prompt
+ * tokens. Leaves h = the final norm of the stream, r->residual the stream. */
 static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
     const ModelConfig *c = &r->cfg;
-    const int T = L->num_tokens, H = c->hidden_size, D = c->head_dim;
-    const int Q = c->num_heads * D, QKV = (c->num_heads + 2 * c->num_kv_heads) * D;
-    const float eps = (float)c->rms_norm_eps;
-    const int32_t *meta = r->meta_dev;
-    CudaStream s = r->stream;
-    if (cuda_embed(r->x, r->weights.embed, meta + L->tokens, T, H, s, err) ||
-        cuda_add_rmsnorm(r->x, NULL, r->h, r->weights.layers[0].input_norm, T, H, eps, s, err))
-        return -1;
+    const int T = L->num_tokens, H = c->hidden_size, Q = c->num_heads * c->head_dim;
+    Residual res = {r->x, r->x_spare, false, r->fuse_decode && T <= CUDA_GEMV_MAX_ROWS};
+    if (cuda_embed(r->x, r->weights.embed, r->meta_dev + L->tokens, T, H, r->stream, err)) return -1;
     for (int l = 0; l < c->num_layers; l++) {
         const CudaLayerWeights *W = &r->weights.layers[l];
-        const float *next_norm = l + 1 < c->num_layers ? r->weights.layers[l + 1].input_norm
-                                                       : r->weights.final_norm;
-        if ((r->hybrid ? cuda_hybrid_mixer(r, l, L, splits, err)
-                       : gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ||
-                             store_kv(r, l, W, L, err) ||
-                             cuda_runner_attention(r, l, L, splits, err) ||
-                             gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err)) ||
-            cuda_add_rmsnorm(r->x, r->delta, r->h, W->post_attention_norm, T, H, eps, s, err) ||
-            mlp(r, W, T, err) || (r->hybrid && cuda_hybrid_shared_expert(r, W, T, err)) ||
-            cuda_add_rmsnorm(r->x, r->delta, r->h, next_norm, T, H, eps, s, err)) /* h: next input */
-            return error_prefix(err, "layer %d", l);
+        int rc = r->hybrid ? add_norm(r, &res, W->input_norm, T, err) || cuda_hybrid_mixer(r, l, L, splits, err)
+                           : qkv_projection(r, &res, W, T, err) || store_kv(r, l, W, L, err) ||
+                                 cuda_runner_attention(r, l, L, splits, err) ||
+                                 gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err);
+        res.pending = true;
+        if (rc || mlp_block(r, &res, W, T, err)) return error_prefix(err, "layer %d", l);
+        res.pending = true;
     }
-    return 0;
+    r->residual = res.x;
+    return add_norm(r, &res, r->weights.final_norm, T, err);
 }
 
 /* Every token's logits into the caller's all_logits, max_num_seqs rows at a time. */
@@ -320,7 +380,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
     if (forward(r, L, splits, err)) return -1;
     if (L->num_pool_rows > 0) { /* x: the residual stream after the last layer */
         const size_t bytes = sizeof(float) * (size_t)L->num_pool_rows * c->hidden_size;
-        if (cuda_pool_rows(r->pooled_dev, r->x, r->weights.final_norm, r->meta_dev + L->pool,
+        if (cuda_pool_rows(r->pooled_dev, r->residual, r->weights.final_norm, r->meta_dev + L->pool,
                            L->num_pool_rows, c->hidden_size, (float)c->rms_norm_eps, r->stream, err))
             return -1;
         CUDA_TRY(cudaMemcpyAsync(r->pooled_host, r->pooled_dev, bytes, cudaMemcpyDeviceToHost, r->stream),
@@ -439,7 +499,7 @@ static void cuda_destroy(Runner *base) {
     cuda_weights_free(&r->weights);
     cuda_moe_free(&r->moe);
     cuda_hybrid_free(r);
-    void *device[] = {r->rope, r->kv, r->x, r->delta, r->qkv, r->gate_up,
+    void *device[] = {r->rope, r->kv, r->x, r->x_spare, r->delta, r->qkv, r->gate_up,
                       r->logits, r->h, r->q, r->attn, r->act, r->normed, r->tokens_dev, r->meta_dev,
                       r->split_workspace, r->split_counters, r->sample_rows_dev, r->penalties_dev, r->sampler_workspace,
                       r->masks_dev, r->biases_dev, r->pooled_dev};

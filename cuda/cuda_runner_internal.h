@@ -61,6 +61,11 @@ typedef struct CudaRunner {
 
     /* activations, [max_num_batched_tokens, width] each; logits [max_num_seqs, vocab] */
     float *x, *delta, *qkv, *gate_up, *logits;
+    /* [CUDA_GEMV_MAX_ROWS, hidden]: the residual stream's second buffer when
+     * the gemvs add delta into it (a gemv's blocks all read x while one
+     * writes the sum); residual: where the last forward left the stream */
+    float *x_spare, *residual;
+    bool fuse_decode; /* steps of a few rows: RMSNorm and SiLU inside the gemvs (cuda_gemv.cu) */
     uint16_t *h, *q, *attn, *act, *normed;
     int32_t *tokens_dev;
     CudaMoe moe; /* a MoE model's expert activations (memory NULL when dense) */

@@ -67,6 +67,7 @@ int cuda_runner_alloc_activations(CudaRunner *r, Error *err) {
         size_t bytes;
     } bufs[] = {
         {(void **)&r->x, T * H * 4},          {(void **)&r->delta, T * H * 4},
+        {(void **)&r->x_spare, CUDA_GEMV_MAX_ROWS * H * 4},
         {(void **)&r->qkv, T * (Q + 2 * KV) * 4}, {(void **)&r->gate_up, T * 2 * I * 4},
         {(void **)&r->logits, S * c->vocab_size * 4}, {(void **)&r->h, T * H * 2},
         {(void **)&r->q, T * Q * 2},          {(void **)&r->attn, T * Q * 2},
@@ -88,6 +89,10 @@ int cuda_runner_alloc_activations(CudaRunner *r, Error *err) {
     r->legacy_attention = cuda_variant_legacy("attention") && !r->kv_fp8;
     if (r->kv_fp8 && cuda_variant_legacy("attention"))
         log_info("NANOVLLM_CUDA_LEGACY=attention ignored: the previous decode kernel reads a bf16 KV cache only");
+
+    /* NANOVLLM_CUDA_LEGACY=fuse keeps RMSNorm and SiLU x up as launches of
+     * their own; "gemv" (cuBLAS for every batch) has no gemv to fuse into */
+    r->fuse_decode = !cuda_variant_legacy("fuse") && !cuda_variant_legacy("gemv");
 
     /* prompt steps on the mma.sync flash attention where it covers the head
      * size (cuda_flash_attention.cu); NANOVLLM_CUDA_LEGACY=prefill keeps the

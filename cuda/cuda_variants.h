@@ -11,7 +11,9 @@
  * attention without the next pass's loads in flight), "gdn" (Qwen3.5's
  * Gated DeltaNet row by row in prompts too, no chunked kernel), "prefill"
  * (prompt attention on the WMMA kernel instead of the flash one), "moe" (the
- * grouped expert GEMM at every batch, no expert gemvs). Unset, every part runs
+ * grouped expert GEMM at every batch, no expert gemvs), "fuse" (steps of a
+ * few rows launch the residual add + RMSNorm and SiLU x up on their own, not
+ * inside the gemvs; "gemv" implies it). Unset, every part runs
  * its current kernel. With an fp8 KV cache (--kv-cache-dtype fp8) "prefetch"
  * changes nothing (its decode kernel never prefetches) and "attention" is ignored (logged)
  * and "kernels" keeps the cache store on the vector kernel: neither previous
@@ -27,7 +29,7 @@ extern "C" {
 #endif
 
 /* Whether `part` ("attention", "kernels", "sampler", "gemv", "gdn", "prefill",
- * "prefetch", "moe") is listed in NANOVLLM_CUDA_LEGACY. */
+ * "prefetch", "moe", "fuse") is listed in NANOVLLM_CUDA_LEGACY. */
 bool cuda_variant_legacy(const char *part);
 
 #ifdef __cplusplus

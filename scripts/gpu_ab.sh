@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission" \
+#   AB_ONLY="kernels e2e fuse prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission" \
 #       scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
@@ -22,6 +22,10 @@
 #           kernels alone and all of them; the current build's logits and
 #           greedy tokens against the all-previous build's (AB_WORKLOAD
 #           names the variants the workload runs for, e.g. "current all-previous");
+#  fuse:    single-sequence decode (and 4 sequences' output rate) with RMSNorm and SiLU x up
+#           inside the gemvs against their own launches (NANOVLLM_CUDA_LEGACY=fuse),
+#           medians of AB_ROUNDS alternating rounds, and 256 greedy tokens through
+#           both (the fused step promises the unfused bits: the same tokens);
 #  prefill: the mma.sync flash attention against the WMMA kernel
 #           (NANOVLLM_CUDA_LEGACY=prefill): prefill
 #           tokens/s at 512, 4,096 and 16,384-token prompts (AB_PREFILL_LENS; medians of 2),
@@ -70,7 +74,7 @@ ROW_WIDTH=44
 . scripts/gpu_lib.sh
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e fuse prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission} " == *" $1 "* ]]; }
 # ncu_profile NAME SKIP COUNT CMD...: ncu's time of COUNT kernel launches after SKIP, summed per
 # kernel and grid into $OUT/NAME.txt (proportions: ncu serialises the launches)
 ncu_profile() {
@@ -155,8 +159,8 @@ fi
 # ---- e2e: the random Qwen3-0.6B -----------------------------------------------------------
 MODEL=$WORK/qwen3-0.6b-random
 VARIANTS=("current:" "attention:attention" "kernels:kernels" "sampler:sampler" "gemv:gemv" "prefill:prefill"
-    "all-previous:attention,kernels,sampler,gemv,prefill")
-ALL_PREVIOUS="all-previous:attention,kernels,sampler,gemv,prefill"
+    "all-previous:attention,kernels,sampler,gemv,prefill,fuse")
+ALL_PREVIOUS="all-previous:attention,kernels,sampler,gemv,prefill,fuse"
 # AB_WORKLOAD="current all-previous" limits the (longer) workload runs to those variants
 in_workload() { [ -z "${AB_WORKLOAD:-}" ] || [[ " $AB_WORKLOAD " == *" $1 "* ]]; }
 if want e2e; then
@@ -226,6 +230,40 @@ PY
     ok=$(awk -v r="$rel" 'BEGIN {print (r == r + 0 && r < 2e-2) ? "ok" : "FAIL"}')
     row "logits current vs all-previous (rel L2)" "$ok" "$rel over every position of the prompt + 63 tokens"
     row "greedy current vs all-previous" "-" "first divergence: $first of $count tokens"
+fi
+
+# ---- fuse: RMSNorm and SiLU inside the decode gemvs against their own launches ------------------
+if want fuse; then
+    [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
+        --out "$MODEL" > "$OUT/make_model.log" 2>&1
+    declare -A FUSE
+    for round in $(seq 1 "$ROUNDS"); do
+        for v in "fused:" "separate:fuse"; do
+            json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --model "$MODEL" \
+                --input-len 512 --output-len 256 --json --quiet 2>> "$OUT/fuse_${v%%:*}.log")
+            echo "$json" >> "$OUT/fuse_${v%%:*}_1.jsonl"
+            FUSE[${v%%:*}1]+=" $(json_field "$json" "['decode_tokens_per_s']")"
+            # 4 sequences decoding together (output tokens/s of the whole run, prefill included)
+            json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --device cuda --model "$MODEL" --num-seqs 4 \
+                --min-input 512 --max-input 512 --min-output 512 --max-output 512 --json 2>> "$OUT/fuse_${v%%:*}.log")
+            echo "$json" >> "$OUT/fuse_${v%%:*}_4.jsonl"
+            FUSE[${v%%:*}4]+=" $(json_field "$json" "['output_tokens_per_s']")"
+        done
+    done
+    for seqs in 1 4; do
+        f=$(median <<< "${FUSE[fused$seqs]}")
+        u=$(median <<< "${FUSE[separate$seqs]}")
+        row "decode x$seqs, norm+SiLU fused vs separate" "$([ -n "$f" ] && [ -n "$u" ] && echo - || echo FAIL)" \
+            "$(printf '%.0f' "${f:-0}") vs $(printf '%.0f' "${u:-0}") tok/s = $(ratio "$f" "$u") (fused:${FUSE[fused$seqs]})"
+    done
+    PROMPT=$(printf 'The residual stream carries every layer. %.0s' $(seq 1 20))
+    for v in "fused:" "separate:fuse"; do
+        NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
+            --max-tokens 256 --ignore-eos --json > "$OUT/fuse_greedy_${v%%:*}.json" 2>> "$OUT/fuse_greedy.log"
+    done
+    same=$("$PY" -c 'import json, sys; a, b = (json.load(open(p))["ids"] for p in sys.argv[1:]); print("same" if a == b and len(a) == 256 else "differ at %s" % next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))' \
+        "$OUT/fuse_greedy_fused.json" "$OUT/fuse_greedy_separate.json" 2>> "$OUT/fuse_greedy.log")
+    row "greedy 256 tokens, fused vs separate" "$([ "$same" = same ] && echo ok || echo FAIL)" "${same:-?}"
 fi
 
 # ---- prefill: the mma.sync flash attention (opt-in) against the WMMA kernel ---------------------
