@@ -117,8 +117,9 @@ Test(cuda_gemv_fused, refuses_what_it_does_not_cover) {
     static uint16_t h[64] __attribute__((aligned(16)));
     const CudaGemvNorm ok = {buf, buf, buf, buf, h, 1e-6f};
     cr_expect(cuda_gemv_norm_fits(1, 1024, &ok, buf));
-    cr_expect(cuda_gemv_norm_fits(4, 6144, &ok, buf), "48 KB of rows");
-    cr_expect(!cuda_gemv_norm_fits(4, 6152, &ok, buf), "more than 48 KB of rows");
+    cr_expect(cuda_gemv_norm_fits(4, 4096, &ok, buf), "32 KB of rows");
+    cr_expect(cuda_gemv_norm_fits(2, 8192, &ok, buf), "32 KB of rows");
+    cr_expect(!cuda_gemv_norm_fits(4, 4104, &ok, buf), "more than 32 KB of rows");
     cr_expect(!cuda_gemv_norm_fits(0, 1024, &ok, buf));
     cr_expect(!cuda_gemv_norm_fits(CUDA_GEMV_MAX_ROWS + 1, 1024, &ok, buf));
     cr_expect(!cuda_gemv_norm_fits(1, 1020, &ok, buf), "width not a multiple of 8");
