@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh                        (here: build and pack the bundle)
 #   scripts/gpu_ab.sh OUT_DIR                    (there, gpu-bundle/ carried)
-#   AB_ONLY="kernels e2e fuse prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission" \
+#   AB_ONLY="kernels e2e fuse prefill profile moe fp8 fp8big kvfp8 hybrid ttft hybridprofile workloads fp8profile admission" \
 #       scripts/gpu_ab.sh  (sections; all by default)
 #
 # Every previous kernel is still in the binary and chosen at run time by
@@ -41,6 +41,9 @@
 #           decode and 512-token prefill (medians of AB_ROUNDS alternating
 #           rounds), and FP8 with NANOVLLM_CUDA_LEGACY=gemv (every batch
 #           dequantized to bf16 for cuBLAS, the few-row FP8 gemv off).
+#  fp8big:  the same at Qwen3-8B's shapes, decode and prefill (15.1 GB read a
+#           token in bf16, 8.2 GB in FP8 with the bf16 lm_head: bytes allow
+#           1.85x, where the 0.6B's tied lm_head allows 1.56x);
 #  kvfp8:   the fp8 (e4m3) KV cache against bf16 (needs the CLI's
 #           --kv-cache-dtype fp8): bench --attention with NANOVLLM_BENCH_KV=fp8
 #           (the fp8 kernel and the bf16 one on the same values and splits, in
@@ -74,7 +77,7 @@ ROW_WIDTH=44
 . scripts/gpu_lib.sh
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?"}'; }
-want() { [[ " ${AB_ONLY:-kernels e2e fuse prefill profile moe fp8 kvfp8 hybrid ttft hybridprofile workloads fp8profile admission} " == *" $1 "* ]]; }
+want() { [[ " ${AB_ONLY:-kernels e2e fuse prefill profile moe fp8 fp8big kvfp8 hybrid ttft hybridprofile workloads fp8profile admission} " == *" $1 "* ]]; }
 # ncu_profile NAME SKIP COUNT CMD...: ncu's time of COUNT kernel launches after SKIP, summed per
 # kernel and grid into $OUT/NAME.txt (proportions: ncu serialises the launches)
 ncu_profile() {
@@ -116,6 +119,12 @@ QWEN3_30B_A3B='"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_mo
  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": false,
  "torch_dtype": "bfloat16", "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": [],
  "norm_topk_prob": true, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768'
+QWEN3_8B='"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
+ "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+ "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960,
+ "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+ "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+ "vocab_size": 151936'
 QWEN3_5_08B='"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": true,
  "text_config": {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 1024,
   "intermediate_size": 3584, "num_hidden_layers": 24, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -353,6 +362,26 @@ if want fp8; then
         row "0.6B dummy decode, $name" "$([ -n "$d" ] && echo - || echo FAIL)" \
             "$(printf '%.0f' "${d:-0}") tok/s (median of ${FP8_DECODE[$name]# }) = $(ratio "$d" "$base") of bf16; prefill 512: $(printf '%.0f' "${pf:-0}") tok/s = $(ratio "$pf" "$base_prefill")"
     done
+fi
+
+# ---- fp8big: Qwen3-8B's shapes, FP8 against bf16 (bytes, not launches, bound its decode) -------
+if want fp8big; then
+    dummy_model "$WORK/qwen3-8b-dummy-bf16" "$QWEN3_8B"
+    dummy_model "$WORK/qwen3-8b-dummy-fp8" "$QWEN3_8B" "$QUANT"
+    declare -A BIG_DECODE BIG_PREFILL
+    for round in $(seq 1 "$ROUNDS"); do
+        for kind in bf16 fp8; do
+            json=$(timeout 150 "$BIN" bench --latency --device cuda --load-format dummy \
+                --model "$WORK/qwen3-8b-dummy-$kind" --input-len 512 --output-len 128 --json 2>> "$OUT/fp8big_$kind.log")
+            echo "$json" >> "$OUT/fp8big_$kind.jsonl"
+            BIG_DECODE[$kind]+=" $(json_field "$json" "['decode_tokens_per_s']")"
+            BIG_PREFILL[$kind]+=" $(json_field "$json" "['prefill_tokens_per_s']")"
+        done
+    done
+    b=$(median <<< "${BIG_DECODE[bf16]}")
+    f=$(median <<< "${BIG_DECODE[fp8]}")
+    row "8B dummy decode, fp8 vs bf16" "$([ -n "$f" ] && [ -n "$b" ] && echo - || echo FAIL)" \
+        "$(printf '%.0f' "${f:-0}") vs $(printf '%.0f' "${b:-0}") tok/s = $(ratio "$f" "$b") (bytes allow 1.85x); prefill 512 $(ratio "$(median <<< "${BIG_PREFILL[fp8]}")" "$(median <<< "${BIG_PREFILL[bf16]}")")"
 fi
 
 # ---- kvfp8: the fp8 KV cache against bf16 ---------------------------------------------------
