@@ -67,6 +67,29 @@ static inline void fp8_row_scales(float *dst, const float *tile_scales, int rows
         for (int t = 0; t < tiles; t++) dst[(size_t)n * tiles + t] = tile_scales[(size_t)(n / FP8_BLOCK) * tiles + t];
 }
 
+/* The layouts of cuBLASLt's block-scaled FP8 GEMM (cuda_fp8_gemm.cu, for
+ * prompt steps on sm_90): W's scales one per 128 x 128 tile, row-major by
+ * 128-row tile, each tile row padded to a multiple of 4 floats; the
+ * activations' one per row and 128 columns, 128-column block after block
+ * with a block's rows contiguous (as PyTorch's scaled_mm passes them). */
+FP8_PLAN_FN int fp8_tile_scale_ld(int cols) { return (fp8_col_tiles(cols) + 3) / 4 * 4; }
+FP8_PLAN_FN size_t fp8_tile_scale_count(int rows, int cols) {
+    return (size_t)fp8_col_tiles(rows) * (size_t)fp8_tile_scale_ld(cols);
+}
+FP8_PLAN_FN size_t fp8_act_scale_index(int row, int k, int rows) {
+    return (size_t)(k / FP8_BLOCK) * (size_t)rows + (size_t)row;
+}
+
+/* A part of rows x cols (its checkpoint's tile scales, fp8_scale_count of
+ * them) into a stack's padded tile scales at dst + fp8_tile_scale_count(rows
+ * above it, cols); the padding is 0. Only for parts whose rows are a
+ * multiple of 128, so that the stack's tiles are the parts' tiles. */
+static inline void fp8_padded_tile_scales(float *dst, const float *tile_scales, int rows, int cols) {
+    const int tiles = fp8_col_tiles(cols), ld = fp8_tile_scale_ld(cols);
+    for (int r = 0; r < fp8_col_tiles(rows); r++)
+        for (int t = 0; t < ld; t++) dst[(size_t)r * ld + t] = t < tiles ? tile_scales[(size_t)r * tiles + t] : 0.0f;
+}
+
 /* __byte_perm selectors: bytes 0 and 1 (LO) or 2 and 3 (HI) of a word into
  * the high byte of each 16-bit half, zeros below them. */
 #define FP8_PRMT_LO 0x1404u

@@ -225,6 +225,10 @@ int cuda_gemv_norm_glu(uint16_t *act, const CudaGemvNorm *norm, const uint16_t *
 typedef struct CudaMatrix {
     const void *data;
     const float *scales;
+    /* FP8 whose parts are whole 128 x 128 tiles: the scales again, one per
+     * tile, in cuBLASLt's layout (cuda_fp8_plan.h), for prompt steps on the
+     * tensor cores; else NULL */
+    const float *tile_scales;
 } CudaMatrix;
 
 /* The same few-row product over an FP8 matrix (cuda_fp8.cu): 16 weights a

@@ -4,7 +4,11 @@
 #include <stdlib.h>
 
 #include "cuda_check.h" /* first: base/error.h with C linkage */
+extern "C" {
+#include "base/log.h"
+}
 #include "cublas_loader.h"
+#include "cuda_fp8_gemm.h"
 #include "cuda_fp8_plan.h"
 #include "cuda_matmul.h"
 #include "cuda_variants.h"
@@ -18,6 +22,7 @@ struct CudaMatmul {
     void *workspace;
     uint16_t *fp8_scratch; /* [fp8_scratch_elems] bf16 */
     size_t fp8_scratch_elems;
+    CudaFp8Gemm *fp8_gemm; /* prompt steps of tile-scaled FP8 matrices on the FP8 tensor cores, or NULL */
     bool legacy_gemv; /* NANOVLLM_CUDA_LEGACY=gemv: cuBLAS for few-row products too */
 };
 
@@ -25,6 +30,7 @@ extern "C" void cuda_matmul_destroy(CudaMatmul *m) {
     if (!m) return;
     if (m->handle) m->blas.destroy(m->handle);
     cublas_unload(&m->blas);
+    cuda_fp8_gemm_destroy(m->fp8_gemm);
     cuda_free(m->workspace);
     cuda_free(m->fp8_scratch);
     free(m);
@@ -68,6 +74,26 @@ extern "C" int cuda_matmul_reserve_fp8(CudaMatmul *m, size_t elems, Error *err) 
     return 0;
 }
 
+extern "C" int cuda_matmul_reserve_fp8_gemm(CudaMatmul *m, int max_rows, int max_in, Error *err) {
+    if (m->fp8_gemm) return error_set(err, "the FP8 GEMM is set up once");
+    if (m->legacy_gemv || cuda_variant_legacy("fp8gemm")) {
+        log_info("FP8 prompt steps: weights dequantized to bf16 for cuBLAS (NANOVLLM_CUDA_LEGACY)");
+        return 0;
+    }
+    char why[256];
+    m->fp8_gemm = cuda_fp8_gemm_create(max_rows, max_in, m->workspace, CUBLAS_WORKSPACE_BYTES, m->stream, why,
+                                       sizeof why, err);
+    if (!m->fp8_gemm && err->msg[0]) return -1;
+    if (m->fp8_gemm)
+        log_info("FP8 prompt steps: FP8 x FP8 on the tensor cores (cuBLASLt, 128 x 128 weight scales, activations "
+                 "quantized per row and 128 columns); decode steps of up to %d rows: the weight-only FP8 gemv",
+                 CUDA_FP8_GEMV_MAX_ROWS);
+    else log_info("FP8 prompt steps: weights dequantized to bf16 for cuBLAS (%s)", why);
+    return 0;
+}
+
+extern "C" bool cuda_matmul_fp8_tensor_cores(const CudaMatmul *m) { return m->fp8_gemm != NULL; }
+
 /* cuBLAS is column-major: Y^T = W . X^T with W read transposed. `ldy`
  * apart, so a tile of W's rows writes its columns of Y. */
 static int blas_gemm(CudaMatmul *m, float *y, int ldy, const uint16_t *x, const uint16_t *w, int rows, int out,
@@ -90,6 +116,10 @@ static int fp8_matmul(CudaMatmul *m, float *y, const uint16_t *x, CudaMatrix w, 
                 return -1;
         }
         return 0;
+    }
+    if (m->fp8_gemm && cuda_fp8_gemm_fits(m->fp8_gemm, w, rows, out, in)) {
+        const int rc = cuda_fp8_gemm(m->fp8_gemm, y, x, w, rows, out, in, err);
+        if (rc <= 0) return rc; /* 1: no algorithm for this shape, dequantize */
     }
     if (!m->fp8_scratch)
         return error_set(err, "an FP8 matrix [%d, %d] at %d rows, and no FP8 scratch was sized for it", out, in,

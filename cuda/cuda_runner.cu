@@ -71,7 +71,7 @@ static int gemm(CudaRunner *r, float *y, const uint16_t *x, CudaMatrix w, int ro
 }
 
 /* The bf16 matrices (embeddings, lm_head). */
-static CudaMatrix bf16_matrix(const uint16_t *w) { return (CudaMatrix){w, NULL}; }
+static CudaMatrix bf16_matrix(const uint16_t *w) { return (CudaMatrix){w, NULL, NULL}; }
 
 /* ---- one step -------------------------------------------------------------------------- */
 
@@ -710,6 +710,9 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
                  "scales; %d uploaded as bf16",
                  r->weights.fp8_stacks, r->weights.fp8_bytes / 1e9, r->weights.dequantized_stacks);
     if (rc == 0) rc = cuda_matmul_reserve_fp8(r->matmul, r->weights.fp8_largest, err);
+    if (rc == 0 && r->weights.fp8_tiled_stacks)
+        rc = cuda_matmul_reserve_fp8_gemm(r->matmul, r->base.options.max_num_batched_tokens, r->weights.fp8_widest,
+                                          err);
     if (rc == 0) rc = cuda_runner_upload_rope(r, err);
     /* Those uploads ran on the legacy stream, which the compute stream does
      * not wait for (non-blocking): they must have landed before it starts. */

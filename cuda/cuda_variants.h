@@ -13,7 +13,9 @@
  * (prompt attention on the WMMA kernel instead of the flash one), "moe" (the
  * grouped expert GEMM at every batch, no expert gemvs), "fuse" (steps of a
  * few rows launch the residual add + RMSNorm and SiLU x up on their own, not
- * inside the gemvs; "gemv" implies it). Unset, every part runs
+ * inside the gemvs; "gemv" implies it), "fp8gemm" (FP8 prompt steps
+ * dequantize to bf16 for cuBLAS instead of cuBLASLt's FP8 x FP8 GEMM).
+ * Unset, every part runs
  * its current kernel. With an fp8 KV cache (--kv-cache-dtype fp8) "prefetch"
  * changes nothing (its decode kernel never prefetches) and "attention" is ignored (logged)
  * and "kernels" keeps the cache store on the vector kernel: neither previous
@@ -29,7 +31,7 @@ extern "C" {
 #endif
 
 /* Whether `part` ("attention", "kernels", "sampler", "gemv", "gdn", "prefill",
- * "prefetch", "moe", "fuse") is listed in NANOVLLM_CUDA_LEGACY. */
+ * "prefetch", "moe", "fuse", "fp8gemm") is listed in NANOVLLM_CUDA_LEGACY. */
 bool cuda_variant_legacy(const char *part);
 
 #ifdef __cplusplus

@@ -162,14 +162,14 @@ static int stack(Plan *p, CudaMatrix *out, const Weight *const *parts, int n, bo
         const size_t scale_bytes = fp8_row_scale_count((int)rows, parts[0]->cols) * sizeof(float);
         uint8_t *bytes = (uint8_t *)place(p, total);
         float *scales = (float *)place(p, scale_bytes);
-        *out = (CudaMatrix){bytes, scales};
+        *out = (CudaMatrix){bytes, scales, NULL};
         if (!p->base) return 0;
         p->out->fp8_stacks++;
         p->out->fp8_bytes += total + scale_bytes;
         return put_fp8_stack(bytes, scales, parts, n, err);
     }
     uint16_t *dst = (uint16_t *)place(p, total * sizeof(uint16_t));
-    *out = (CudaMatrix){dst, NULL};
+    *out = (CudaMatrix){dst, NULL, NULL};
     if (!p->base) return 0;
     if (fp8 > 0) {
         p->out->dequantized_stacks++;
@@ -192,6 +192,33 @@ static int stack_bf16(Plan *p, uint16_t **out, const Weight *w, const char *what
     return 0;
 }
 
+/* An FP8 stack's scales per 128 x 128 tile (cuBLASLt's layout), when every
+ * part is whole tiles: the stack's tiles are then the parts' tiles. */
+static int put_tile_scales(Plan *p, CudaMatrix *out, const Weight *const *parts, int n, Error *err) {
+    const int cols = parts[0]->cols;
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (parts[i]->rows % FP8_BLOCK || parts[i]->cols != cols) return 0;
+        rows += parts[i]->rows;
+    }
+    if (cols % FP8_BLOCK) return 0;
+    const size_t count = fp8_tile_scale_count(rows, cols);
+    float *tiles = (float *)place(p, count * sizeof(float));
+    out->tile_scales = tiles;
+    if (!p->base) return 0;
+    float *host = (float *)malloc(count * sizeof(float));
+    if (!host) return error_set(err, "out of memory (FP8 tile scales of %d rows)", rows);
+    for (int i = 0, row0 = 0; i < n; row0 += parts[i]->rows, i++)
+        fp8_padded_tile_scales(host + fp8_tile_scale_count(row0, cols), parts[i]->scales, parts[i]->rows, cols);
+    cudaError_t st = cudaMemcpy(tiles, host, count * sizeof(float), cudaMemcpyHostToDevice);
+    free(host);
+    if (st != cudaSuccess) return cuda_fail(err, "uploading the FP8 tile scales", st);
+    p->out->fp8_bytes += count * sizeof(float);
+    p->out->fp8_tiled_stacks++;
+    if (cols > p->out->fp8_widest) p->out->fp8_widest = cols;
+    return 0;
+}
+
 /* A stack cuda_matmul multiplies: the FP8 scratch must hold it (or a tile). */
 static int dense(Plan *p, CudaMatrix *out, const Weight *const *parts, int n, const char *what, Error *err) {
     if (stack(p, out, parts, n, true, what, err)) return -1;
@@ -199,6 +226,7 @@ static int dense(Plan *p, CudaMatrix *out, const Weight *const *parts, int n, co
         size_t elems = 0;
         for (int i = 0; i < n; i++) elems += (size_t)parts[i]->rows * parts[i]->cols;
         if (elems > p->out->fp8_largest) p->out->fp8_largest = elems;
+        if (put_tile_scales(p, out, parts, n, err)) return -1;
     }
     return 0;
 }

@@ -66,6 +66,8 @@ typedef struct CudaWeights {
     CudaLayerWeights *layers;
     int num_layers;
     int fp8_stacks;         /* stacked matrices kept FP8 on the device */
+    int fp8_tiled_stacks;   /* of those, ones with tile scales (CudaMatrix.tile_scales) */
+    int fp8_widest;         /* the widest input of those */
     int dequantized_stacks; /* stacks with FP8 parts uploaded as bf16 (mixed) */
     size_t fp8_bytes;       /* FP8 weight bytes and their scales */
     size_t fp8_largest;     /* values of the largest FP8 matrix cuda_matmul multiplies (not experts) */

@@ -39,8 +39,10 @@
 #           quantization_config: layer matrices float8_e4m3fn with 128 x 128
 #           block scales, read as FP8 on the GPU) against bf16: single-sequence
 #           decode and 512-token prefill (medians of AB_ROUNDS alternating
-#           rounds), and FP8 with NANOVLLM_CUDA_LEGACY=gemv (every batch
-#           dequantized to bf16 for cuBLAS, the few-row FP8 gemv off).
+#           rounds), FP8 with NANOVLLM_CUDA_LEGACY=fp8gemm (prompts dequantized
+#           to bf16 for cuBLAS instead of cuBLASLt's FP8 x FP8 GEMM) and with
+#           "gemv" (every batch dequantized, the few-row FP8 gemv off); the
+#           bench.py workload in FP8 and bf16;
 #  fp8big:  the same at Qwen3-8B's shapes, decode and prefill (15.1 GB read a
 #           token in bf16, 8.2 GB in FP8 with the bf16 lm_head: bytes allow
 #           1.85x, where the 0.6B's tied lm_head allows 1.56x);
@@ -337,8 +339,8 @@ fi
 if want fp8; then
     dummy_model "$WORK/qwen3-0.6b-dummy-bf16" "$QWEN3_06B"
     dummy_model "$WORK/qwen3-0.6b-dummy-fp8" "$QWEN3_06B" "$QUANT"
-    FP8_VARIANTS=("bf16:bf16:" "fp8:fp8:" "fp8 dequantized:fp8:gemv")
-    declare -A FP8_DECODE FP8_PREFILL
+    FP8_VARIANTS=("bf16:bf16:" "fp8:fp8:" "fp8, prompts dequantized:fp8:fp8gemm" "fp8 dequantized:fp8:gemv")
+    declare -A FP8_DECODE FP8_PREFILL FP8_WORKLOAD
     for round in $(seq 1 "$ROUNDS"); do
         for v in "${FP8_VARIANTS[@]}"; do
             IFS=: read -r name kind legacy <<< "$v"
@@ -350,9 +352,31 @@ if want fp8; then
             FP8_PREFILL[$name]+=" $(json_field "$json" "['prefill_tokens_per_s']")"
         done
     done
-    # the upload's own line: how many stacks stayed FP8, and their bytes
+    # the upload's own line: how many stacks stayed FP8, and their bytes; and how prompts multiply
     row "0.6B dummy fp8: weights on the GPU" "$(grep -q 'read as FP8 on the GPU' "$OUT/fp8_fp8.log" && echo ok || echo FAIL)" \
         "$(grep -ao 'FP8 weights: [^;]*' "$OUT/fp8_fp8.log" | head -1)"
+    row "0.6B dummy fp8: prompt steps" "$(grep -q 'FP8 x FP8 on the tensor cores' "$OUT/fp8_fp8.log" && echo ok || echo FAIL)" \
+        "$(grep -ao 'FP8 prompt steps: .\{0,90\}' "$OUT/fp8_fp8.log" | head -1)"
+    # what quantizing the activations does to one prompt's logits (dummy weights: noise, so only the size)
+    PROMPT=$(printf 'Block scales keep FP8 close to bf16. %.0s' $(seq 1 40))
+    for v in "tensor:" "dequantized:fp8gemm"; do
+        NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$WORK/qwen3-0.6b-dummy-fp8" --load-format dummy \
+            --device cuda --prompt "$PROMPT" --max-tokens 1 --quiet --dump-logits "$WORK/fp8_${v%%:*}.f32" \
+            > /dev/null 2>> "$OUT/fp8_logits.log"
+    done
+    rel=$("$PY" -c 'import sys, numpy as np; a, b = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:]); print(f"{np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")' \
+        "$WORK/fp8_tensor.f32" "$WORK/fp8_dequantized.f32" 2>> "$OUT/fp8_logits.log")
+    row "0.6B dummy fp8 prompt logits, FP8 x FP8 vs dequantized (rel L2)" "$([ -n "$rel" ] && echo - || echo FAIL)" \
+        "${rel:-?} (a ~400-token prompt)"
+    # the bench.py workload: decode batches past 16 rows take the FP8 GEMM too (inside the graphs)
+    for kind in bf16 fp8; do
+        json=$(timeout 150 "$BIN" bench --device cuda --load-format dummy --model "$WORK/qwen3-0.6b-dummy-$kind" \
+            --json 2>> "$OUT/fp8_workload_$kind.log")
+        echo "$json" >> "$OUT/fp8_workload_$kind.jsonl"
+        FP8_WORKLOAD[$kind]=$(json_field "$json" "['output_tokens_per_s']")
+    done
+    row "0.6B dummy bench.py workload, fp8 vs bf16" "$([ -n "${FP8_WORKLOAD[fp8]}" ] && echo - || echo FAIL)" \
+        "$(printf '%.0f' "${FP8_WORKLOAD[fp8]:-0}") vs $(printf '%.0f' "${FP8_WORKLOAD[bf16]:-0}") out tok/s = $(ratio "${FP8_WORKLOAD[fp8]}" "${FP8_WORKLOAD[bf16]}")"
     base=$(median <<< "${FP8_DECODE[bf16]}")
     base_prefill=$(median <<< "${FP8_PREFILL[bf16]}")
     for v in "${FP8_VARIANTS[@]}"; do

@@ -21,6 +21,8 @@
 
 #include "cpu/cpu_moe.h"
 #include "cpu/cpu_runner.h"
+#include "cuda/cuda_device.h"
+#include "cuda/cuda_fp8_gemm.h"
 #include "cuda/cuda_fp8_plan.h"
 #include "cuda/cuda_matmul.h"
 #include "cuda/cuda_moe.h"
@@ -42,6 +44,7 @@ typedef struct Fp8Stack {
     float *ref;          /* [rows, cols]: each part's fp8_dequantize_rows */
     uint8_t *d_q;        /* device copies */
     float *d_scales;
+    float *d_tiles; /* cuBLASLt's tile scales when every part is whole 128 x 128 tiles, else NULL */
 } Fp8Stack;
 
 static void random_bytes(uint8_t *q, size_t n, uint64_t *s) {
@@ -63,6 +66,10 @@ static Fp8Stack fp8_stack(const int *parts, int cols, uint64_t seed) {
     m.ref = malloc(sizeof(float) * n);
     cr_assert(m.q && m.row_scales && m.ref);
     random_bytes(m.q, n, &seed);
+    bool whole_tiles = cols % FP8_BLOCK == 0;
+    for (int p = 0; p < MAX_PARTS && parts[p]; p++) whole_tiles = whole_tiles && parts[p] % FP8_BLOCK == 0;
+    float *tiles_host = whole_tiles ? malloc(sizeof(float) * fp8_tile_scale_count(m.rows, cols)) : NULL;
+    cr_assert(tiles_host || !whole_tiles);
     int row0 = 0;
     for (int p = 0; p < MAX_PARTS && parts[p]; p++) {
         const size_t tiles = fp8_scale_count(parts[p], cols);
@@ -73,18 +80,22 @@ static Fp8Stack fp8_stack(const int *parts, int cols, uint64_t seed) {
             tile[t] = ldexpf(1.0f + (float)((seed >> 40) & 0xffff) / 65536.0f, -6 - (int)((seed >> 60) % 5));
         }
         fp8_row_scales(m.row_scales + fp8_row_scale_count(row0, cols), tile, parts[p], cols);
+        if (tiles_host) fp8_padded_tile_scales(tiles_host + fp8_tile_scale_count(row0, cols), tile, parts[p], cols);
         fp8_dequantize_rows(m.q + (size_t)row0 * cols, tile, cols, 0, parts[p], m.ref + (size_t)row0 * cols);
         free(tile);
         row0 += parts[p];
     }
     m.d_q = dev_copy(m.q, n);
     m.d_scales = dev_copy(m.row_scales, sizeof(float) * fp8_row_scale_count(m.rows, cols));
+    if (tiles_host) m.d_tiles = dev_copy(tiles_host, sizeof(float) * fp8_tile_scale_count(m.rows, cols));
+    free(tiles_host);
     return m;
 }
 
 static void fp8_stack_free(Fp8Stack *m) {
     cuda_free(m->d_q);
     cuda_free(m->d_scales);
+    cuda_free(m->d_tiles);
     free(m->q);
     free(m->row_scales);
     free(m->ref);
@@ -219,11 +230,105 @@ Test(cuda_fp8, matmul_matches_float64_at_larger_batches, .timeout = 120) {
             uint16_t *d_x = dev_copy(x, sizeof(uint16_t) * rows * m.cols);
             float *d_y = dev_poisoned(sizeof(float) * rows * m.rows), *y = malloc(sizeof(float) * rows * m.rows);
             cr_assert(y);
-            CudaMatrix w = {m.d_q, m.d_scales};
+            CudaMatrix w = {m.d_q, m.d_scales, NULL};
             cr_assert(cuda_matmul(mm, d_y, d_x, w, rows, m.rows, m.cols, &err) == 0, "%s", err.msg);
             dev_fetch(y, d_y, sizeof(float) * rows * m.rows);
             const bool gemv = rows <= CUDA_FP8_GEMV_MAX_ROWS && m.cols % 16 == 0;
             check_product(y, x_f, &m, rows, gemv ? 3e-5 : 4e-3, gemv ? "gemv passes" : "dequantized GEMM");
+            cuda_free(d_x);
+            cuda_free(d_y);
+            free(x);
+            free(x_f);
+            free(y);
+        }
+        cuda_matmul_destroy(mm);
+        fp8_stack_free(&m);
+    }
+}
+
+/* The activations' quantization for the FP8 tensor cores: each row's
+ * 128-column block to e4m3 of x / (max |x| / 448), the host's rounding
+ * (fp8_e4m3_from_float) to the bit, the scales where cuBLASLt reads them;
+ * an all-zero block gets scale 1, and rows of very different magnitudes
+ * keep their own scales. */
+Test(cuda_fp8, activations_quantize_per_row_and_128_columns, .timeout = 60) {
+    require_gpu();
+    enum { ROWS = 37, COLS = 384 };
+    float *x_f;
+    uint16_t *x = random_bf16((size_t)ROWS * COLS, 1.0f, 77, &x_f);
+    for (int r = 0; r < ROWS; r++)
+        for (int k = 0; k < COLS; k++) {
+            const float v = r == 3 && k < 128 ? 0.0f : ldexpf(x_f[(size_t)r * COLS + k], r % 9 - 4);
+            x[(size_t)r * COLS + k] = f32_to_bf16(v);
+            x_f[(size_t)r * COLS + k] = bf16_to_f32(x[(size_t)r * COLS + k]);
+        }
+    uint16_t *d_x = dev_copy(x, sizeof(uint16_t) * ROWS * COLS);
+    uint8_t *d_q = dev_poisoned(ROWS * COLS), *q = malloc(ROWS * COLS);
+    float *d_s = dev_poisoned(sizeof(float) * ROWS * (COLS / 128)), *s = malloc(sizeof(float) * ROWS * (COLS / 128));
+    cr_assert(q && s);
+    Error err = {0};
+    cr_assert(cuda_fp8_quantize_rows(d_q, d_s, d_x, ROWS, COLS, NULL, &err) == 0, "%s", err.msg);
+    dev_fetch(q, d_q, ROWS * COLS);
+    dev_fetch(s, d_s, sizeof(float) * ROWS * (COLS / 128));
+    for (int r = 0; r < ROWS; r++)
+        for (int b = 0; b < COLS / 128; b++) {
+            float amax = 0.0f;
+            for (int k = b * 128; k < (b + 1) * 128; k++) amax = fmaxf(amax, fabsf(x_f[(size_t)r * COLS + k]));
+            const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+            const float got_scale = s[fp8_act_scale_index(r, b * 128, ROWS)];
+            cr_assert(got_scale == scale, "row %d block %d: scale %g, want %g", r, b, got_scale, scale);
+            for (int k = b * 128; k < (b + 1) * 128; k++) {
+                const uint8_t want = fp8_e4m3_from_float(x_f[(size_t)r * COLS + k] / scale);
+                cr_assert(q[(size_t)r * COLS + k] == want, "x[%d, %d] = %g: byte %#x, want %#x", r, k,
+                          x_f[(size_t)r * COLS + k], q[(size_t)r * COLS + k], want);
+            }
+        }
+    cr_expect(cuda_fp8_quantize_rows(d_q, d_s, d_x, ROWS, 200, NULL, &err) == -1, "200 columns: not whole blocks");
+    cuda_free(d_x);
+    cuda_free(d_q);
+    cuda_free(d_s);
+    free(x);
+    free(x_f);
+    free(q);
+    free(s);
+}
+
+/* Prompt-sized products of tile-scaled FP8 matrices (a q/k/v-like stack of
+ * 128-row parts, 1,024 and 3,072 wide) through cuda_matmul with the FP8
+ * tensor-core path reserved: on sm_90 it must be on (its start-up check
+ * passed) and within the activations' rounding, 2^-4 of sum |x w| (bound
+ * 0.07); elsewhere the dequantized path runs, to its own bound. */
+Test(cuda_fp8, tensor_core_products_of_tile_scaled_matrices, .timeout = 120) {
+    require_gpu();
+    char why[256];
+    cuda_device_probe(why, sizeof why);
+    const bool sm90 = strstr(why, "(sm_90,") != NULL;
+    static const struct {
+        int parts[MAX_PARTS];
+        int cols;
+    } shapes[] = {{{256, 128, 128, 0}, 1024}, {{1024, 0}, 3072}};
+    static const int BATCHES[] = {17, 64, 300};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        Fp8Stack m = fp8_stack(shapes[s].parts, shapes[s].cols, 90 + s);
+        cr_assert(m.d_tiles);
+        Error err = {0};
+        CudaMatmul *mm = cuda_matmul_create(NULL, &err);
+        cr_assert(mm, "%s", err.msg);
+        cr_assert(cuda_matmul_reserve_fp8(mm, (size_t)m.rows * m.cols, &err) == 0, "%s", err.msg);
+        cr_assert(cuda_matmul_reserve_fp8_gemm(mm, 300, m.cols, &err) == 0, "%s", err.msg);
+        const bool tensor = cuda_matmul_fp8_tensor_cores(mm);
+        cr_expect(tensor || !sm90, "%s: the FP8 tensor-core path is off (its reason is in the log)", why);
+        for (size_t b = 0; b < sizeof BATCHES / sizeof BATCHES[0]; b++) {
+            const int rows = BATCHES[b];
+            float *x_f;
+            uint16_t *x = random_bf16((size_t)rows * m.cols, 1.0f, 17 * s + b, &x_f);
+            uint16_t *d_x = dev_copy(x, sizeof(uint16_t) * rows * m.cols);
+            float *d_y = dev_poisoned(sizeof(float) * rows * m.rows), *y = malloc(sizeof(float) * rows * m.rows);
+            cr_assert(y);
+            const CudaMatrix w = {m.d_q, m.d_scales, m.d_tiles};
+            cr_assert(cuda_matmul(mm, d_y, d_x, w, rows, m.rows, m.cols, &err) == 0, "%s", err.msg);
+            dev_fetch(y, d_y, sizeof(float) * rows * m.rows);
+            check_product(y, x_f, &m, rows, tensor ? 0.07 : 4e-3, tensor ? "FP8 x FP8 GEMM" : "dequantized GEMM");
             cuda_free(d_x);
             cuda_free(d_y);
             free(x);
@@ -294,7 +399,7 @@ Test(cuda_fp8, moe_fp8_experts_match_the_dequantized_experts, .timeout = 60) {
         float want[T * H], got[T * H];
         cpu_moe(cpu, want, x, n, &L);
         upload_router_logits(gpu.logits, router, x, n, E, H);
-        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_qgu, d_sgu}, (CudaMatrix){d_qdn, d_sdn}, NULL,
+        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_qgu, d_sgu, NULL}, (CudaMatrix){d_qdn, d_sdn, NULL}, NULL,
                            &err) == 0,
                   "%s", err.msg);
         dev_fetch(got, d_delta, sizeof(float) * n * H);

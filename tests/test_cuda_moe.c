@@ -104,7 +104,7 @@ Test(cuda_moe, sparse_mlp_matches_the_cpu, .timeout = 60) {
         float want[T * H], got[T * H];
         cpu_moe(cpu, want, x, n, &L);
         upload_router_logits(gpu.logits, router, x, n, E, H);
-        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_gate_up, NULL}, (CudaMatrix){d_down, NULL}, NULL,
+        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_gate_up, NULL, NULL}, (CudaMatrix){d_down, NULL, NULL}, NULL,
                            &err) == 0,
                   "%s", err.msg);
         dev_fetch(got, d_delta, sizeof(float) * n * H);
@@ -314,7 +314,7 @@ static void sparse_layer_case(Routing how, const char *what) {
         int n = counts[c];
         cr_assert(cuda_upload(d_delta, poison, sizeof(float) * n * LH, &err) == 0, "%s", err.msg);
         cr_assert(cuda_upload(gpu.logits, logits, sizeof(float) * n * LE, &err) == 0, "%s", err.msg);
-        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_gate_up, NULL}, (CudaMatrix){d_down, NULL}, NULL,
+        cr_assert(cuda_moe(&gpu, d_delta, d_h, n, (CudaMatrix){d_gate_up, NULL, NULL}, (CudaMatrix){d_down, NULL, NULL}, NULL,
                            &err) == 0,
                   "%s", err.msg);
         dev_fetch(got, d_delta, sizeof(float) * n * LH);

@@ -129,3 +129,44 @@ Test(fp8_plan, gemv_k_split_leaves_no_warp_without_a_chunk) {
         cr_assert_eq(fp8_gemv_k_split(4096, INS[i]), 1, "4,096 outputs fill the GPU unsplit");
     }
 }
+
+/* cuBLASLt's tile scales of a stack of 128-row parts: tile (i, t) of the
+ * stack is the tile scale of the part holding rows 128 i .. 128 i + 127,
+ * every tile row padded with zeros to a multiple of 4; the activations'
+ * scale of (row, k) is block k / 128's, rows contiguous within a block. */
+Test(fp8_plan, padded_tile_scales_of_stacked_parts_are_the_parts_tiles) {
+    cr_expect_eq(fp8_tile_scale_ld(768), 8, "6 tiles padded to 8");
+    cr_expect_eq(fp8_tile_scale_ld(1024), 8);
+    cr_expect_eq(fp8_tile_scale_ld(3072), 24);
+    cr_expect_eq(fp8_tile_scale_count(4096, 768), (size_t)32 * 8);
+    enum { COLS = 768, TILES = 6, LD = 8 };
+    const int part_rows[3] = {256, 128, 512};
+    float *parts[3];
+    int total = 0;
+    for (int p = 0; p < 3; p++) {
+        size_t n = fp8_scale_count(part_rows[p], COLS);
+        parts[p] = malloc(n * sizeof(float));
+        cr_assert(parts[p]);
+        for (size_t i = 0; i < n; i++) parts[p][i] = (float)(1000 * p + (int)i + 1);
+        total += part_rows[p];
+    }
+    float *stack = malloc(fp8_tile_scale_count(total, COLS) * sizeof(float));
+    cr_assert(stack);
+    for (size_t i = 0; i < fp8_tile_scale_count(total, COLS); i++) stack[i] = NAN;
+    for (int p = 0, row0 = 0; p < 3; row0 += part_rows[p], p++)
+        fp8_padded_tile_scales(stack + fp8_tile_scale_count(row0, COLS), parts[p], part_rows[p], COLS);
+    for (int row = 0, p = 0, row0 = 0; row < total; row++) {
+        if (row - row0 >= part_rows[p]) row0 += part_rows[p++];
+        for (int t = 0; t < LD; t++) {
+            float got = stack[(size_t)(row / 128) * LD + t];
+            float want = t < TILES ? parts[p][(size_t)((row - row0) / 128) * TILES + t] : 0.0f;
+            cr_assert(got == want, "row %d tile %d: %g, want %g", row, t, got, want);
+        }
+    }
+    for (int p = 0; p < 3; p++) free(parts[p]);
+    free(stack);
+    cr_expect_eq(fp8_act_scale_index(5, 0, 40), 5u);
+    cr_expect_eq(fp8_act_scale_index(5, 127, 40), 5u);
+    cr_expect_eq(fp8_act_scale_index(5, 128, 40), 45u, "block 1 starts after block 0's 40 rows");
+    cr_expect_eq(fp8_act_scale_index(39, 1023, 40), 7u * 40 + 39);
+}
