@@ -14,11 +14,13 @@
  * architecture's (cuda_fp8_convert.h). Scales are read with __ldg (each is
  * read by the 8 lanes of its tile in one instruction, 3% of the bytes),
  * weights with __ldcs (read once). It also runs an MoE decode step's FP8
- * experts, one launch over the routed pairs (cuda_gemv_fp8_experts).
+ * experts, one launch over the routed pairs (cuda_gemv_fp8_experts), and
+ * the decode step's normalising forms (cuda_gemv.cu's NORM and GLU).
  */
 #include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_fp8_convert.h"
+#include "cuda_gemv_norm.h"
 #include "cuda_gemv_reduce.h"
 #include "cuda_kernels.h"
 
@@ -29,13 +31,18 @@
 
 /* M rows of x [M, K] bf16 times W [N, K] e4m3 with per-row scales ->
  * y [M, N] float32; KSPLIT warps share one output (every KSPLIT-th
- * 512-value chunk of K each), their sums added in shared memory. */
-template <int M, int KSPLIT, bool EXPERTS = false>
+ * 512-value chunk of K each), their sums added in shared memory. NORM and
+ * GLU as cuda_gemv.cu's: x made in shared memory by the normalising
+ * prologue; W [2N, K] (gate rows, then up rows) and y the bf16 SiLU x up. */
+template <int M, int KSPLIT, bool EXPERTS = false, bool NORM = false, bool GLU = false>
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * WARP)
-gemv_fp8_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uint8_t *__restrict__ w,
-                const float *__restrict__ scales, int N, int K, GemvExperts experts) {
+gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint8_t *__restrict__ w,
+                const float *__restrict__ scales, int N, int K, GemvExperts experts, CudaGemvNorm norm) {
     constexpr int OUTS = WARPS_PER_BLOCK / KSPLIT; /* outputs per block */
     constexpr int STEP = KSPLIT * WARP;            /* 16-byte loads between one lane's */
+    constexpr int ROWS = GLU ? 2 : 1;              /* weight rows per output */
+    extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
+    float *y = static_cast<float *>(y_out);
     if (EXPERTS) {
         const size_t expert = gemv_pair(experts, x, y, N, K);
         w += expert * N * K;
@@ -44,42 +51,74 @@ gemv_fp8_kernel(float *__restrict__ y, const uint16_t *__restrict__ x, const uin
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
     const int n = blockIdx.x * OUTS + warp / KSPLIT;
     const bool valid = n < N;
-    const uint4 *w_row = reinterpret_cast<const uint4 *>(w + (size_t)(valid ? n : 0) * K);
-    const float *s_row = scales + (size_t)(valid ? n : 0) * fp8_col_tiles(K);
-    const uint4 *x8 = reinterpret_cast<const uint4 *>(x); /* 8 bf16 a load */
-    const int k16_count = valid ? K / 16 : 0, x8_row = K / 8;
-    float acc[M] = {};
-    for (int k16 = part * WARP + lane; k16 < k16_count; k16 += FP8_UNROLL * STEP) {
-        uint4 wr[FP8_UNROLL];
-        float sc[FP8_UNROLL];
+    const uint4 *w_row[ROWS];
+    const float *s_row[ROWS];
 #pragma unroll
-        for (int u = 0; u < FP8_UNROLL; u++) { /* every load issued before any use */
-            const int at = k16 + u * STEP;
-            wr[u] = at < k16_count ? __ldcs(w_row + at) : make_uint4(0u, 0u, 0u, 0u);
-            sc[u] = at < k16_count ? __ldg(s_row + at / (FP8_BLOCK / 16)) * FP8_UNIT : 0.0f;
-        }
+    for (int r = 0; r < ROWS; r++) {
+        const size_t row = (size_t)r * N + (valid ? n : 0);
+        w_row[r] = reinterpret_cast<const uint4 *>(w + row * K);
+        s_row[r] = scales + row * fp8_col_tiles(K);
+    }
+    const int k16_count = valid ? K / 16 : 0, x8_row = K / 8;
+    uint4 wr[ROWS][FP8_UNROLL];
+    float sc[ROWS][FP8_UNROLL];
+    int k16 = part * WARP + lane;
+    /* every load of a step issued before any use; NORM: the first step's
+     * before the prologue, whose latency they then overlap */
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+#pragma unroll
+            for (int u = 0; u < FP8_UNROLL; u++) {
+                const int at = k0 + u * STEP;
+                wr[r][u] = at < k16_count ? __ldcs(w_row[r] + at) : make_uint4(0u, 0u, 0u, 0u);
+                sc[r][u] = at < k16_count ? __ldg(s_row[r] + at / (FP8_BLOCK / 16)) * FP8_UNIT : 0.0f;
+            }
+    };
+    bool preloaded = NORM && k16 < k16_count;
+    if (preloaded) load(k16);
+    if (NORM) {
+        gemv_normalise<M>(norm, K, reinterpret_cast<uint2 *>(x_shared), warp, lane);
+        __syncthreads();
+    }
+    const uint4 *x8 = NORM ? x_shared : reinterpret_cast<const uint4 *>(x); /* 8 bf16 a load */
+    float acc[ROWS * M] = {};                                                /* [r][m] */
+    for (; k16 < k16_count; k16 += FP8_UNROLL * STEP) {
+        if (!preloaded) load(k16);
+        preloaded = false;
 #pragma unroll
         for (int u = 0; u < FP8_UNROLL; u++) {
             const int at = k16 + u * STEP;
             if (at >= k16_count) break;
-            float wf[16];
-            fp8x16_to_float(wr[u], wf);
+            float wf[ROWS][16];
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) fp8x16_to_float(wr[r][u], wf[r]);
 #pragma unroll
             for (int m = 0; m < M; m++) {
                 float xf[16];
-                widen8(__ldg(x8 + (size_t)m * x8_row + 2 * at), xf);
-                widen8(__ldg(x8 + (size_t)m * x8_row + 2 * at + 1), xf + 8);
-                float even = 0.0f, odd = 0.0f; /* two chains: half the dependent FMAs */
+                const uint4 *xp = x8 + (size_t)m * x8_row + 2 * at;
+                widen8(NORM ? xp[0] : __ldg(xp), xf);
+                widen8(NORM ? xp[1] : __ldg(xp + 1), xf + 8);
 #pragma unroll
-                for (int e = 0; e < 16; e += 2) {
-                    even = fmaf(wf[e], xf[e], even);
-                    odd = fmaf(wf[e + 1], xf[e + 1], odd);
+                for (int r = 0; r < ROWS; r++) {
+                    float even = 0.0f, odd = 0.0f; /* two chains: half the dependent FMAs */
+#pragma unroll
+                    for (int e = 0; e < 16; e += 2) {
+                        even = fmaf(wf[r][e], xf[e], even);
+                        odd = fmaf(wf[r][e + 1], xf[e + 1], odd);
+                    }
+                    acc[r * M + m] = fmaf(even + odd, sc[r][u], acc[r * M + m]);
                 }
-                acc[m] = fmaf(even + odd, sc[u], acc[m]);
             }
         }
     }
-    gemv_reduce_store<M, KSPLIT, WARPS_PER_BLOCK>(acc, y, N, n, valid, warp, lane, part);
+    if constexpr (!GLU) {
+        gemv_reduce_store<M, KSPLIT, WARPS_PER_BLOCK>(acc, y, N, n, valid, warp, lane, part);
+    } else if (gemv_reduce<ROWS * M, KSPLIT, WARPS_PER_BLOCK>(acc, warp, lane, part) && valid) {
+        uint16_t *act = static_cast<uint16_t *>(y_out);
+#pragma unroll
+        for (int m = 0; m < M; m++) act[(size_t)m * N + n] = float_to_bf16_bits(silu_mul1(acc[m], acc[M + m]));
+    }
 }
 
 extern "C" bool cuda_gemv_fp8_fits(int rows, int in, const void *x, const void *w) {
@@ -87,13 +126,20 @@ extern "C" bool cuda_gemv_fp8_fits(int rows, int in, const void *x, const void *
            ((uintptr_t)w & 15) == 0;
 }
 
-template <int M, bool EXPERTS = false>
-static void launch_gemv_fp8(int split, dim3 blocks, cudaStream_t s, float *y, const uint16_t *x, const uint8_t *w,
-                            const float *scales, int out, int in, GemvExperts experts = {NULL, 1}) {
+template <int M, bool EXPERTS = false, bool NORM = false, bool GLU = false>
+static void launch_gemv_fp8(int split, dim3 blocks, cudaStream_t s, void *y, const uint16_t *x, const uint8_t *w,
+                            const float *scales, int out, int in, GemvExperts experts = {NULL, 1},
+                            const CudaGemvNorm &norm = {}, size_t shared = 0) {
     const unsigned threads = WARPS_PER_BLOCK * WARP;
-    if (split == 4) gemv_fp8_kernel<M, 4, EXPERTS><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in, experts);
-    else if (split == 2) gemv_fp8_kernel<M, 2, EXPERTS><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in, experts);
-    else gemv_fp8_kernel<M, 1, EXPERTS><<<blocks, threads, 0, s>>>(y, x, w, scales, out, in, experts);
+    if (split == 4)
+        gemv_fp8_kernel<M, 4, EXPERTS, NORM, GLU><<<blocks, threads, shared, s>>>(y, x, w, scales, out, in, experts,
+                                                                                 norm);
+    else if (split == 2)
+        gemv_fp8_kernel<M, 2, EXPERTS, NORM, GLU><<<blocks, threads, shared, s>>>(y, x, w, scales, out, in, experts,
+                                                                                 norm);
+    else
+        gemv_fp8_kernel<M, 1, EXPERTS, NORM, GLU><<<blocks, threads, shared, s>>>(y, x, w, scales, out, in, experts,
+                                                                                 norm);
 }
 
 extern "C" int cuda_gemv_fp8(float *y, const uint16_t *x, const uint8_t *w, const float *scales, int rows,
@@ -125,6 +171,31 @@ extern "C" int cuda_gemv_fp8_experts(float *y, const uint16_t *x, int x_div, con
     const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)pairs);
     launch_gemv_fp8<1, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in, GemvExperts{expert_of, x_div});
     CUDA_LAUNCHED("the FP8 expert gemv kernel", err);
+    return 0;
+}
+
+/* The normalising forms (cuda_gemv.cu checked the shapes): K split as the
+ * plain FP8 gemv splits W's row count, so the sums are its sums. */
+template <bool GLU>
+static void launch_gemv_fp8_norm(void *y, const CudaGemvNorm &norm, const uint8_t *w, const float *scales, int rows,
+                                 int out, int in, cudaStream_t s) {
+    const int split = fp8_gemv_k_split(GLU ? 2 * out : out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
+    const size_t shared = (size_t)rows * in * sizeof(uint16_t);
+    const GemvExperts one = {NULL, 1};
+    switch (rows) {
+    case 1: launch_gemv_fp8<1, false, true, GLU>(split, blocks, s, y, NULL, w, scales, out, in, one, norm, shared); break;
+    case 2: launch_gemv_fp8<2, false, true, GLU>(split, blocks, s, y, NULL, w, scales, out, in, one, norm, shared); break;
+    case 3: launch_gemv_fp8<3, false, true, GLU>(split, blocks, s, y, NULL, w, scales, out, in, one, norm, shared); break;
+    default: launch_gemv_fp8<4, false, true, GLU>(split, blocks, s, y, NULL, w, scales, out, in, one, norm, shared); break;
+    }
+}
+
+extern "C" int cuda_gemv_fp8_norm(void *y, const CudaGemvNorm *norm, const uint8_t *w, const float *scales, int rows,
+                                  int out, int in, bool glu, CudaStream stream, Error *err) {
+    if (glu) launch_gemv_fp8_norm<true>(y, *norm, w, scales, rows, out, in, (cudaStream_t)stream);
+    else launch_gemv_fp8_norm<false>(y, *norm, w, scales, rows, out, in, (cudaStream_t)stream);
+    CUDA_LAUNCHED("a normalising FP8 gemv kernel", err);
     return 0;
 }
 

@@ -26,47 +26,20 @@
  * gemv also applies SiLU x up in its epilogue (GLU): a warp computes an
  * output's gate and up rows together and writes the bf16 activation. Both
  * do cuda_kernels.cu's arithmetic (cuda_fused_math.h) with the same split of
- * K, so the fused step has the unfused one's bits. NANOVLLM_CUDA_LEGACY=fuse
- * keeps the separate launches.
+ * K, so the fused step has the unfused one's bits; FP8 matrices go to
+ * cuda_fp8.cu's gemv with the same prologue and epilogue.
+ * NANOVLLM_CUDA_LEGACY=fuse keeps the separate launches.
  */
 #include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_fused_math.h"
+#include "cuda_gemv_norm.h"
 #include "cuda_gemv_reduce.h"
 #include "cuda_kernels.h"
 
 #define WARP 32
 #define WARPS_PER_BLOCK 8
 #define GEMV_UNROLL 4
-
-/* Rows [0, M) of RMSNorm(x_in + delta) * weight into xs ([M][K] bf16), a
- * warp a row, with add_rmsnorm_warp_kernel's arithmetic and order (a lane
- * sums float4s lane, lane + 32, ...; then the warp); block (0, 0) also
- * writes x_out = x_in + delta and h. The row is read twice (L1), not kept
- * in registers: the gemv's loop after it needs them more. */
-template <int M>
-__device__ __forceinline__ void gemv_normalise(const CudaGemvNorm &g, int K, uint2 *xs, int warp, int lane) {
-    if (warp >= M) return;
-    const int n4 = K / 4;
-    const float4 *xr = reinterpret_cast<const float4 *>(g.x_in + (size_t)warp * K);
-    const float4 *dr = g.delta ? reinterpret_cast<const float4 *>(g.delta + (size_t)warp * K) : NULL;
-    const float4 *w4 = reinterpret_cast<const float4 *>(g.weight);
-    float sum = 0.0f;
-    for (int i = lane; i < n4; i += WARP) sum = rms_sum4(sum, dr ? add4(xr[i], dr[i]) : xr[i]);
-    const float inv = rms_inv(rms_warp_sum(sum), K, g.eps);
-    const bool lead = blockIdx.x == 0 && blockIdx.y == 0;
-    float4 *x_out = dr ? reinterpret_cast<float4 *>(g.x_out + (size_t)warp * K) : NULL;
-    uint2 *h = reinterpret_cast<uint2 *>(g.h + (size_t)warp * K);
-    for (int i = lane; i < n4; i += WARP) {
-        const float4 v = dr ? add4(xr[i], dr[i]) : xr[i];
-        const uint2 o = rms_scale4(v, inv, w4[i]);
-        xs[(size_t)warp * n4 + i] = o;
-        if (lead) {
-            if (x_out) x_out[i] = v;
-            h[i] = o;
-        }
-    }
-}
 
 /* M rows of x [M, K] bf16 times W [N, K] bf16 -> y [M, N] float32. KSPLIT
  * warps share one output, each taking every KSPLIT-th 256-wide chunk of K,
@@ -216,11 +189,11 @@ extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMat
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-extern "C" bool cuda_gemv_norm_fits(int rows, int in, const CudaGemvNorm *norm, const void *w) {
-    return rows >= 1 && rows <= CUDA_GEMV_MAX_ROWS && in > 0 && in % 8 == 0 &&
+extern "C" bool cuda_gemv_norm_fits(int rows, int in, const CudaGemvNorm *norm, CudaMatrix w) {
+    return rows >= 1 && rows <= CUDA_GEMV_MAX_ROWS && in > 0 && in % (w.scales ? 16 : 8) == 0 &&
            (size_t)rows * in * sizeof(uint16_t) <= CUDA_GEMV_NORM_MAX_SHARED && norm && norm->x_in && norm->weight &&
            norm->h && (!norm->delta || norm->x_out) && aligned16(norm->x_in) && aligned16(norm->delta) &&
-           aligned16(norm->weight) && aligned16(norm->x_out) && ((uintptr_t)norm->h & 7) == 0 && aligned16(w);
+           aligned16(norm->weight) && aligned16(norm->x_out) && ((uintptr_t)norm->h & 7) == 0 && aligned16(w.data);
 }
 
 template <int M, bool GLU>
@@ -238,33 +211,36 @@ static void launch_gemv_norm(int split, unsigned blocks, size_t shared, cudaStre
 /* out: the outputs (GLU: the activation's width; W has twice the rows). K is
  * split as the plain gemv splits W's row count, so the sums are its sums. */
 template <bool GLU>
-static int gemv_norm(void *y, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
-                     CudaStream stream, Error *err) {
+static int gemv_norm(void *y, const CudaGemvNorm *norm, CudaMatrix w, int rows, int out, int in, CudaStream stream,
+                     Error *err) {
     if (!cuda_gemv_norm_fits(rows, in, norm, w))
-        return error_set(err, "normalising gemv: %d rows of %d (1..%d rows, a multiple of 8 wide, at most %d bytes "
+        return error_set(err, "normalising gemv: %d rows of %d (1..%d rows, a multiple of %d wide, at most %d bytes "
                               "of bf16 rows, 16-byte aligned)",
-                         rows, in, CUDA_GEMV_MAX_ROWS, CUDA_GEMV_NORM_MAX_SHARED);
+                         rows, in, CUDA_GEMV_MAX_ROWS, w.scales ? 16 : 8, CUDA_GEMV_NORM_MAX_SHARED);
     if (out <= 0) return 0;
+    if (w.scales)
+        return cuda_gemv_fp8_norm(y, norm, (const uint8_t *)w.data, w.scales, rows, out, in, GLU, stream, err);
+    const uint16_t *wb = (const uint16_t *)w.data;
     const int split = k_split(GLU ? 2 * out : out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
     const size_t shared = (size_t)rows * in * sizeof(uint16_t);
     cudaStream_t s = (cudaStream_t)stream;
     switch (rows) {
-    case 1: launch_gemv_norm<1, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
-    case 2: launch_gemv_norm<2, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
-    case 3: launch_gemv_norm<3, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
-    default: launch_gemv_norm<4, GLU>(split, blocks, shared, s, y, w, out, in, *norm); break;
+    case 1: launch_gemv_norm<1, GLU>(split, blocks, shared, s, y, wb, out, in, *norm); break;
+    case 2: launch_gemv_norm<2, GLU>(split, blocks, shared, s, y, wb, out, in, *norm); break;
+    case 3: launch_gemv_norm<3, GLU>(split, blocks, shared, s, y, wb, out, in, *norm); break;
+    default: launch_gemv_norm<4, GLU>(split, blocks, shared, s, y, wb, out, in, *norm); break;
     }
     CUDA_LAUNCHED("a normalising gemv kernel", err);
     return 0;
 }
 
-extern "C" int cuda_gemv_norm(float *y, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
+extern "C" int cuda_gemv_norm(float *y, const CudaGemvNorm *norm, CudaMatrix w, int rows, int out, int in,
                               CudaStream stream, Error *err) {
     return gemv_norm<false>(y, norm, w, rows, out, in, stream, err);
 }
 
-extern "C" int cuda_gemv_norm_glu(uint16_t *act, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out,
-                                  int in, CudaStream stream, Error *err) {
+extern "C" int cuda_gemv_norm_glu(uint16_t *act, const CudaGemvNorm *norm, CudaMatrix w, int rows, int out, int in,
+                                  CudaStream stream, Error *err) {
     return gemv_norm<true>(act, norm, w, rows, out, in, stream, err);
 }

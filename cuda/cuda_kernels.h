@@ -190,34 +190,6 @@ bool cuda_gemv_fits(int rows, int in, const void *x, const void *w);
 int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int rows, int out, int in, CudaStream stream,
               Error *err);
 
-/* The residual add and RMSNorm a normalising gemv does before its product
- * (cuda_gemv.cu): its rows are RMSNorm(x_in + delta) * weight with
- * cuda_add_rmsnorm's bits, and one of its blocks writes x_out = x_in +
- * delta (x_out must not be x_in: the other blocks still read it) and h,
- * the bf16 rows. delta NULL: x_in as it is, x_out unused. */
-typedef struct CudaGemvNorm {
-    const float *x_in, *delta, *weight;
-    float *x_out;
-    uint16_t *h;
-    float eps;
-} CudaGemvNorm;
-
-/* y = RMSNorm(...) W^T as cuda_gemv's product of those rows (the same
- * bits as cuda_add_rmsnorm then cuda_gemv), in one launch. The rows live in
- * shared memory: rows x in bf16 at most CUDA_GEMV_NORM_MAX_SHARED bytes
- * (4 rows of 4,096; with the reduction's static array under the 48 KB a
- * launch gets without opting in). */
-#define CUDA_GEMV_NORM_MAX_SHARED (32 * 1024)
-bool cuda_gemv_norm_fits(int rows, int in, const CudaGemvNorm *norm, const void *w);
-int cuda_gemv_norm(float *y, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
-                   CudaStream stream, Error *err);
-
-/* The gate/up projection and SiLU x up in the same launch: W is [2 out, in]
- * (gate rows, then up rows) and act [rows, out] bf16 gets the bits of
- * cuda_silu_mul of cuda_gemv's float32 product. */
-int cuda_gemv_norm_glu(uint16_t *act, const CudaGemvNorm *norm, const uint16_t *w, int rows, int out, int in,
-                       CudaStream stream, Error *err);
-
 /* A weight matrix [out, in] on the device: bf16 (scales NULL), or
  * float8_e4m3fn bytes with float32 scales per row and 128-column tile
  * (cuda_fp8_plan.h: W[n, k] = e4m3(data[n, k]) * scales[n * ceil(in / 128)
@@ -230,6 +202,39 @@ typedef struct CudaMatrix {
      * tensor cores; else NULL */
     const float *tile_scales;
 } CudaMatrix;
+
+/* The residual add and RMSNorm a normalising gemv does before its product
+ * (cuda_gemv.cu): its rows are RMSNorm(x_in + delta) * weight with
+ * cuda_add_rmsnorm's bits, and one of its blocks writes x_out = x_in +
+ * delta (x_out must not be x_in: the other blocks still read it) and h,
+ * the bf16 rows. delta NULL: x_in as it is, x_out unused. */
+typedef struct CudaGemvNorm {
+    const float *x_in, *delta, *weight;
+    float *x_out;
+    uint16_t *h;
+    float eps;
+} CudaGemvNorm;
+
+/* y = RMSNorm(...) W^T as cuda_gemv's (or, FP8 W, cuda_gemv_fp8's)
+ * product of those rows - the same bits as cuda_add_rmsnorm then the
+ * plain gemv - in one launch. The rows live in shared memory: rows x in
+ * bf16 at most CUDA_GEMV_NORM_MAX_SHARED bytes (4 rows of 4,096; with the
+ * reduction's static array under the 48 KB a launch gets without opting
+ * in). in a multiple of 8 (bf16) or 16 (FP8). */
+#define CUDA_GEMV_NORM_MAX_SHARED (32 * 1024)
+bool cuda_gemv_norm_fits(int rows, int in, const CudaGemvNorm *norm, CudaMatrix w);
+int cuda_gemv_norm(float *y, const CudaGemvNorm *norm, CudaMatrix w, int rows, int out, int in, CudaStream stream,
+                   Error *err);
+
+/* The gate/up projection and SiLU x up in the same launch: W is [2 out, in]
+ * (gate rows, then up rows) and act [rows, out] bf16 gets the bits of
+ * cuda_silu_mul of the plain gemv's float32 product. */
+int cuda_gemv_norm_glu(uint16_t *act, const CudaGemvNorm *norm, CudaMatrix w, int rows, int out, int in,
+                       CudaStream stream, Error *err);
+
+/* The FP8 side of those two (cuda_fp8.cu; glu: y is the bf16 act). */
+int cuda_gemv_fp8_norm(void *y, const CudaGemvNorm *norm, const uint8_t *w, const float *scales, int rows, int out,
+                       int in, bool glu, CudaStream stream, Error *err);
 
 /* The same few-row product over an FP8 matrix (cuda_fp8.cu): 16 weights a
  * 16-byte load, each 128-column tile's partial sum times its row's scale;

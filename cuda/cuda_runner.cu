@@ -244,13 +244,13 @@ static int add_norm(CudaRunner *r, Residual *res, const float *weight, int T, Er
                             (float)c->rms_norm_eps, r->stream, err);
 }
 
-/* What a gemv over bf16 w needs to normalise its own input, or false
- * (then add_norm and a plain product). */
+/* What a gemv over w (bf16 or FP8) needs to normalise its own input, or
+ * false (then add_norm and a plain product). */
 static bool fused_norm(CudaRunner *r, const Residual *res, const float *weight, CudaMatrix w, int T,
                        CudaGemvNorm *n) {
     *n = (CudaGemvNorm){res->x, res->pending ? r->delta : NULL, weight, res->spare, r->h,
                         (float)r->cfg.rms_norm_eps};
-    return res->fuse && !w.scales && cuda_gemv_norm_fits(T, r->cfg.hidden_size, n, w.data);
+    return res->fuse && cuda_gemv_norm_fits(T, r->cfg.hidden_size, n, w);
 }
 
 /* The stream after a fused gemv added delta. */
@@ -270,7 +270,7 @@ static int qkv_projection(CudaRunner *r, Residual *res, const CudaLayerWeights *
     CudaGemvNorm n;
     if (!fused_norm(r, res, W->input_norm, W->qkv, T, &n))
         return add_norm(r, res, W->input_norm, T, err) || gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ? -1 : 0;
-    if (cuda_gemv_norm(r->qkv, &n, (const uint16_t *)W->qkv.data, T, QKV, H, r->stream, err)) return -1;
+    if (cuda_gemv_norm(r->qkv, &n, W->qkv, T, QKV, H, r->stream, err)) return -1;
     fused_done(res);
     return 0;
 }
@@ -281,13 +281,12 @@ static int mlp_block(CudaRunner *r, Residual *res, const CudaLayerWeights *W, in
     const ModelConfig *c = &r->cfg;
     const int H = c->hidden_size, I = c->intermediate_size;
     CudaGemvNorm n;
-    if (W->router.data || r->hybrid || !fused_norm(r, res, W->post_attention_norm, W->gate_up, T, &n) ||
-        W->down.scales)
+    if (W->router.data || r->hybrid || !fused_norm(r, res, W->post_attention_norm, W->gate_up, T, &n))
         return add_norm(r, res, W->post_attention_norm, T, err) || mlp(r, W, T, err) ||
                        (r->hybrid && cuda_hybrid_shared_expert(r, W, T, err))
                    ? -1
                    : 0;
-    if (cuda_gemv_norm_glu(r->act, &n, (const uint16_t *)W->gate_up.data, T, I, H, r->stream, err)) return -1;
+    if (cuda_gemv_norm_glu(r->act, &n, W->gate_up, T, I, H, r->stream, err)) return -1;
     fused_done(res);
     return gemm(r, r->delta, r->act, W->down, T, H, I, err);
 }
