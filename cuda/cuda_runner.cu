@@ -37,6 +37,7 @@
 
 #include "cuda_check.h"
 #include "cuda_gdn_plan.h"
+#include "cuda_gemv_check.h"
 #include "cuda_kernels.h"
 #include "cuda_moe.h"
 #include "cuda_sampler.h"
@@ -289,6 +290,33 @@ static int mlp_block(CudaRunner *r, Residual *res, const CudaLayerWeights *W, in
     if (cuda_gemv_norm_glu(r->act, &n, W->gate_up, T, I, H, r->stream, err)) return -1;
     fused_done(res);
     return gemm(r, r->delta, r->act, W->down, T, H, I, err);
+}
+
+/* The fused decode path against the separate launches at the model's
+ * width, once (cuda_gemv_check.h): a difference turns it off, with the
+ * reason in the log, rather than letting steps of a few rows compute
+ * other numbers than the rest. */
+static int check_fused_decode(CudaRunner *r, Error *err) {
+    if (!r->fuse_decode || r->hybrid) return 0;
+    const int H = r->cfg.hidden_size;
+    const bool fp8 = r->weights.fp8_stacks > 0;
+    const CudaGemvNormCase cases[] = {{2, 4096, H, true, false, false}, {3, 128, H, true, true, false},
+                                      {2, 4096, H, true, false, true},  {1, 128, H, true, true, true}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].fp8 && !fp8) continue;
+        char why[300];
+        const int rc = cuda_gemv_norm_check(cases[i], 7 + i, r->stream, why, sizeof why, err);
+        if (rc < 0) return error_prefix(err, "checking the fused decode gemvs");
+        if (rc > 0) {
+            log_info("decode steps of up to %d rows: RMSNorm and SiLU as launches of their own (%s)",
+                     CUDA_GEMV_MAX_ROWS, why);
+            r->fuse_decode = false;
+            return 0;
+        }
+    }
+    log_info("decode steps of up to %d rows: RMSNorm and SiLU inside the gemvs (the same bytes as separate "
+             "launches, checked)", CUDA_GEMV_MAX_ROWS);
+    return 0;
 }
 
 /* splits: how decode attention splits contexts, or 0 for a step with prompt
@@ -718,6 +746,7 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = error_set(err, "uploading the model to the GPU");
     if (rc == 0) rc = cuda_runner_alloc_activations(r, err);
     if (rc == 0 && r->hybrid) rc = cuda_hybrid_setup(r, err);
+    if (rc == 0) rc = check_fused_decode(r, err);
     if (rc == 0) rc = warm_up(r, err);
     if (rc == 0) rc = cuda_runner_alloc_kv_cache(r, err);
     if (rc) {

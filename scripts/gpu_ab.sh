@@ -275,6 +275,8 @@ if want fuse; then
     same=$("$PY" -c 'import json, sys; a, b = (json.load(open(p))["ids"] for p in sys.argv[1:]); print("same" if a == b and len(a) == 256 else "differ at %s" % next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))' \
         "$OUT/fuse_greedy_fused.json" "$OUT/fuse_greedy_separate.json" 2>> "$OUT/fuse_greedy.log")
     row "greedy 256 tokens, fused vs separate" "$([ "$same" = same ] && echo ok || echo FAIL)" "${same:-?}"
+    row "fused decode's start-up check" "$(grep -q 'inside the gemvs (the same bytes' "$OUT/fuse_fused.log" && echo ok || echo FAIL)" \
+        "$(grep -ao 'decode steps of up to 4 rows: .\{0,80\}' "$OUT/fuse_fused.log" | head -1)"
 fi
 
 # ---- prefill: the mma.sync flash attention (opt-in) against the WMMA kernel ---------------------
