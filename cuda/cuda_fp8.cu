@@ -44,7 +44,9 @@ gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const 
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
     float *y = static_cast<float *>(y_out);
     if (EXPERTS) {
-        const size_t expert = gemv_pair(experts, x, y, N, K);
+        const long long e = gemv_pair(experts, x, y, N, K);
+        if (e < 0) return; /* the whole block: no barrier is waiting for it */
+        const size_t expert = (size_t)e;
         w += expert * N * K;
         scales += expert * N * fp8_col_tiles(K);
     }
@@ -128,7 +130,7 @@ extern "C" bool cuda_gemv_fp8_fits(int rows, int in, const void *x, const void *
 
 template <int M, bool EXPERTS = false, bool NORM = false, bool GLU = false>
 static void launch_gemv_fp8(int split, dim3 blocks, cudaStream_t s, void *y, const uint16_t *x, const uint8_t *w,
-                            const float *scales, int out, int in, GemvExperts experts = {NULL, 1},
+                            const float *scales, int out, int in, GemvExperts experts = {NULL, 1, NULL, NULL, 0},
                             const CudaGemvNorm &norm = {}, size_t shared = 0) {
     const unsigned threads = WARPS_PER_BLOCK * WARP;
     if (split == 4)
@@ -169,8 +171,23 @@ extern "C" int cuda_gemv_fp8_experts(float *y, const uint16_t *x, int x_div, con
         return error_set(err, "FP8 expert gemv: rows of %d (a multiple of 16 wide, 16-byte aligned)", in);
     const int split = fp8_gemv_k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)pairs);
-    launch_gemv_fp8<1, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in, GemvExperts{expert_of, x_div});
+    launch_gemv_fp8<1, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in, GemvExperts{expert_of, x_div, NULL, NULL, 0});
     CUDA_LAUNCHED("the FP8 expert gemv kernel", err);
+    return 0;
+}
+
+extern "C" int cuda_gemv_fp8_expert_tiles(float *y, const uint16_t *x, const uint8_t *w, const float *scales,
+                                          const int32_t *tile_expert, const int32_t *row_token, int tiles, int out,
+                                          int in, CudaStream stream, Error *err) {
+    if (tiles <= 0 || out <= 0) return 0;
+    if (!cuda_gemv_fp8_fits(1, in, x, w))
+        return error_set(err, "FP8 expert tile gemv: rows of %d (a multiple of 16 wide, 16-byte aligned)", in);
+    const int split = fp8_gemv_k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block),
+                    (unsigned)(tiles * (GEMV_TILE_ROWS / CUDA_GEMV_TILE_ROWS)));
+    launch_gemv_fp8<CUDA_GEMV_TILE_ROWS, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in,
+                                               GemvExperts{NULL, 1, tile_expert, row_token, CUDA_GEMV_TILE_ROWS});
+    CUDA_LAUNCHED("the FP8 expert tile gemv kernel", err);
     return 0;
 }
 
@@ -182,7 +199,7 @@ static void launch_gemv_fp8_norm(void *y, const CudaGemvNorm &norm, const uint8_
     const int split = fp8_gemv_k_split(GLU ? 2 * out : out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
     const size_t shared = (size_t)rows * in * sizeof(uint16_t);
-    const GemvExperts one = {NULL, 1};
+    const GemvExperts one = {NULL, 1, NULL, NULL, 0};
     switch (rows) {
     case 1: launch_gemv_fp8<1, false, true, GLU>(split, blocks, s, y, NULL, w, scales, out, in, one, norm, shared); break;
     case 2: launch_gemv_fp8<2, false, true, GLU>(split, blocks, s, y, NULL, w, scales, out, in, one, norm, shared); break;

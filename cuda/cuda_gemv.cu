@@ -57,7 +57,11 @@ gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint
     constexpr int ROWS = GLU ? 2 : 1;              /* weight rows per output */
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
     float *y = static_cast<float *>(y_out);
-    if (EXPERTS) w += gemv_pair(experts, x, y, N, K) * N * K;
+    if (EXPERTS) {
+        const long long e = gemv_pair(experts, x, y, N, K);
+        if (e < 0) return; /* the whole block: no barrier is waiting for it */
+        w += (size_t)e * N * K;
+    }
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
     const int n = blockIdx.x * OUTS + warp / KSPLIT;
     const bool valid = n < N;
@@ -148,7 +152,7 @@ extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int row
     const unsigned blocks = (unsigned)((out + outs_per_block - 1) / outs_per_block);
     const unsigned threads = WARPS_PER_BLOCK * WARP;
     cudaStream_t s = (cudaStream_t)stream;
-    const GemvExperts one = {NULL, 1};
+    const GemvExperts one = {NULL, 1, NULL, NULL, 0};
     const CudaGemvNorm none = {};
 #define GEMV_LAUNCH(M)                                                                                       \
     (split == 4 ? gemv_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, out, in, one, none)                   \
@@ -174,7 +178,7 @@ extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMat
         return error_set(err, "expert gemv: rows of %d (a multiple of 8 wide, 16-byte aligned)", in);
     const int split = k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)pairs);
-    const GemvExperts experts = {expert_of, x_div};
+    const GemvExperts experts = {expert_of, x_div, NULL, NULL, 0};
     const uint16_t *wb = (const uint16_t *)w.data;
     cudaStream_t s = (cudaStream_t)stream;
     const CudaGemvNorm none = {};
@@ -182,6 +186,32 @@ extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMat
         gemv_kernel<1, 4, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts, none);
     else gemv_kernel<1, 1, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts, none);
     CUDA_LAUNCHED("the expert gemv kernel", err);
+    return 0;
+}
+
+extern "C" int cuda_gemv_expert_tiles(float *y, const uint16_t *x, CudaMatrix w, const int32_t *tile_expert,
+                                      const int32_t *row_token, int tiles, int out, int in, CudaStream stream,
+                                      Error *err) {
+    if (tiles <= 0 || out <= 0) return 0;
+    if (w.scales)
+        return cuda_gemv_fp8_expert_tiles(y, x, (const uint8_t *)w.data, w.scales, tile_expert, row_token, tiles, out,
+                                          in, stream, err);
+    if (!cuda_gemv_fits(1, in, x, w.data))
+        return error_set(err, "expert tile gemv: rows of %d (a multiple of 8 wide, 16-byte aligned)", in);
+    const int split = k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block),
+                    (unsigned)(tiles * (GEMV_TILE_ROWS / CUDA_GEMV_TILE_ROWS)));
+    const GemvExperts experts = {NULL, 1, tile_expert, row_token, CUDA_GEMV_TILE_ROWS};
+    const uint16_t *wb = (const uint16_t *)w.data;
+    cudaStream_t s = (cudaStream_t)stream;
+    const CudaGemvNorm none = {};
+    if (split == 4)
+        gemv_kernel<CUDA_GEMV_TILE_ROWS, 4, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts,
+                                                                                        none);
+    else
+        gemv_kernel<CUDA_GEMV_TILE_ROWS, 1, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts,
+                                                                                        none);
+    CUDA_LAUNCHED("the expert tile gemv kernel", err);
     return 0;
 }
 
@@ -199,7 +229,7 @@ extern "C" bool cuda_gemv_norm_fits(int rows, int in, const CudaGemvNorm *norm, 
 template <int M, bool GLU>
 static void launch_gemv_norm(int split, unsigned blocks, size_t shared, cudaStream_t s, void *y, const uint16_t *w,
                              int out, int in, const CudaGemvNorm &norm) {
-    const GemvExperts one = {NULL, 1};
+    const GemvExperts one = {NULL, 1, NULL, NULL, 0};
     if (split == 4)
         gemv_kernel<M, 4, false, true, GLU><<<blocks, WARPS_PER_BLOCK * WARP, shared, s>>>(y, NULL, w, out, in, one,
                                                                                            norm);

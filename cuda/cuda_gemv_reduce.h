@@ -46,25 +46,41 @@ __device__ __forceinline__ void gemv_reduce_store(float (&acc)[M], float *__rest
         for (int m = 0; m < M; m++) y[(size_t)m * N + n] = acc[m];
 }
 
-/* A gemv launched once over an MoE step's (token, choice) pairs, grid y
- * the pair: pair p multiplies x's row p / x_div (the token's hidden row for
- * gate/up, x_div = k; the pair's own activation row for down, x_div = 1) by
- * its expert's matrix, experts stacked [experts][N, K], into y's row p.
- * expert_of NULL: one matrix, grid y 1. */
+/* A gemv launched once over an MoE step's rows, grid y the unit of work:
+ *  - pairs (tile_expert NULL): pair p = blockIdx.y multiplies x's row
+ *    p / x_div (the token's hidden row for gate/up, x_div = k; the pair's
+ *    own activation row for down, x_div = 1) by its expert's matrix,
+ *    experts stacked [experts][N, K], into y's row p;
+ *  - tiles (tile_expert set): the rows laid out by expert in 16-row tiles
+ *    (cuda_moe.cu's align), block y taking `rows` of them (the gemv's M):
+ *    tile_expert[its tile] names the expert (-1: past the used rows), and
+ *    a first row with row_token -1 means only padding follows;
+ * expert_of NULL and tile_expert NULL: one matrix, grid y 1. */
 struct GemvExperts {
     const int32_t *expert_of;
     int x_div;
+    const int32_t *tile_expert, *row_token;
+    int rows;
 };
 
-/* This block's pair: its expert's index (0 for a plain launch), and x and
- * y moved to its rows. */
-__device__ __forceinline__ size_t gemv_pair(GemvExperts g, const uint16_t *__restrict__ &x,
-                                            float *__restrict__ &y, int N, int K) {
+#define GEMV_TILE_ROWS 16 /* cuda_moe.cu's TILE */
+
+/* This block's expert (0 for a plain launch; -1: nothing to do, the whole
+ * block returns), and x and y moved to its rows. */
+__device__ __forceinline__ long long gemv_pair(GemvExperts g, const uint16_t *__restrict__ &x,
+                                               float *__restrict__ &y, int N, int K) {
+    if (g.tile_expert) {
+        const int first = blockIdx.y * g.rows, e = g.tile_expert[first / GEMV_TILE_ROWS];
+        if (e < 0 || g.row_token[first] < 0) return -1;
+        x += (size_t)first * K;
+        y += (size_t)first * N;
+        return e;
+    }
     if (!g.expert_of) return 0;
     const int p = blockIdx.y;
     x += (size_t)(p / g.x_div) * K;
     y += (size_t)p * N;
-    return (size_t)g.expert_of[p];
+    return g.expert_of[p];
 }
 
 #endif

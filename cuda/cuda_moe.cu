@@ -10,6 +10,9 @@
  * pair is a row of the gemv kernels (cuda_gemv_experts), which read a
  * weight row with whole 16-byte loads per lane where the WMMA tile reads 32
  * bytes of each of 16 rows; NANOVLLM_CUDA_LEGACY=moe keeps the GEMM. The
+ * Larger steps whose experts average few rows (decode batches) lay the
+ * rows out as for the GEMM but multiply them with the gemv kernels 8 rows
+ * at a time (cuda_gemv_expert_tiles). The
  * arithmetic mirrors cpu_moe.c: float32 softmax, the same tie rule, the
  * same order of the weighted sum.
  */
@@ -263,6 +266,17 @@ static bool moe_gemv_fits(const CudaMoe *m, const uint16_t *h, int T, CudaMatrix
            (gate_up.scales != NULL) == (down.scales != NULL);
 }
 
+/* Whether a larger step's laid-out tiles take the tile gemvs: the routed
+ * experts get few rows on average (CUDA_MOE_TILE_GEMV_MAX_ROWS), so the
+ * WMMA GEMM would mostly multiply padding at a fraction of the read rate,
+ * where the gemv reads each weight row once per 8 rows at full width. */
+static bool moe_tile_gemv_fits(const CudaMoe *m, int T, CudaMatrix gate_up, CudaMatrix down) {
+    return (long)T * m->k <= (long)CUDA_MOE_TILE_GEMV_MAX_ROWS * m->experts && !cuda_variant_legacy("moe") &&
+           m->hidden % (gate_up.scales ? 16 : 8) == 0 && m->width % (gate_up.scales ? 16 : 8) == 0 &&
+           ((uintptr_t)gate_up.data & 15) == 0 && ((uintptr_t)down.data & 15) == 0 &&
+           (gate_up.scales != NULL) == (down.scales != NULL);
+}
+
 extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, CudaMatrix gate_up,
                         CudaMatrix down, CudaStream stream, Error *err) {
     if (T <= 0) return 0;
@@ -287,9 +301,16 @@ extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, Cuda
     CUDA_LAUNCHED("the MoE row layout kernel", err);
     gather_kernel<<<rows, ROW_THREADS, 0, s>>>(m->x, h, m->row_token, m->used_rows, H);
     CUDA_LAUNCHED("the MoE gather kernel", err);
-    if (grouped_gemm(m->gate_up, m->x, gate_up, m->tile_expert, tiles, 2 * W, H, s, err)) return -1;
-    if (cuda_silu_mul_rows(m->act, m->gate_up, rows, m->used_rows, W, stream, err)) return -1;
-    if (grouped_gemm(m->y, m->act, down, m->tile_expert, tiles, H, W, s, err)) return -1;
+    if (moe_tile_gemv_fits(m, T, gate_up, down)) {
+        if (cuda_gemv_expert_tiles(m->gate_up, m->x, gate_up, m->tile_expert, m->row_token, tiles, 2 * W, H, stream,
+                                   err) ||
+            cuda_silu_mul_rows(m->act, m->gate_up, rows, m->used_rows, W, stream, err) ||
+            cuda_gemv_expert_tiles(m->y, m->act, down, m->tile_expert, m->row_token, tiles, H, W, stream, err))
+            return -1;
+    } else if (grouped_gemm(m->gate_up, m->x, gate_up, m->tile_expert, tiles, 2 * W, H, s, err) ||
+               cuda_silu_mul_rows(m->act, m->gate_up, rows, m->used_rows, W, stream, err) ||
+               grouped_gemm(m->y, m->act, down, m->tile_expert, tiles, H, W, s, err))
+        return -1;
     combine_kernel<<<T, ROW_THREADS, 0, s>>>(delta, m->y, m->pair_row, m->weights, k, H);
     CUDA_LAUNCHED("the MoE combine kernel", err);
     return 0;

@@ -19,7 +19,9 @@
  *   combine: each token's k rows weighted, in routing order.
  * Steps of at most CUDA_MOE_GEMV_MAX_TOKENS tokens (decode at small batch)
  * skip align and gather: gate/up and down run as gemvs over the routed
- * pairs, an expert read once per pair that chose it.
+ * pairs, an expert read once per pair that chose it. Larger steps whose
+ * experts average at most CUDA_MOE_TILE_GEMV_MAX_ROWS rows keep align and
+ * gather but multiply with gemvs over 8-row halves of the tiles.
  * Only routed experts' weights are read: an expert no token chose has no
  * tile. Needs hidden and moe_intermediate_size multiples of 16 and at most
  * 2048 experts (checked by cuda_moe_create).
@@ -59,6 +61,11 @@ typedef struct CudaMoe {
 } CudaMoe;
 
 #define CUDA_MOE_GEMV_MAX_TOKENS 8
+
+/* Larger steps take the tile gemvs (cuda_gemv_expert_tiles) while the
+ * routed rows average at most this many per expert (T * k <= it x experts:
+ * Qwen3-30B-A3B's decode up to 384 sequences), the WMMA GEMM beyond. */
+#define CUDA_MOE_TILE_GEMV_MAX_ROWS 24
 
 /* Rows (and so 16-row tiles) a step of T tokens may need. */
 int cuda_moe_max_rows(int T, int experts, int k);

@@ -6,8 +6,11 @@
  * MoE fixture's decode graphs against eager steps (its golden is in
  * test_cuda_runner.c) and dummy weights generated on the device against
  * the same generated on the host. Skipped, with the reason, where there is
- * no GPU. Tolerances against the CPU are the dense CUDA tests' (bf16 GEMM
- * inputs): relative error 2e-2; against the float64 reference, see there.
+ * no GPU. The token counts cover the three ways cuda_moe multiplies: at
+ * most 8 tokens the pair gemvs, then (16 experts, 4 a token) up to 96 the
+ * tile gemvs, beyond the WMMA GEMM. Tolerances against the CPU are the
+ * dense CUDA tests' (bf16 GEMM inputs): relative error 2e-2; against the
+ * float64 reference, see there.
  */
 #include <criterion/criterion.h>
 #include <string.h>
