@@ -64,7 +64,8 @@
 #  hybridprofile: ncu's per-kernel time of Qwen3.5-0.8B (dummy weights) over
 #           a 4,096-token prefill and over a few decode steps;
 #  workloads: the bench.py workload on dummy Qwen3.5-0.8B (256 requests) and
-#           Qwen3-30B-A3B (AB_MOE_SEQS, 64);
+#           Qwen3-30B-A3B (AB_MOE_SEQS, 64; again with NANOVLLM_CUDA_LEGACY=moe:
+#           the expert GEMM instead of the tile gemvs);
 #  fp8profile: ncu's per-kernel time of the FP8 0.6B's 512-token prefill;
 #  admission: bench --admission on a dummy 0.6B: a 16k-token prompt arriving
 #           while 32 sequences decode, at chunk budgets AB_ADMISSION_BUDGETS.
@@ -561,11 +562,13 @@ fi
 if want workloads; then
     dummy_model "$WORK/qwen3.5-0.8b-dummy" "$QWEN3_5_08B"
     dummy_model "$WORK/qwen3-30b-a3b-dummy" "$QWEN3_30B_A3B"
-    for m in "Qwen3.5-0.8B:qwen3.5-0.8b-dummy:256" "30B-A3B:qwen3-30b-a3b-dummy:${AB_MOE_SEQS:-64}"; do
-        IFS=: read -r name dir seqs <<< "$m"
-        json=$(timeout 150 "$BIN" bench --device cuda --load-format dummy --model "$WORK/$dir" --num-seqs "$seqs" \
-            --json 2>> "$OUT/workload_${dir}.log")
-        echo "$json" >> "$OUT/workload_${dir}.jsonl"
+    # the 30B-A3B twice more: with the expert GEMM at every batch past 8 tokens (NANOVLLM_CUDA_LEGACY=moe)
+    for m in "Qwen3.5-0.8B:qwen3.5-0.8b-dummy:256:" "30B-A3B:qwen3-30b-a3b-dummy:${AB_MOE_SEQS:-64}:" \
+        "30B-A3B, expert GEMM:qwen3-30b-a3b-dummy:${AB_MOE_SEQS:-64}:moe"; do
+        IFS=: read -r name dir seqs legacy <<< "$m"
+        json=$(NANOVLLM_CUDA_LEGACY=$legacy timeout 150 "$BIN" bench --device cuda --load-format dummy \
+            --model "$WORK/$dir" --num-seqs "$seqs" --json 2>> "$OUT/workload_${dir}${legacy:+_$legacy}.log")
+        echo "$json" >> "$OUT/workload_${dir}${legacy:+_$legacy}.jsonl"
         row "bench.py workload, $name, $seqs seqs" "$([ -n "$json" ] && echo - || echo FAIL)" \
             "$(json_field "$json" "['output_tokens_per_s']" .0f) out tok/s, $(json_field "$json" "['preemptions']") preemptions"
     done
