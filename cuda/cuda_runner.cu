@@ -277,11 +277,18 @@ static int qkv_projection(CudaRunner *r, Residual *res, const CudaLayerWeights *
 }
 
 /* delta = the layer's MLP of RMSNorm(x + delta); a dense one of a few rows
- * is two launches: gate/up with the norm and SiLU x up, then down. */
+ * is two launches: gate/up with the norm and SiLU x up, then down; a
+ * sparse one normalises in its router's gemv (whose block 0 leaves h for
+ * the experts). */
 static int mlp_block(CudaRunner *r, Residual *res, const CudaLayerWeights *W, int T, Error *err) {
     const ModelConfig *c = &r->cfg;
     const int H = c->hidden_size, I = c->intermediate_size;
     CudaGemvNorm n;
+    if (W->router.data && !r->hybrid && fused_norm(r, res, W->post_attention_norm, W->router, T, &n)) {
+        if (cuda_gemv_norm(r->moe.logits, &n, W->router, T, c->num_experts, H, r->stream, err)) return -1;
+        fused_done(res);
+        return cuda_moe(&r->moe, r->delta, r->h, T, W->experts_gate_up, W->experts_down, r->stream, err);
+    }
     if (W->router.data || r->hybrid || !fused_norm(r, res, W->post_attention_norm, W->gate_up, T, &n))
         return add_norm(r, res, W->post_attention_norm, T, err) || mlp(r, W, T, err) ||
                        (r->hybrid && cuda_hybrid_shared_expert(r, W, T, err))
