@@ -32,6 +32,7 @@
 #include "cuda_decode_plan.h"
 #include "cuda_kernels.h"
 #include "cuda_kv_fp8.h"
+#include "cuda_pdl.h"
 #include "cuda_variants.h"
 
 #define WARP 32
@@ -91,6 +92,7 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
     __shared__ float warp_m[DECODE_WARPS][HB], warp_l[DECODE_WARPS][HB];
     __shared__ int is_last;
 
+    pdl_trigger(); /* the o_proj gemv after it may start and load its weights (cuda_pdl.h) */
     const int group = num_heads / num_kv_heads, chunks = gridDim.y / num_kv_heads;
     const int kv_head = blockIdx.y / chunks, head0 = kv_head * group + (blockIdx.y % chunks) * HB;
     const int heads_here = min(HB, kv_head * group + group - head0);

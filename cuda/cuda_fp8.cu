@@ -22,6 +22,7 @@
 #include "cuda_fp8_convert.h"
 #include "cuda_gemv_norm.h"
 #include "cuda_gemv_reduce.h"
+#include "cuda_pdl.h"
 #include "cuda_kernels.h"
 
 #define WARP 32
@@ -43,7 +44,9 @@ gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const 
     constexpr int ROWS = GLU ? 2 : 1;              /* weight rows per output */
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
     float *y = static_cast<float *>(y_out);
-    if (EXPERTS) {
+    pdl_trigger();
+    if (EXPERTS) { /* the routing is the previous kernels' output */
+        pdl_wait();
         const long long e = gemv_pair(experts, x, y, N, K);
         if (e < 0) return; /* the whole block: no barrier is waiting for it */
         const size_t expert = (size_t)e;
@@ -65,8 +68,8 @@ gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const 
     uint4 wr[ROWS][FP8_UNROLL];
     float sc[ROWS][FP8_UNROLL];
     int k16 = part * WARP + lane;
-    /* every load of a step issued before any use; NORM: the first step's
-     * before the prologue, whose latency they then overlap */
+    /* every load of a step issued before any use; the first step's before
+     * the wait for the previous kernel and the prologue */
     auto load = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
@@ -77,8 +80,9 @@ gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const 
                 sc[r][u] = at < k16_count ? __ldg(s_row[r] + at / (FP8_BLOCK / 16)) * FP8_UNIT : 0.0f;
             }
     };
-    bool preloaded = NORM && k16 < k16_count;
+    bool preloaded = !EXPERTS && k16 < k16_count; /* in flight across the waits below (cuda_pdl.h) */
     if (preloaded) load(k16);
+    if (!EXPERTS) pdl_wait();
     if (NORM) {
         gemv_normalise<M>(norm, K, reinterpret_cast<uint2 *>(x_shared), warp, lane);
         __syncthreads();
@@ -134,13 +138,13 @@ static void launch_gemv_fp8(int split, dim3 blocks, cudaStream_t s, void *y, con
                             const CudaGemvNorm &norm = {}, size_t shared = 0) {
     const unsigned threads = WARPS_PER_BLOCK * WARP;
     if (split == 4)
-        gemv_fp8_kernel<M, 4, EXPERTS, NORM, GLU><<<blocks, threads, shared, s>>>(y, x, w, scales, out, in, experts,
+        pdl_launch(gemv_fp8_kernel<M, 4, EXPERTS, NORM, GLU>, blocks, threads, shared, s, y, x, w, scales, out, in, experts,
                                                                                  norm);
     else if (split == 2)
-        gemv_fp8_kernel<M, 2, EXPERTS, NORM, GLU><<<blocks, threads, shared, s>>>(y, x, w, scales, out, in, experts,
+        pdl_launch(gemv_fp8_kernel<M, 2, EXPERTS, NORM, GLU>, blocks, threads, shared, s, y, x, w, scales, out, in, experts,
                                                                                  norm);
     else
-        gemv_fp8_kernel<M, 1, EXPERTS, NORM, GLU><<<blocks, threads, shared, s>>>(y, x, w, scales, out, in, experts,
+        pdl_launch(gemv_fp8_kernel<M, 1, EXPERTS, NORM, GLU>, blocks, threads, shared, s, y, x, w, scales, out, in, experts,
                                                                                  norm);
 }
 

@@ -35,6 +35,7 @@
 #include "cuda_fused_math.h"
 #include "cuda_gemv_norm.h"
 #include "cuda_gemv_reduce.h"
+#include "cuda_pdl.h"
 #include "cuda_kernels.h"
 
 #define WARP 32
@@ -57,7 +58,9 @@ gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint
     constexpr int ROWS = GLU ? 2 : 1;              /* weight rows per output */
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
     float *y = static_cast<float *>(y_out);
-    if (EXPERTS) {
+    pdl_trigger();
+    if (EXPERTS) { /* the routing is the previous kernels' output */
+        pdl_wait();
         const long long e = gemv_pair(experts, x, y, N, K);
         if (e < 0) return; /* the whole block: no barrier is waiting for it */
         w += (size_t)e * N * K;
@@ -74,13 +77,15 @@ gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint
     /* chunk c (32 lanes x 8 elements) of this warp: c = part + KSPLIT * j */
     int k8 = part * WARP + lane;
     uint4 wr[ROWS][GEMV_UNROLL];
-    /* NORM: the first weights do not wait for x, they are in flight across the prologue */
-    bool preloaded = NORM && k8 + (GEMV_UNROLL - 1) * STEP < k8_count;
+    /* The first weights do not wait for x: in flight across the wait for
+     * the previous kernel (cuda_pdl.h) and the normalising prologue. */
+    bool preloaded = !EXPERTS && k8 + (GEMV_UNROLL - 1) * STEP < k8_count;
     if (preloaded)
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) wr[r][u] = __ldcs(w_row[r] + k8 + u * STEP); /* read once */
+    if (!EXPERTS) pdl_wait();
     if (NORM) {
         gemv_normalise<M>(norm, K, reinterpret_cast<uint2 *>(x_shared), warp, lane);
         __syncthreads();
@@ -134,6 +139,11 @@ gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint
     }
 }
 
+static bool pdl_on = false; /* set once by the runner before its first launch */
+
+extern "C" bool cuda_pdl_enabled(void) { return pdl_on; }
+extern "C" void cuda_pdl_enable(bool on) { pdl_on = on; }
+
 /* Warps per output: enough warps in all for a few per SM's worth of loads. */
 static int k_split(int out, int in) { return out < 4096 && in >= 1024 ? 4 : 1; }
 
@@ -155,8 +165,8 @@ extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int row
     const GemvExperts one = {NULL, 1, NULL, NULL, 0};
     const CudaGemvNorm none = {};
 #define GEMV_LAUNCH(M)                                                                                       \
-    (split == 4 ? gemv_kernel<M, 4><<<blocks, threads, 0, s>>>(y, x, w, out, in, one, none)                   \
-                : gemv_kernel<M, 1><<<blocks, threads, 0, s>>>(y, x, w, out, in, one, none))
+    (split == 4 ? pdl_launch(gemv_kernel<M, 4>, blocks, threads, 0, s, y, x, w, out, in, one, none)                   \
+                : pdl_launch(gemv_kernel<M, 1>, blocks, threads, 0, s, y, x, w, out, in, one, none))
     switch (rows) {
     case 1: GEMV_LAUNCH(1); break;
     case 2: GEMV_LAUNCH(2); break;
@@ -183,8 +193,8 @@ extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMat
     cudaStream_t s = (cudaStream_t)stream;
     const CudaGemvNorm none = {};
     if (split == 4)
-        gemv_kernel<1, 4, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts, none);
-    else gemv_kernel<1, 1, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts, none);
+        pdl_launch(gemv_kernel<1, 4, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts, none);
+    else pdl_launch(gemv_kernel<1, 1, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts, none);
     CUDA_LAUNCHED("the expert gemv kernel", err);
     return 0;
 }
@@ -206,10 +216,10 @@ extern "C" int cuda_gemv_expert_tiles(float *y, const uint16_t *x, CudaMatrix w,
     cudaStream_t s = (cudaStream_t)stream;
     const CudaGemvNorm none = {};
     if (split == 4)
-        gemv_kernel<CUDA_GEMV_TILE_ROWS, 4, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts,
+        pdl_launch(gemv_kernel<CUDA_GEMV_TILE_ROWS, 4, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts,
                                                                                         none);
     else
-        gemv_kernel<CUDA_GEMV_TILE_ROWS, 1, true><<<grid, WARPS_PER_BLOCK * WARP, 0, s>>>(y, x, wb, out, in, experts,
+        pdl_launch(gemv_kernel<CUDA_GEMV_TILE_ROWS, 1, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts,
                                                                                         none);
     CUDA_LAUNCHED("the expert tile gemv kernel", err);
     return 0;
@@ -231,10 +241,10 @@ static void launch_gemv_norm(int split, unsigned blocks, size_t shared, cudaStre
                              int out, int in, const CudaGemvNorm &norm) {
     const GemvExperts one = {NULL, 1, NULL, NULL, 0};
     if (split == 4)
-        gemv_kernel<M, 4, false, true, GLU><<<blocks, WARPS_PER_BLOCK * WARP, shared, s>>>(y, NULL, w, out, in, one,
+        pdl_launch(gemv_kernel<M, 4, false, true, GLU>, blocks, WARPS_PER_BLOCK * WARP, shared, s, y, nullptr, w, out, in, one,
                                                                                            norm);
     else
-        gemv_kernel<M, 1, false, true, GLU><<<blocks, WARPS_PER_BLOCK * WARP, shared, s>>>(y, NULL, w, out, in, one,
+        pdl_launch(gemv_kernel<M, 1, false, true, GLU>, blocks, WARPS_PER_BLOCK * WARP, shared, s, y, nullptr, w, out, in, one,
                                                                                            norm);
 }
 

@@ -40,6 +40,7 @@
 #include "cuda_gemv_check.h"
 #include "cuda_kernels.h"
 #include "cuda_moe.h"
+#include "cuda_pdl.h"
 #include "cuda_sampler.h"
 #include "cuda_variants.h"
 #include "cuda_weights.h"
@@ -660,8 +661,8 @@ static int capture_graph(CudaRunner *r, int batch, int splits, cudaGraphExec_t *
 }
 
 /* Graphs for batch sizes 1, 2, 4, 8, 16, 32, ... up to the largest decode
- * batch. A failure is not fatal: the runner logs it and stays eager. */
-static void capture_graphs(CudaRunner *r) {
+ * batch; on failure none are kept and err says why. */
+static int capture_all(CudaRunner *r, Error *err) {
     const RunnerOptions *o = &r->base.options;
     int largest = o->max_num_seqs < o->max_num_batched_tokens ? o->max_num_seqs : o->max_num_batched_tokens;
     int sizes[MAX_GRAPHS], n = 0;
@@ -669,20 +670,33 @@ static void capture_graphs(CudaRunner *r) {
     int step = largest <= 16 * (MAX_GRAPHS - 5) ? 16 : (largest + MAX_GRAPHS - 6) / (MAX_GRAPHS - 5);
     for (int b = 16; b < largest; b += step) sizes[n++] = b;
     sizes[n++] = largest;
-    Error err = {};
     for (int g = 0; g < n; g++) {
         int splits = decode_splits(r, sizes[g], o->max_model_len);
-        if (capture_graph(r, sizes[g], splits, &r->graphs[g], &err)) {
+        if (capture_graph(r, sizes[g], splits, &r->graphs[g], err)) {
             for (int i = 0; i < g; i++) cudaGraphExecDestroy(r->graphs[i]);
             r->num_graphs = 0;
             cudaGetLastError(); /* clear it: eager steps must not inherit it */
-            log_info("CUDA graphs unavailable (%s); running eagerly", err.msg);
-            return;
+            return -1;
         }
         r->graph_batch[g] = sizes[g];
         r->graph_splits[g] = splits;
         r->num_graphs = g + 1;
     }
+    return 0;
+}
+
+/* A failure is not fatal: with programmatic launches on (cuda_pdl.h) the
+ * runner tries again without them, then logs it and stays eager. */
+static void capture_graphs(CudaRunner *r) {
+    Error err = {};
+    if (capture_all(r, &err) == 0) return;
+    if (cuda_pdl_enabled()) {
+        log_info("CUDA graphs with programmatic dependent launches failed (%s); capturing without them", err.msg);
+        cuda_pdl_enable(false);
+        err = (Error){};
+        if (capture_all(r, &err) == 0) return;
+    }
+    log_info("CUDA graphs unavailable (%s); running eagerly", err.msg);
 }
 
 extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOptions *opts, Error *err) {
@@ -736,6 +750,9 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     int rc = pick_device(r, err);
     if (rc == 0 && cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = error_set(err, "cannot create a CUDA stream");
+    /* the decode chain's gemvs start before the kernel ahead of them ends
+     * (cuda_pdl.h): sm_90's, unless NANOVLLM_CUDA_LEGACY=pdl */
+    if (rc == 0) cuda_pdl_enable(r->prop.major >= 9 && !cuda_variant_legacy("pdl"));
     if (rc == 0) rc = setup_matmul(r, err);
     if (rc == 0) rc = cuda_weights_upload(&r->weights, model, err);
     double t_weights = now_seconds();

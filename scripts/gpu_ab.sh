@@ -24,8 +24,9 @@
 #           names the variants the workload runs for, e.g. "current all-previous");
 #  fuse:    single-sequence decode (and 4 sequences' output rate) with RMSNorm and SiLU x up
 #           inside the gemvs against their own launches (NANOVLLM_CUDA_LEGACY=fuse),
+#           each with and without programmatic dependent launches ("pdl"),
 #           medians of AB_ROUNDS alternating rounds, and 256 greedy tokens through
-#           both (the fused step promises the unfused bits: the same tokens);
+#           all four (neither changes arithmetic: the same tokens);
 #  prefill: the mma.sync flash attention against the WMMA kernel
 #           (NANOVLLM_CUDA_LEGACY=prefill): prefill
 #           tokens/s at 512, 4,096 and 16,384-token prompts (AB_PREFILL_LENS; medians of 2),
@@ -171,8 +172,8 @@ fi
 # ---- e2e: the random Qwen3-0.6B -----------------------------------------------------------
 MODEL=$WORK/qwen3-0.6b-random
 VARIANTS=("current:" "attention:attention" "kernels:kernels" "sampler:sampler" "gemv:gemv" "prefill:prefill"
-    "all-previous:attention,kernels,sampler,gemv,prefill,fuse")
-ALL_PREVIOUS="all-previous:attention,kernels,sampler,gemv,prefill,fuse"
+    "all-previous:attention,kernels,sampler,gemv,prefill,fuse,pdl")
+ALL_PREVIOUS="all-previous:attention,kernels,sampler,gemv,prefill,fuse,pdl"
 # AB_WORKLOAD="current all-previous" limits the (longer) workload runs to those variants
 in_workload() { [ -z "${AB_WORKLOAD:-}" ] || [[ " $AB_WORKLOAD " == *" $1 "* ]]; }
 if want e2e; then
@@ -244,40 +245,53 @@ PY
     row "greedy current vs all-previous" "-" "first divergence: $first of $count tokens"
 fi
 
-# ---- fuse: RMSNorm and SiLU inside the decode gemvs against their own launches ------------------
+# ---- fuse: RMSNorm and SiLU inside the decode gemvs, and programmatic launches ------------------
 if want fuse; then
     [ -f "$MODEL/model.safetensors" ] || timeout 300 "$PY" scripts/make_random_qwen3.py --preset qwen3-0.6b \
         --out "$MODEL" > "$OUT/make_model.log" 2>&1
+    FUSE_VARIANTS=("current:" "no pdl:pdl" "separate:fuse" "separate, no pdl:fuse,pdl")
     declare -A FUSE
     for round in $(seq 1 "$ROUNDS"); do
-        for v in "fused:" "separate:fuse"; do
+        for v in "${FUSE_VARIANTS[@]}"; do
+            tag=${v%%:*}
+            tag=${tag//[ ,]/_}
             json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --latency --device cuda --model "$MODEL" \
-                --input-len 512 --output-len 256 --json --quiet 2>> "$OUT/fuse_${v%%:*}.log")
-            echo "$json" >> "$OUT/fuse_${v%%:*}_1.jsonl"
+                --input-len 512 --output-len 256 --json 2>> "$OUT/fuse_$tag.log")
+            echo "$json" >> "$OUT/fuse_${tag}_1.jsonl"
             FUSE[${v%%:*}1]+=" $(json_field "$json" "['decode_tokens_per_s']")"
             # 4 sequences decoding together (output tokens/s of the whole run, prefill included)
             json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" bench --device cuda --model "$MODEL" --num-seqs 4 \
-                --min-input 512 --max-input 512 --min-output 512 --max-output 512 --json 2>> "$OUT/fuse_${v%%:*}.log")
-            echo "$json" >> "$OUT/fuse_${v%%:*}_4.jsonl"
+                --min-input 512 --max-input 512 --min-output 512 --max-output 512 --json 2>> "$OUT/fuse_$tag.log")
+            echo "$json" >> "$OUT/fuse_${tag}_4.jsonl"
             FUSE[${v%%:*}4]+=" $(json_field "$json" "['output_tokens_per_s']")"
         done
     done
     for seqs in 1 4; do
-        f=$(median <<< "${FUSE[fused$seqs]}")
-        u=$(median <<< "${FUSE[separate$seqs]}")
-        row "decode x$seqs, norm+SiLU fused vs separate" "$([ -n "$f" ] && [ -n "$u" ] && echo - || echo FAIL)" \
-            "$(printf '%.0f' "${f:-0}") vs $(printf '%.0f' "${u:-0}") tok/s = $(ratio "$f" "$u") (fused:${FUSE[fused$seqs]})"
+        c=$(median <<< "${FUSE[current$seqs]}")
+        for v in "${FUSE_VARIANTS[@]}"; do
+            name=${v%%:*}
+            m=$(median <<< "${FUSE[$name$seqs]}")
+            row "decode x$seqs, $name" "$([ -n "$m" ] && echo - || echo FAIL)" \
+                "$(printf '%.0f' "${m:-0}") tok/s (runs:${FUSE[$name$seqs]}); current / this = $(ratio "$c" "$m")"
+        done
     done
+    # the same bits every way: fusion and launch order change no arithmetic
     PROMPT=$(printf 'The residual stream carries every layer. %.0s' $(seq 1 20))
-    for v in "fused:" "separate:fuse"; do
+    for v in "${FUSE_VARIANTS[@]}"; do
+        tag=${v%%:*}
+        tag=${tag//[ ,]/_}
         NANOVLLM_CUDA_LEGACY=${v#*:} timeout 90 "$BIN" generate --model "$MODEL" --device cuda --prompt "$PROMPT" \
-            --max-tokens 256 --ignore-eos --json > "$OUT/fuse_greedy_${v%%:*}.json" 2>> "$OUT/fuse_greedy.log"
+            --max-tokens 256 --ignore-eos --json > "$OUT/fuse_greedy_$tag.json" 2>> "$OUT/fuse_greedy.log"
     done
-    same=$("$PY" -c 'import json, sys; a, b = (json.load(open(p))["ids"] for p in sys.argv[1:]); print("same" if a == b and len(a) == 256 else "differ at %s" % next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))' \
-        "$OUT/fuse_greedy_fused.json" "$OUT/fuse_greedy_separate.json" 2>> "$OUT/fuse_greedy.log")
-    row "greedy 256 tokens, fused vs separate" "$([ "$same" = same ] && echo ok || echo FAIL)" "${same:-?}"
-    row "fused decode's start-up check" "$(grep -q 'inside the gemvs (the same bytes' "$OUT/fuse_fused.log" && echo ok || echo FAIL)" \
-        "$(grep -ao 'decode steps of up to 4 rows: .\{0,80\}' "$OUT/fuse_fused.log" | head -1)"
+    for tag in no_pdl separate separate__no_pdl; do
+        same=$("$PY" -c 'import json, sys; a, b = (json.load(open(p))["ids"] for p in sys.argv[1:]); print("same" if a == b and len(a) == 256 else "differ at %s" % next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))' \
+            "$OUT/fuse_greedy_current.json" "$OUT/fuse_greedy_$tag.json" 2>> "$OUT/fuse_greedy.log")
+        row "greedy 256 tokens, current vs $tag" "$([ "$same" = same ] && echo ok || echo FAIL)" "${same:-?}"
+    done
+    row "fused decode's start-up check" "$(grep -q 'inside the gemvs (the same bytes' "$OUT/fuse_current.log" && echo ok || echo FAIL)" \
+        "$(grep -ao 'decode steps of up to 4 rows: .\{0,80\}' "$OUT/fuse_current.log" | head -1)"
+    row "graphs with programmatic launches" "$(grep -q 'programmatic dependent launches failed' "$OUT/fuse_current.log" && echo FAIL || echo ok)" \
+        "$(grep -ao 'CUDA graphs [^;]*' "$OUT/fuse_current.log" | head -1)"
 fi
 
 # ---- prefill: the mma.sync flash attention (opt-in) against the WMMA kernel ---------------------
