@@ -65,6 +65,8 @@ static const char HELP[] =
     "                                (default " DEFAULT_TEXT(ADMISSION_BENCH_NUM_SEQS) ") decode: its time to first token, their decode rate\n"
     "                                before and meanwhile, the longest step (--max-num-batched-tokens\n"
     "                                is the chunk the prompt is prefilled in)\n"
+    "  --prompt-len N                the decoding sequences' prompts (default " DEFAULT_TEXT(ADMISSION_PROMPT_LEN) "): their\n"
+    "                                decode rate \"before\" is --num-seqs sequences' at that context\n"
     "structured outputs:\n"
     "  --structured                  compile and per-token mask times of a JSON schema, a regex\n"
     "                                and a choice over the model's vocabulary, then --num-seqs\n"
@@ -89,6 +91,7 @@ typedef struct BenchArgs {
     BenchMode mode;
     int num_seqs, min_input, max_input, min_output, max_output;
     int input_len, output_len, seed;
+    int prompt_len; /* --admission: the decoders' prompts */
     bool num_seqs_given; /* --structured has its own default */
     bool json, quiet;
     RunnerOptions runner;
@@ -104,7 +107,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
         {"matmul", no_argument, 0, 'x'}, {"attention", no_argument, 0, 't'},
         {"deltanet", no_argument, 0, 'D'},
         {"structured", no_argument, 0, 'g'}, {"admission", no_argument, 0, 'A'},
-        {"json", no_argument, 0, 'j'},
+        {"json", no_argument, 0, 'j'}, {"prompt-len", required_argument, 0, 'P'},
         COMMON_LONG_OPTIONS, {0, 0, 0, 0}};
     *a = (BenchArgs){.num_seqs = DEFAULT_BENCH_NUM_SEQS,
                      .min_input = DEFAULT_BENCH_MIN_INPUT,
@@ -113,6 +116,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
                      .max_output = DEFAULT_BENCH_MAX_OUTPUT,
                      .input_len = DEFAULT_BENCH_INPUT_LEN,
                      .output_len = DEFAULT_BENCH_OUTPUT_LEN,
+                     .prompt_len = ADMISSION_PROMPT_LEN,
                      .runner = runner_default_options()};
     optind = 0;
     int c, index;
@@ -128,6 +132,7 @@ static int parse_args(int argc, char **argv, BenchArgs *a, Error *err) {
                 {'d', "--max-output", 1, 1 << 20, &a->max_output},
                 {'i', "--input-len", 1, 1 << 20, &a->input_len},
                 {'o', "--output-len", 1, 1 << 20, &a->output_len},
+                {'P', "--prompt-len", 1, 1 << 20, &a->prompt_len},
                 {'s', "--seed", 0, 0x7fffffff, &a->seed}};
     while ((c = getopt_long(argc, argv, "", options, &index)) != -1) {
         bool handled = false;
@@ -182,8 +187,8 @@ static int throughput(Engine *e, const BenchArgs *a, Error *err) {
 }
 
 static int admission(Engine *e, const BenchArgs *a, Error *err) {
-    AdmissionConfig c = {a->num_seqs_given ? a->num_seqs : ADMISSION_BENCH_NUM_SEQS, ADMISSION_PROMPT_LEN,
-                         a->input_len, a->json};
+    AdmissionConfig c = {a->num_seqs_given ? a->num_seqs : ADMISSION_BENCH_NUM_SEQS, a->prompt_len, a->input_len,
+                         a->json};
     return bench_admission(e, &c, err);
 }
 
