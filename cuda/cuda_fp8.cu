@@ -45,8 +45,7 @@ gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const 
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
     float *y = static_cast<float *>(y_out);
     pdl_trigger();
-    if (EXPERTS) { /* the routing is the previous kernels' output */
-        pdl_wait();
+    if (EXPERTS) {
         const long long e = gemv_pair(experts, x, y, N, K);
         if (e < 0) return; /* the whole block: no barrier is waiting for it */
         const size_t expert = (size_t)e;
@@ -118,13 +117,7 @@ gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const 
             }
         }
     }
-    if constexpr (!GLU) {
-        gemv_reduce_store<M, KSPLIT, WARPS_PER_BLOCK>(acc, y, N, n, valid, warp, lane, part);
-    } else if (gemv_reduce<ROWS * M, KSPLIT, WARPS_PER_BLOCK>(acc, warp, lane, part) && valid) {
-        uint16_t *act = static_cast<uint16_t *>(y_out);
-#pragma unroll
-        for (int m = 0; m < M; m++) act[(size_t)m * N + n] = float_to_bf16_bits(silu_mul1(acc[m], acc[M + m]));
-    }
+    gemv_finish<M, KSPLIT, WARPS_PER_BLOCK, ROWS>(acc, y, N, n, valid, warp, lane, part);
 }
 
 extern "C" bool cuda_gemv_fp8_fits(int rows, int in, const void *x, const void *w) {

@@ -59,8 +59,7 @@ gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
     float *y = static_cast<float *>(y_out);
     pdl_trigger();
-    if (EXPERTS) { /* the routing is the previous kernels' output */
-        pdl_wait();
+    if (EXPERTS) {
         const long long e = gemv_pair(experts, x, y, N, K);
         if (e < 0) return; /* the whole block: no barrier is waiting for it */
         w += (size_t)e * N * K;
@@ -130,13 +129,7 @@ gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint
             }
         }
     }
-    if constexpr (!GLU) {
-        gemv_reduce_store<M, KSPLIT, WARPS_PER_BLOCK>(acc, y, N, n, valid, warp, lane, part);
-    } else if (gemv_reduce<ROWS * M, KSPLIT, WARPS_PER_BLOCK>(acc, warp, lane, part) && valid) {
-        uint16_t *act = static_cast<uint16_t *>(y_out);
-#pragma unroll
-        for (int m = 0; m < M; m++) act[(size_t)m * N + n] = float_to_bf16_bits(silu_mul1(acc[m], acc[M + m]));
-    }
+    gemv_finish<M, KSPLIT, WARPS_PER_BLOCK, ROWS>(acc, y, N, n, valid, warp, lane, part);
 }
 
 static bool pdl_on = false; /* set once by the runner before its first launch */

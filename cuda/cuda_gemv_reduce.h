@@ -9,6 +9,9 @@
 #ifndef NANOVLLM_CUDA_GEMV_REDUCE_H
 #define NANOVLLM_CUDA_GEMV_REDUCE_H
 
+#include "cuda_fused_math.h"
+#include "cuda_pdl.h"
+
 /* acc[m]: this lane's partial sum for row m of its output; warp / lane:
  * this thread's place in a block of WARPS warps; part: which of the
  * output's KSPLIT warps this is. Sums the lanes, then the KSPLIT warps in
@@ -46,6 +49,20 @@ __device__ __forceinline__ void gemv_reduce_store(float (&acc)[M], float *__rest
         for (int m = 0; m < M; m++) y[(size_t)m * N + n] = acc[m];
 }
 
+/* The end of a gemv: ROWS = 1, acc [M] into y [M, N] as float32; ROWS =
+ * 2 (GLU), acc [2][M] (gate, up) into y_out [M, N] as the bf16 SiLU x up. */
+template <int M, int KSPLIT, int WARPS, int ROWS>
+__device__ __forceinline__ void gemv_finish(float (&acc)[ROWS * M], void *__restrict__ y_out, int N, int n,
+                                            bool valid, int warp, int lane, int part) {
+    if constexpr (ROWS == 1) {
+        gemv_reduce_store<M, KSPLIT, WARPS>(acc, static_cast<float *>(y_out), N, n, valid, warp, lane, part);
+    } else if (gemv_reduce<ROWS * M, KSPLIT, WARPS>(acc, warp, lane, part) && valid) {
+        uint16_t *act = static_cast<uint16_t *>(y_out);
+#pragma unroll
+        for (int m = 0; m < M; m++) act[(size_t)m * N + n] = float_to_bf16_bits(silu_mul1(acc[m], acc[M + m]));
+    }
+}
+
 /* A gemv launched once over an MoE step's rows, grid y the unit of work:
  *  - pairs (tile_expert NULL): pair p = blockIdx.y multiplies x's row
  *    p / x_div (the token's hidden row for gate/up, x_div = k; the pair's
@@ -66,9 +83,11 @@ struct GemvExperts {
 #define GEMV_TILE_ROWS 16 /* cuda_moe.cu's TILE */
 
 /* This block's expert (0 for a plain launch; -1: nothing to do, the whole
- * block returns), and x and y moved to its rows. */
+ * block returns), and x and y moved to its rows. The routing is the
+ * previous kernels' output: a programmatic launch waits for it first. */
 __device__ __forceinline__ long long gemv_pair(GemvExperts g, const uint16_t *__restrict__ &x,
                                                float *__restrict__ &y, int N, int K) {
+    pdl_wait();
     if (g.tile_expert) {
         const int first = blockIdx.y * g.rows, e = g.tile_expert[first / GEMV_TILE_ROWS];
         if (e < 0 || g.row_token[first] < 0) return -1;
