@@ -205,6 +205,26 @@ Test(cuda_fp8, dequantization_is_the_reference_rounded_to_bf16, .timeout = 60) {
     }
 }
 
+/* cuda_matmul of random bf16 rows (seed) by m's matrix as w, checked by
+ * check_product to tol. */
+static void matmul_case(CudaMatmul *mm, const Fp8Stack *m, CudaMatrix w, int rows, uint64_t seed, double tol,
+                        const char *what) {
+    float *x_f;
+    uint16_t *x = random_bf16((size_t)rows * m->cols, 1.0f, seed, &x_f);
+    uint16_t *d_x = dev_copy(x, sizeof(uint16_t) * rows * m->cols);
+    float *d_y = dev_poisoned(sizeof(float) * rows * m->rows), *y = malloc(sizeof(float) * rows * m->rows);
+    cr_assert(y);
+    Error err = {0};
+    cr_assert(cuda_matmul(mm, d_y, d_x, w, rows, m->rows, m->cols, &err) == 0, "%s", err.msg);
+    dev_fetch(y, d_y, sizeof(float) * rows * m->rows);
+    check_product(y, x_f, m, rows, tol, what);
+    cuda_free(d_x);
+    cuda_free(d_y);
+    free(x);
+    free(x_f);
+    free(y);
+}
+
 /* cuda_matmul at batches past the gemv: 5 and 16 rows (the gemv in passes
  * of 4), 17, 64 and 300 (dequantized to bf16, cuBLAS), with a scratch of
  * 97 rows so that the row tiles cut parts and 128-row tiles; width 100
@@ -224,22 +244,9 @@ Test(cuda_fp8, matmul_matches_float64_at_larger_batches, .timeout = 120) {
         cr_assert(mm, "%s", err.msg);
         cr_assert(cuda_matmul_reserve_fp8(mm, (size_t)97 * m.cols, &err) == 0, "%s", err.msg);
         for (size_t b = 0; b < sizeof BATCHES / sizeof BATCHES[0]; b++) {
-            const int rows = BATCHES[b];
-            float *x_f;
-            uint16_t *x = random_bf16((size_t)rows * m.cols, 1.0f, 11 * s + b, &x_f);
-            uint16_t *d_x = dev_copy(x, sizeof(uint16_t) * rows * m.cols);
-            float *d_y = dev_poisoned(sizeof(float) * rows * m.rows), *y = malloc(sizeof(float) * rows * m.rows);
-            cr_assert(y);
-            CudaMatrix w = {m.d_q, m.d_scales, NULL};
-            cr_assert(cuda_matmul(mm, d_y, d_x, w, rows, m.rows, m.cols, &err) == 0, "%s", err.msg);
-            dev_fetch(y, d_y, sizeof(float) * rows * m.rows);
-            const bool gemv = rows <= CUDA_FP8_GEMV_MAX_ROWS && m.cols % 16 == 0;
-            check_product(y, x_f, &m, rows, gemv ? 3e-5 : 4e-3, gemv ? "gemv passes" : "dequantized GEMM");
-            cuda_free(d_x);
-            cuda_free(d_y);
-            free(x);
-            free(x_f);
-            free(y);
+            const bool gemv = BATCHES[b] <= CUDA_FP8_GEMV_MAX_ROWS && m.cols % 16 == 0;
+            matmul_case(mm, &m, (CudaMatrix){m.d_q, m.d_scales, NULL}, BATCHES[b], 11 * s + b, gemv ? 3e-5 : 4e-3,
+                        gemv ? "gemv passes" : "dequantized GEMM");
         }
         cuda_matmul_destroy(mm);
         fp8_stack_free(&m);
@@ -318,23 +325,9 @@ Test(cuda_fp8, tensor_core_products_of_tile_scaled_matrices, .timeout = 120) {
         cr_assert(cuda_matmul_reserve_fp8_gemm(mm, 300, m.cols, &err) == 0, "%s", err.msg);
         const bool tensor = cuda_matmul_fp8_tensor_cores(mm);
         cr_expect(tensor || !sm90, "%s: the FP8 tensor-core path is off (its reason is in the log)", why);
-        for (size_t b = 0; b < sizeof BATCHES / sizeof BATCHES[0]; b++) {
-            const int rows = BATCHES[b];
-            float *x_f;
-            uint16_t *x = random_bf16((size_t)rows * m.cols, 1.0f, 17 * s + b, &x_f);
-            uint16_t *d_x = dev_copy(x, sizeof(uint16_t) * rows * m.cols);
-            float *d_y = dev_poisoned(sizeof(float) * rows * m.rows), *y = malloc(sizeof(float) * rows * m.rows);
-            cr_assert(y);
-            const CudaMatrix w = {m.d_q, m.d_scales, m.d_tiles};
-            cr_assert(cuda_matmul(mm, d_y, d_x, w, rows, m.rows, m.cols, &err) == 0, "%s", err.msg);
-            dev_fetch(y, d_y, sizeof(float) * rows * m.rows);
-            check_product(y, x_f, &m, rows, tensor ? 0.07 : 4e-3, tensor ? "FP8 x FP8 GEMM" : "dequantized GEMM");
-            cuda_free(d_x);
-            cuda_free(d_y);
-            free(x);
-            free(x_f);
-            free(y);
-        }
+        for (size_t b = 0; b < sizeof BATCHES / sizeof BATCHES[0]; b++)
+            matmul_case(mm, &m, (CudaMatrix){m.d_q, m.d_scales, m.d_tiles}, BATCHES[b], 17 * s + b,
+                        tensor ? 0.07 : 4e-3, tensor ? "FP8 x FP8 GEMM" : "dequantized GEMM");
         cuda_matmul_destroy(mm);
         fp8_stack_free(&m);
     }
