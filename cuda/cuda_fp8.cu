@@ -181,7 +181,7 @@ extern "C" int cuda_gemv_fp8_expert_tiles(float *y, const uint16_t *x, const uin
         return error_set(err, "FP8 expert tile gemv: rows of %d (a multiple of 16 wide, 16-byte aligned)", in);
     const int split = fp8_gemv_k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block),
-                    (unsigned)(tiles * (GEMV_TILE_ROWS / CUDA_GEMV_TILE_ROWS)));
+                    (unsigned)tiles);
     launch_gemv_fp8<CUDA_GEMV_TILE_ROWS, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in,
                                                GemvExperts{NULL, 1, tile_expert, row_token, CUDA_GEMV_TILE_ROWS});
     CUDA_LAUNCHED("the FP8 expert tile gemv kernel", err);

@@ -203,7 +203,7 @@ extern "C" int cuda_gemv_expert_tiles(float *y, const uint16_t *x, CudaMatrix w,
         return error_set(err, "expert tile gemv: rows of %d (a multiple of 8 wide, 16-byte aligned)", in);
     const int split = k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block),
-                    (unsigned)(tiles * (GEMV_TILE_ROWS / CUDA_GEMV_TILE_ROWS)));
+                    (unsigned)tiles);
     const GemvExperts experts = {NULL, 1, tile_expert, row_token, CUDA_GEMV_TILE_ROWS};
     const uint16_t *wb = (const uint16_t *)w.data;
     cudaStream_t s = (cudaStream_t)stream;

@@ -68,10 +68,10 @@ __device__ __forceinline__ void gemv_finish(float (&acc)[ROWS * M], void *__rest
  *    p / x_div (the token's hidden row for gate/up, x_div = k; the pair's
  *    own activation row for down, x_div = 1) by its expert's matrix,
  *    experts stacked [experts][N, K], into y's row p;
- *  - tiles (tile_expert set): the rows laid out by expert in 16-row tiles
- *    (cuda_moe.cu's align), block y taking `rows` of them (the gemv's M):
- *    tile_expert[its tile] names the expert (-1: past the used rows), and
- *    a first row with row_token -1 means only padding follows;
+ *  - tiles (tile_expert set): the rows laid out by expert in tiles of
+ *    `rows` (the gemv's M; cuda_moe.cu's align), block y taking tile y:
+ *    tile_expert[y] names the expert (-1: past the used rows), and a first
+ *    row with row_token -1 means only padding follows;
  * expert_of NULL and tile_expert NULL: one matrix, grid y 1. */
 struct GemvExperts {
     const int32_t *expert_of;
@@ -80,8 +80,6 @@ struct GemvExperts {
     int rows;
 };
 
-#define GEMV_TILE_ROWS 16 /* cuda_moe.cu's TILE */
-
 /* This block's expert (0 for a plain launch; -1: nothing to do, the whole
  * block returns), and x and y moved to its rows. The routing is the
  * previous kernels' output: a programmatic launch waits for it first. */
@@ -89,7 +87,7 @@ __device__ __forceinline__ long long gemv_pair(GemvExperts g, const uint16_t *__
                                                float *__restrict__ &y, int N, int K) {
     pdl_wait();
     if (g.tile_expert) {
-        const int first = blockIdx.y * g.rows, e = g.tile_expert[first / GEMV_TILE_ROWS];
+        const int first = blockIdx.y * g.rows, e = g.tile_expert[blockIdx.y];
         if (e < 0 || g.row_token[first] < 0) return -1;
         x += (size_t)first * K;
         y += (size_t)first * N;

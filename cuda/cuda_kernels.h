@@ -260,12 +260,13 @@ int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMatrix w, cons
 int cuda_gemv_fp8_experts(float *y, const uint16_t *x, int x_div, const uint8_t *w, const float *scales,
                           const int32_t *expert_of, int pairs, int out, int in, CudaStream stream, Error *err);
 
-/* The same over an MoE step's rows as cuda_moe.cu lays them out (grouped by
- * expert, each group padded to 16-row tiles, tile_expert and row_token as
- * there): CUDA_GEMV_TILE_ROWS rows a block multiply their tile's expert's
- * matrix, so a weight row is read once per 8 rows with whole 16-byte loads,
- * where the WMMA GEMM reads 32 bytes of each of 16 rows at a time; blocks
- * of padding only return. y and x: [tiles * 16, out] and [tiles * 16, in]. */
+/* The same over an MoE step's rows as cuda_moe.cu lays them out for it
+ * (grouped by expert, each group padded to tiles of CUDA_GEMV_TILE_ROWS,
+ * tile_expert and row_token as there): a block multiplies its tile's rows
+ * by the tile's expert's matrix, so a weight row is read once per 8 rows
+ * with whole 16-byte loads, where the WMMA GEMM reads 32 bytes of each of
+ * 16 rows at a time; blocks of padding only return. y and x: [tiles * 8,
+ * out] and [tiles * 8, in]. */
 #define CUDA_GEMV_TILE_ROWS 8
 int cuda_gemv_expert_tiles(float *y, const uint16_t *x, CudaMatrix w, const int32_t *tile_expert,
                            const int32_t *row_token, int tiles, int out, int in, CudaStream stream, Error *err);

@@ -10,9 +10,9 @@
  * pair is a row of the gemv kernels (cuda_gemv_experts), which read a
  * weight row with whole 16-byte loads per lane where the WMMA tile reads 32
  * bytes of each of 16 rows; NANOVLLM_CUDA_LEGACY=moe keeps the GEMM. The
- * Larger steps whose experts average few rows (decode batches) lay the
- * rows out as for the GEMM but multiply them with the gemv kernels 8 rows
- * at a time (cuda_gemv_expert_tiles). The
+ * Larger steps whose experts average few rows (decode batches) pad the
+ * groups to 8 rows instead of 16 and multiply them with the gemv kernels,
+ * a tile a block (cuda_gemv_expert_tiles). The
  * arithmetic mirrors cpu_moe.c: float32 softmax, the same tie rule, the
  * same order of the weighted sum.
  */
@@ -97,7 +97,7 @@ __global__ void route_kernel(int32_t *ids, float *weights, const float *logits, 
 
 __global__ void align_kernel(int32_t *row_token, int32_t *pair_row, int32_t *tile_expert,
                              int32_t *used_rows, const int32_t *ids, int pairs, int E, int k,
-                             int max_rows) {
+                             int max_rows, int tile_rows) {
     __shared__ int32_t count[MAX_EXPERTS], offset[MAX_EXPERTS + 1], fill[MAX_EXPERTS];
     for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
     __syncthreads();
@@ -107,7 +107,7 @@ __global__ void align_kernel(int32_t *row_token, int32_t *pair_row, int32_t *til
         int at = 0;
         for (int e = 0; e < E; e++) {
             offset[e] = at;
-            at += (count[e] + TILE - 1) / TILE * TILE;
+            at += (count[e] + tile_rows - 1) / tile_rows * tile_rows;
         }
         offset[E] = at;
         *used_rows = at;
@@ -115,8 +115,8 @@ __global__ void align_kernel(int32_t *row_token, int32_t *pair_row, int32_t *til
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) fill[e] = offset[e];
     for (int r = threadIdx.x; r < max_rows; r += blockDim.x) row_token[r] = -1;
-    for (int tile = threadIdx.x; tile < max_rows / TILE; tile += blockDim.x) {
-        int r = tile * TILE, expert = -1;
+    for (int tile = threadIdx.x; tile < max_rows / tile_rows; tile += blockDim.x) {
+        int r = tile * tile_rows, expert = -1;
         if (r < offset[E]) { /* the last e with offset[e] <= r: binary search */
             int lo = 0, hi = E - 1;
             while (lo < hi) {
@@ -240,10 +240,14 @@ static int grouped_gemm(float *y, const uint16_t *x, CudaMatrix w, const int32_t
 
 /* ---- launchers --------------------------------------------------------------------------- */
 
-extern "C" int cuda_moe_max_rows(int T, int experts, int k) {
-    long rows = (long)T * k + (long)experts * (TILE - 1);
-    return (int)((rows + TILE - 1) / TILE * TILE);
+/* Rows of a step's layout when every expert's group is padded to whole
+ * tiles of tile_rows. */
+static int layout_rows(int T, int experts, int k, int tile_rows) {
+    long rows = (long)T * k + (long)experts * (tile_rows - 1);
+    return (int)((rows + tile_rows - 1) / tile_rows * tile_rows);
 }
+
+extern "C" int cuda_moe_max_rows(int T, int experts, int k) { return layout_rows(T, experts, k, TILE); }
 
 extern "C" int cuda_moe_route(int32_t *ids, float *weights, const float *logits, int T, int experts,
                               int k, bool norm, CudaStream stream, Error *err) {
@@ -283,7 +287,7 @@ extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, Cuda
     if (T > m->max_tokens) return error_set(err, "MoE step of %d tokens (room for %d)", T, m->max_tokens);
     cudaStream_t s = as_stream(stream);
     int H = m->hidden, W = m->width, E = m->experts, k = m->k;
-    int rows = cuda_moe_max_rows(T, E, k), tiles = rows / TILE;
+    int rows = cuda_moe_max_rows(T, E, k), tiles = rows / TILE; /* the GEMM's layout; the tile gemvs' below */
     if (cuda_moe_route(m->ids, m->weights, m->logits, T, E, k, m->norm, stream, err)) return -1;
     if (moe_gemv_fits(m, h, T, gate_up, down)) {
         /* a row per (token, choice) in routing order, each its expert's gemv */
@@ -296,12 +300,19 @@ extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, Cuda
         CUDA_LAUNCHED("the MoE combine kernel", err);
         return 0;
     }
+    /* the tile gemvs take 8 rows a block, so the groups are padded to 8 for
+     * them: an expert with a few rows is one block, not one and a padding one */
+    const bool tile_gemv = moe_tile_gemv_fits(m, T, gate_up, down);
+    if (tile_gemv) {
+        rows = layout_rows(T, E, k, CUDA_GEMV_TILE_ROWS);
+        tiles = rows / CUDA_GEMV_TILE_ROWS;
+    }
     align_kernel<<<1, ALIGN_THREADS, 0, s>>>(m->row_token, m->pair_row, m->tile_expert, m->used_rows,
-                                             m->ids, T * k, E, k, rows);
+                                             m->ids, T * k, E, k, rows, tile_gemv ? CUDA_GEMV_TILE_ROWS : TILE);
     CUDA_LAUNCHED("the MoE row layout kernel", err);
     gather_kernel<<<rows, ROW_THREADS, 0, s>>>(m->x, h, m->row_token, m->used_rows, H);
     CUDA_LAUNCHED("the MoE gather kernel", err);
-    if (moe_tile_gemv_fits(m, T, gate_up, down)) {
+    if (tile_gemv) {
         if (cuda_gemv_expert_tiles(m->gate_up, m->x, gate_up, m->tile_expert, m->row_token, tiles, 2 * W, H, stream,
                                    err) ||
             cuda_silu_mul_rows(m->act, m->gate_up, rows, m->used_rows, W, stream, err) ||
@@ -331,6 +342,9 @@ extern "C" int cuda_moe_create(CudaMoe *m, int hidden, int width, int experts, i
     m->k = k;
     m->norm = norm;
     m->max_tokens = max_tokens;
+    /* rows: the GEMM's layout, the larger of the two (padding to 8 adds
+     * fewer rows than to 16); tile_expert: one per tile of the tile gemvs'
+     * layout, the one with more tiles */
     size_t T = (size_t)max_tokens, pairs = T * k, rows = (size_t)cuda_moe_max_rows(max_tokens, experts, k);
     struct {
         void **p;
@@ -338,7 +352,7 @@ extern "C" int cuda_moe_create(CudaMoe *m, int hidden, int width, int experts, i
     } parts[] = {
         {(void **)&m->logits, T * experts * 4}, {(void **)&m->ids, pairs * 4},
         {(void **)&m->weights, pairs * 4},      {(void **)&m->pair_row, pairs * 4},
-        {(void **)&m->row_token, rows * 4},     {(void **)&m->tile_expert, rows / TILE * 4},
+        {(void **)&m->row_token, rows * 4},     {(void **)&m->tile_expert, rows / CUDA_GEMV_TILE_ROWS * 4},
         {(void **)&m->used_rows, 4},            {(void **)&m->x, rows * hidden * 2},
         {(void **)&m->act, rows * width * 2},   {(void **)&m->gate_up, rows * 2 * width * 4},
         {(void **)&m->y, rows * hidden * 4},

@@ -20,8 +20,8 @@
  * Steps of at most CUDA_MOE_GEMV_MAX_TOKENS tokens (decode at small batch)
  * skip align and gather: gate/up and down run as gemvs over the routed
  * pairs, an expert read once per pair that chose it. Larger steps whose
- * experts average at most CUDA_MOE_TILE_GEMV_MAX_ROWS rows keep align and
- * gather but multiply with gemvs over 8-row halves of the tiles.
+ * experts average at most CUDA_MOE_TILE_GEMV_MAX_ROWS rows pad the groups
+ * to 8 rows instead and multiply with gemvs, one 8-row tile a block.
  * Only routed experts' weights are read: an expert no token chose has no
  * tile. Needs hidden and moe_intermediate_size multiples of 16 and at most
  * 2048 experts (checked by cuda_moe_create).
