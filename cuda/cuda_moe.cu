@@ -9,12 +9,12 @@
  * to CUDA_MOE_GEMV_MAX_TOKENS tokens skip the layout: each (token, choice)
  * pair is a row of the gemv kernels (cuda_gemv_experts), which read a
  * weight row with whole 16-byte loads per lane where the WMMA tile reads 32
- * bytes of each of 16 rows; NANOVLLM_CUDA_LEGACY=moe keeps the GEMM. The
- * Larger steps whose experts average few rows (decode batches) pad the
- * groups to 8 rows instead of 16 and multiply them with the gemv kernels,
- * a tile a block (cuda_gemv_expert_tiles). The
- * arithmetic mirrors cpu_moe.c: float32 softmax, the same tie rule, the
- * same order of the weighted sum.
+ * bytes of each of 16 rows. Larger steps whose experts average few rows
+ * (decode batches) pad the groups to 8 rows instead of 16 and multiply
+ * them with the gemv kernels, a tile a block (cuda_gemv_expert_tiles).
+ * NANOVLLM_CUDA_LEGACY=moe keeps the GEMM for both. The arithmetic mirrors
+ * cpu_moe.c: float32 softmax, the same tie rule, the same order of the
+ * weighted sum.
  */
 #include <cuda_bf16.h>
 #include <mma.h>
