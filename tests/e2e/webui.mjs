@@ -163,7 +163,10 @@ await check('stop: a long answer stops growing, the page says so and the server 
 });
 
 await check('tool calls: a forced call streams into a labelled block with its name and arguments', async () => {
-  // The page sends no tools; the test adds one (and forces it) on the way out.
+  // The page sends no tools; the test adds one (and forces it) on the way out. The
+  // request is made the same every run: the question alone (not the random-weight
+  // answers before it) and greedy, so what the model writes inside the forced call
+  // cannot change from one run to the next (sampled, a run once wrote no call).
   await page.setRequestInterception(true);
   const addTools = (r) => {
     if (!r.url().endsWith('/v1/chat/completions')) return r.continue();
@@ -173,6 +176,8 @@ await check('tool calls: a forced call streams into a labelled block with its na
     body.tool_choice = 'required';
     body.parallel_tool_calls = false;
     body.max_tokens = 100;
+    body.temperature = 0;
+    body.messages = body.messages.slice(-1);
     body.chat_template_kwargs = { enable_thinking: false };
     r.continue({ postData: JSON.stringify(body) });
   };
