@@ -224,7 +224,8 @@ int command_bench(int argc, char **argv) {
     bool cpu = strcmp(a.runner.device, "cpu") == 0;
     int rc = a.mode == BENCH_ATTENTION && cpu
                  ? bench_attention_cpu(a.num_seqs, a.input_len, a.runner.block_size,
-                                       a.runner.kv_cache_dtype, a.runner.num_threads, a.json, &err)
+                                       a.runner.kv_cache_dtype, a.runner.dtype, a.runner.num_threads, a.json,
+                                       &err)
              : a.mode == BENCH_ATTENTION
                  ? bench_attention(a.num_seqs, a.input_len, a.runner.block_size, a.json, &err)
              : a.mode == BENCH_MATMUL  ? bench_matmul(a.runner.num_threads, &err)

@@ -20,9 +20,11 @@
  * transposed so that its keys run along the kernel's K); without it sgemm
  * gets the same rounded inputs, so every ISA computes the same products.
  *
- * An fp8 cache keeps float32 products whatever --dtype says: its values
- * are exact in float32 and in bf16 alike, and the bf16 kernel's path (Q and
- * P rounded, products from a bf16 cache) is not written for it.
+ * An fp8 cache's prompt tiles keep float32 products whatever --dtype says:
+ * its values are exact in float32 and in bf16 alike, and the bf16 kernel's
+ * path (Q and P rounded, products from a bf16 cache) is not written for it.
+ * Its decode tokens under bf16 inputs may round q and p to bf16
+ * (cpu_attention_decode_fp8_dot.h, where the CPU has AVX512-BF16 + VBMI).
  *
  * A tile of one token (decode) goes to cpu_attention_decode.c instead: at
  * G = 2 rows sgemm's per-call overhead dominates, and its kernels read the
@@ -148,7 +150,7 @@ static void attend_decode(CpuAttention *a, const AttnTask *t, ThreadScratch *s) 
     DecodeKv kv = {.k = a->k_cache, .v = a->v_cache, .dtype = a->kv_dtype,
                    .block_table = seq->block_table, .block_size = sh->block_size,
                    .num_kv_heads = sh->num_kv_heads, .kv_head = t->kv_head, .head_dim = D,
-                   .k_scale = a->k_scale, .v_scale = a->v_scale};
+                   .k_scale = a->k_scale, .v_scale = a->v_scale, .bf16_products = a->bf16_inputs};
     DecodePart part = {s->row_max, s->row_sum, s->acc};
     decode_attend_range(a->isa, &kv, a->q + q_off, G, 0, seq->start_pos + t->tile0 + 1, s->scores,
                         part);

@@ -4,13 +4,17 @@
  * kernels for its two inner loops, scores = scale * Q k_j and acc += p_j v_j,
  * each for a float32, bf16 and fp8 cache (one template per ISA, the
  * element a constant; fp8 widens through cpu_kv_fp8.h, or by table lookup
- * where the CPU has AVX512-VBMI: the same values).
+ * where the CPU has AVX512-VBMI: the same values). Under bf16 products
+ * (--dtype bfloat16) on CPUs with AVX512-BF16 and VBMI, an fp8 cache takes
+ * the vdpbf16ps kernels of cpu_attention_decode_fp8_dot.c instead: they
+ * round q and p to bf16, as that dtype rounds every matmul's input.
  *
  * Each K/V row (head_dim values of one token) is read once and used for all
  * G heads of the group. A block's rows of one head are adjacent (the CPU
  * cache is head-major), so each block is one sequential stream of K and one
  * of V; the kernels prefetch 8 KiB ahead of each into L2, and the start of
- * the next stream before it begins (PREFETCH_BYTES).
+ * the next stream before it begins (PREFETCH_BYTES,
+ * cpu_attention_decode_kernels.h).
  */
 #include "cpu_attention_decode.h"
 
@@ -19,9 +23,11 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cpu_attention_decode_fp8_dot.h"
+#include "cpu_attention_decode_kernels.h"
+#include "cpu_fp8_byte_lut.h"
 #include "cpu_kv_fp8.h"
 #include "cpu_ops.h"
-#include "cpu_fp8_byte_lut.h"
 #include "cpu_simd.h"
 #include "base/half.h"
 #include "base/row_max.h"
@@ -29,24 +35,6 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-
-/* How far ahead of the row being read the kernels prefetch, into L2: 8 KiB
- * (32 bf16 rows of 128), and how much of each block's streams is prefetched
- * before they start. Against 4 rows into L1 and no block-start prefetch:
- * 10-20% less time over 28 layers x 8 KV heads, one sequence at 2048 tokens
- * and 64 sequences at 160, at the plain read of the same rows (`bench
- * --attention --device cpu`; cpu/PERFORMANCE.md). */
-#define PREFETCH_BYTES 8192
-/* The cache lines of [p, p + bytes), into L2. */
-SIMD_INLINE void prefetch_span(const void *p, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) prefetch_l2((const char *)p + off);
-}
-
-/* Heads handled per pass of a SIMD kernel: their accumulators stay in registers. */
-#define MAX_G 8
-/* K rows per pass of the score kernels for small groups (the reductions
- * take 4 rows at a time). */
-#define QK_ROWS 4
 
 /* The cache's element: a constant in every kernel once inlined. fp8 reads
  * as e4m3 * 2^-8 (cpu_kv_fp8.h); decode_attend_range folds the 2^8 and the
@@ -71,11 +59,6 @@ __attribute__((target("avx2,f16c"))) SIMD_INLINE __m256 load8(const void *base, 
     return widen8(base, kind == ELEM_BF16, i);
 }
 #endif
-
-typedef void (*QkFn)(float *s, int lds, const float *q, int G, int D, const void *k, size_t stride,
-                     int n, float scale);
-typedef void (*PvFn)(float *acc, const float *p, int lds, int G, int D, const void *v, size_t stride,
-                     int n);
 
 /* ---- scalar reference ------------------------------------------------------ */
 
@@ -118,12 +101,6 @@ SCALAR_PAIR(fp8, ELEM_FP8)
 /* Constant-count loops over rows and heads: unrolled, their accumulators
  * live in registers. */
 #define UNROLL _Pragma("GCC unroll 8")
-
-/* Rows between the one being read and the one prefetched. */
-INLINE int prefetch_rows(size_t row_bytes) {
-    size_t rows = PREFETCH_BYTES / row_bytes;
-    return rows < 4 ? 4 : (int)rows;
-}
 
 /* ---- AVX-512 ---------------------------------------------------------------- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
@@ -223,17 +200,6 @@ AVX512 INLINE void pv_avx512_g(float *acc, const float *p, int lds, int G, int D
     }
 }
 
-/* Heads in passes of at most MAX_G, with the common group sizes as constants
- * so that the per-head loops unroll and the accumulators stay in registers. */
-#define GROUP_DISPATCH(KERNEL, G, ...)                                                             \
-    switch (G) {                                                                                   \
-    case 1: KERNEL(__VA_ARGS__, 1); break;                                                         \
-    case 2: KERNEL(__VA_ARGS__, 2); break;                                                         \
-    case 4: KERNEL(__VA_ARGS__, 4); break;                                                         \
-    case 8: KERNEL(__VA_ARGS__, 8); break;                                                         \
-    default: KERNEL(__VA_ARGS__, G); break;                                                        \
-    }
-
 #define QK512(KIND, s, lds, q, D, k, stride, n, scale, G) qk_avx512_g(s, lds, q, G, D, k, stride, n, scale, KIND)
 #define PV512(KIND, acc, p, lds, D, v, stride, n, G) pv_avx512_g(acc, p, lds, G, D, v, stride, n, KIND)
 
@@ -320,10 +286,7 @@ VBMI INLINE void qk_fp8_lut_g(float *s, int lds, const float *q, int G, int D, c
     if (G <= 4) {
         for (; j + QK_ROWS <= n; j += QK_ROWS) {
             const uint8_t *row[QK_ROWS];
-            UNROLL for (int r = 0; r < QK_ROWS; r++) {
-                row[r] = (const uint8_t *)k + (size_t)(j + r) * stride;
-                if (j + r + pfr < n) prefetch_span(row[r] + pfr * stride, (size_t)D);
-            }
+            qk_fp8_rows(row, k, j, n, stride, pfr, D);
             __m512 acc[QK_ROWS][4];
             UNROLL for (int r = 0; r < QK_ROWS; r++)
                 UNROLL for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
@@ -564,7 +527,7 @@ DEFINE_AVX2(bf16, ELEM_BF16)
 DEFINE_AVX2(fp8, ELEM_FP8)
 #endif
 
-static void kernels(CpuIsa isa, int kind, QkFn *qk, PvFn *pv) {
+static void kernels(CpuIsa isa, int kind, int head_dim, bool bf16_products, QkFn *qk, PvFn *pv) {
     static const QkFn scalar_qk[3] = {qk_scalar_f32, qk_scalar_bf16, qk_scalar_fp8};
     static const PvFn scalar_pv[3] = {pv_scalar_f32, pv_scalar_bf16, pv_scalar_fp8};
     *qk = scalar_qk[kind];
@@ -574,7 +537,10 @@ static void kernels(CpuIsa isa, int kind, QkFn *qk, PvFn *pv) {
     static const PvFn avx512_pv[3] = {pv_avx512_f32, pv_avx512_bf16, pv_avx512_fp8};
     static const QkFn avx2_qk[3] = {qk_avx2_f32, qk_avx2_bf16, qk_avx2_fp8};
     static const PvFn avx2_pv[3] = {pv_avx2_f32, pv_avx2_bf16, pv_avx2_fp8};
-    if (kind == ELEM_FP8 && cpu_isa_byte_lookup(isa)) {
+    if (kind == ELEM_FP8 && bf16_products && fp8_dot_kernels_fit(isa, head_dim)) {
+        *qk = qk_fp8_dot;
+        *pv = pv_fp8_dot;
+    } else if (kind == ELEM_FP8 && cpu_isa_byte_lookup(isa)) {
         *qk = qk_fp8_lut;
         *pv = pv_fp8_lut;
     } else if (isa >= CPU_ISA_AVX512) {
@@ -603,7 +569,7 @@ void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, 
     if (kind == ELEM_FP8) scale *= kv->k_scale * KV_FP8_WIDEN_SCALE;
     QkFn qk;
     PvFn pv;
-    kernels(isa, kind, &qk, &pv);
+    kernels(isa, kind, D, kv->bf16_products, &qk, &pv);
     for (int g = 0; g < G; g++) {
         part.max[g] = -INFINITY;
         part.sum[g] = 0.0f;

@@ -78,11 +78,12 @@ static void step(Runner *r, const RunnerSeq *q, float *all_logits) {
     cr_assert(runner_step(r, &b, &out, &err) == 0, "%s", err.msg);
 }
 
-Test(cpu_kv_fp8_model, logits_near_the_bf16_cache, .timeout = 300) {
+/* The fp8 and the bf16 cache's runs, both with `compute` matmuls. */
+static void logits_near_the_bf16_cache(ComputeDtype compute) {
     ModelWeights wb, wf;
     Runner *rb, *rf;
-    fixture_open_dtype(TINY_MODEL, &wb, &rb, 16, 512, KV_CACHE_BF16, COMPUTE_F32);
-    fixture_open_dtype(TINY_MODEL, &wf, &rf, 16, 512, KV_CACHE_FP8, COMPUTE_F32);
+    fixture_open_dtype(TINY_MODEL, &wb, &rb, 16, 512, KV_CACHE_BF16, compute);
+    fixture_open_dtype(TINY_MODEL, &wf, &rf, 16, 512, KV_CACHE_FP8, compute);
     json_t *g = golden_load();
     json_t *prompts = json_object_get(g, "prompts");
     enum { MAX_PROMPT = 300 }; /* the golden prompts' longest */
@@ -133,9 +134,9 @@ Test(cpu_kv_fp8_model, logits_near_the_bf16_cache, .timeout = 300) {
     }
     RowStats all = {fmax(prefill.worst, decode.worst), fmax(prefill.worst_abs, decode.worst_abs),
                     prefill.sum + decode.sum, prefill.rows + decode.rows};
-    cr_log_info("fp8 vs bf16 cache: prompt rows %ld worst %.3f std (max |diff| %.3f), decode rows %ld worst "
-                "%.3f std (max |diff| %.3f); mean %.3f std; greedy equal over %d steps",
-                prefill.rows, prefill.worst, prefill.worst_abs, decode.rows, decode.worst, decode.worst_abs,
+    cr_log_info("fp8 vs bf16 cache, %s matmuls: prompt rows %ld worst %.3f std (max |diff| %.3f), decode rows "
+                "%ld worst %.3f std (max |diff| %.3f); mean %.3f std; greedy equal over %d steps",
+                compute == COMPUTE_BF16 ? "bf16" : "float32", prefill.rows, prefill.worst, prefill.worst_abs, decode.rows, decode.worst, decode.worst_abs,
                 all.sum / all.rows, greedy_checked);
     cr_expect_leq(all.worst, MAX_DIFF_PER_STD, "worst row %.3f std", all.worst);
     cr_expect_leq(all.sum / all.rows, MEAN_DIFF_PER_STD, "mean %.3f std", all.sum / all.rows);
@@ -146,6 +147,15 @@ Test(cpu_kv_fp8_model, logits_near_the_bf16_cache, .timeout = 300) {
     json_decref(g);
     tiny_close(&wb, rb);
     tiny_close(&wf, rf);
+}
+
+Test(cpu_kv_fp8_model, logits_near_the_bf16_cache, .timeout = 300) { logits_near_the_bf16_cache(COMPUTE_F32); }
+
+/* Under bf16 matmuls (--dtype bfloat16), where the CPU has AVX512-BF16 and
+ * VBMI the fp8 run's decode steps also round q and p to bf16
+ * (cpu_attention_decode_fp8_dot.h): the same rule. */
+Test(cpu_kv_fp8_model, logits_near_the_bf16_cache_bf16_matmuls, .timeout = 300) {
+    logits_near_the_bf16_cache(COMPUTE_BF16);
 }
 
 /* One byte per value: twice the blocks of bf16 (four times float32's) in

@@ -19,6 +19,6 @@ int bench_attention(int num_seqs, int input_len, int block_size, bool json, Erro
 
 /* num_threads <= 0: one per core; dtype auto is bf16 (the shape's model is). */
 int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtype dtype,
-                        int num_threads, bool json, Error *err);
+                        ComputeDtype compute, int num_threads, bool json, Error *err);
 
 #endif

@@ -63,8 +63,10 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtype dtype,
-                        int num_threads, bool json, Error *err) {
+                        ComputeDtype compute, int num_threads, bool json, Error *err) {
     if (dtype == KV_CACHE_AUTO) dtype = KV_CACHE_BF16; /* the benchmark's model shape is bf16 */
+    /* --dtype as the runner resolves it for a bf16 model (cpu_runner_dtype_resolve) */
+    bool bf16_products = compute == COMPUTE_BF16 || (compute == COMPUTE_AUTO && cpu_isa_active() >= CPU_ISA_AVX512_BF16);
     const char *dtype_name = kv_cache_dtype_name(dtype);
     size_t esz = dtype == KV_CACHE_FP8 ? 1 : dtype == KV_CACHE_BF16 ? 2 : 4, row_bytes = HEAD_DIM * esz;
     int keys = input_len + 1; /* the decoded token attends to itself too */
@@ -86,6 +88,7 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     RunnerSeq *seqs = NULL;
     int rc = -1;
     if (!att) goto done;
+    cpu_attention_set_bf16_inputs(att, bf16_products);
     cache = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     tables = malloc(sizeof *tables * (size_t)blocks);
     tokens = calloc((size_t)num_seqs, sizeof *tokens);
@@ -141,9 +144,9 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     const char *isa = cpu_isa_name(cpu_isa_active());
     int threads = thread_pool_size(pool);
     if (json) {
-        json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}",
-                              "device", "cpu", "threads", threads, "isa", isa, "kv_cache_dtype",
-                              dtype_name, "batch", num_seqs, "context", input_len,
+        json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}",
+                              "device", "cpu", "threads", threads, "isa", isa, "dtype",
+                              bf16_products ? "bfloat16" : "float32", "kv_cache_dtype", dtype_name, "batch", num_seqs, "context", input_len,
                               "layers", LAYERS, "ms_per_step", att_s * 1e3, "kv_gb_per_s", att_rate / 1e9,
                               "block_read_gb_per_s", read_rate / 1e9, "memory_read_gb_per_s", flat / 1e9,
                               "fraction_of_block_read", att_rate / read_rate,
@@ -157,9 +160,9 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
         puts(text);
         free(text);
     } else {
-        printf("cpu (%d threads, %s kernels), %s KV cache: decode attention, %d sequence%s x %d tokens, "
-               "%d layers (16/8 heads x 128, block %d), median of %d\n", threads, isa,
-               dtype_name, num_seqs, num_seqs == 1 ? "" : "s", input_len, LAYERS, block_size, REPS);
+        printf("cpu (%d threads, %s kernels, %s products), %s KV cache: decode attention, %d sequence%s x %d "
+               "tokens, %d layers (16/8 heads x 128, block %d), median of %d\n", threads, isa,
+               bf16_products ? "bf16" : "float32", dtype_name, num_seqs, num_seqs == 1 ? "" : "s", input_len, LAYERS, block_size, REPS);
         printf("  attention          %8.2f ms per step, %.0f MB of K/V: %.1f GB/s\n", att_s * 1e3,
                kv_bytes / 1e6, att_rate / 1e9);
         printf("  same rows read     %8.2f ms: %.1f GB/s (attention at %.0f%%)\n", read_s * 1e3,
