@@ -4,7 +4,7 @@
  * One step, read top to bottom in step_on_stream():
  *   copy the step's metadata (tokens, positions, KV slots, block tables,
  *   attention work items) to the GPU in one transfer ->
- *   embed -> N x [RMSNorm -> qkv GEMM -> q/k norm + RoPE + KV store ->
+ *   the layers (cuda_runner_layers.cu): embed -> N x [RMSNorm -> qkv GEMM -> q/k norm + RoPE + KV store ->
  *   paged attention -> o_proj GEMM -> residual + RMSNorm -> gate_up GEMM ->
  *   SiLU-and-mul -> down GEMM (a sparse layer: router GEMM -> the experts,
  *   cuda_moe.h) -> residual + RMSNorm] -> the embedding rows' pooled final
@@ -37,7 +37,6 @@
 
 #include "cuda_check.h"
 #include "cuda_gdn_plan.h"
-#include "cuda_gemv_check.h"
 #include "cuda_kernels.h"
 #include "cuda_moe.h"
 #include "cuda_pdl.h"
@@ -50,27 +49,6 @@ extern "C" {
 #include "engine/sampler.h"
 }
 
-
-/* Layer l's K or V cache: bf16 values, or e4m3 bytes (kv_fp8). */
-static void *k_layer(CudaRunner *r, int l) {
-    return (char *)r->kv + (size_t)l * r->layer_elems * (r->kv_fp8 ? 1 : sizeof(uint16_t));
-}
-static void *v_layer(CudaRunner *r, int l) {
-    return (char *)r->kv + ((size_t)r->num_kv_layers + l) * r->layer_elems * (r->kv_fp8 ? 1 : sizeof(uint16_t));
-}
-static uint16_t *k_bf16(CudaRunner *r, int l) { return (uint16_t *)k_layer(r, l); }
-static uint16_t *v_bf16(CudaRunner *r, int l) { return (uint16_t *)v_layer(r, l); }
-static uint8_t *k_fp8(CudaRunner *r, int l) { return (uint8_t *)k_layer(r, l); }
-static uint8_t *v_fp8(CudaRunner *r, int l) { return (uint8_t *)v_layer(r, l); }
-
-/* What the cache's element is, for the block size and the description. */
-
-/* Y[rows, out] = X[rows, in] . W[out, in]^T, bf16 inputs, float32 output and
- * accumulation; W bf16 or FP8, the kernel chosen by cuda_matmul.h. */
-static int gemm(CudaRunner *r, float *y, const uint16_t *x, CudaMatrix w, int rows, int out, int in,
-                Error *err) {
-    return cuda_matmul(r->matmul, y, x, w, rows, out, in, err);
-}
 
 /* The bf16 matrices (embeddings, lm_head). */
 static CudaMatrix bf16_matrix(const uint16_t *w) { return (CudaMatrix){w, NULL, NULL}; }
@@ -150,55 +128,6 @@ static void prepare(CudaRunner *r, const RunnerBatch *b, StepLayout *L) {
     L->total = table_at;
 }
 
-/* Decode steps (splits >= 1) read the KV cache on CUDA cores, split over
- * blocks; steps with prompt tokens (splits 0) compute on the tensor cores.
- * An fp8 cache goes to each kernel's fp8 entry point (there is no previous
- * decode kernel for it: legacy_attention is off then). */
-int cuda_runner_attention(CudaRunner *r, int l, const StepLayout *L, int splits, Error *err) {
-    const ModelConfig *c = &r->cfg;
-    const CudaAttnSeq *seqs = (const CudaAttnSeq *)(r->meta_dev + L->seqs);
-    const CudaAttnItem *items = (const CudaAttnItem *)(r->meta_dev + L->items);
-    const int32_t *tables = r->meta_dev + L->tables;
-    const int nh = c->num_heads, nkv = c->num_kv_heads, D = c->head_dim, bs = r->base.options.block_size;
-    if (r->kv_fp8) {
-        if (splits == 0 && r->flash_prefill)
-            return cuda_flash_attention_fp8(r->attn, r->q, k_fp8(r, l), v_fp8(r, l), seqs, items, L->num_items,
-                                            tables, nh, nkv, D, bs, r->k_scale, r->v_scale, r->stream, err);
-        if (splits == 0)
-            return cuda_prefill_attention_fp8(r->attn, r->q, k_fp8(r, l), v_fp8(r, l), seqs, items, L->num_items,
-                                              tables, nh, nkv, D, bs, r->k_scale, r->v_scale, r->stream, err);
-        return cuda_decode_attention_fp8(r->attn, r->q, k_fp8(r, l), v_fp8(r, l), seqs, items, L->num_items, tables,
-                                         nh, nkv, D, bs, splits, r->split_workspace, r->split_counters, r->k_scale,
-                                         r->v_scale, r->stream, err);
-    }
-    if (splits == 0 && r->flash_prefill)
-        return cuda_flash_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh,
-                                    nkv, D, bs, r->stream, err);
-    if (splits == 0)
-        return cuda_prefill_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables,
-                                      nh, nkv, D, bs, r->stream, err);
-    if (r->legacy_attention)
-        return cuda_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh, nkv,
-                              D, bs, splits, r->split_workspace, r->stream, err);
-    return cuda_decode_attention(r->attn, r->q, k_bf16(r, l), v_bf16(r, l), seqs, items, L->num_items, tables, nh,
-                                 nkv, D, bs, splits, r->split_workspace, r->split_counters, r->stream, err);
-}
-
-/* q/k norm + RoPE, and K and V into layer l's cache in its element type. */
-static int store_kv(CudaRunner *r, int l, const CudaLayerWeights *W, const StepLayout *L, Error *err) {
-    const ModelConfig *c = &r->cfg;
-    const int32_t *meta = r->meta_dev;
-    const float eps = (float)c->rms_norm_eps;
-    if (r->kv_fp8)
-        return cuda_qk_norm_rope_store_fp8(r->q, k_fp8(r, l), v_fp8(r, l), r->qkv, W->q_norm, W->k_norm, r->rope,
-                                           meta + L->positions, meta + L->slots, L->num_tokens, c->num_heads,
-                                           c->num_kv_heads, c->head_dim, eps, r->k_scale, r->v_scale, r->stream,
-                                           err);
-    return cuda_qk_norm_rope_store(r->q, k_bf16(r, l), v_bf16(r, l), r->qkv, W->q_norm, W->k_norm, r->rope,
-                                   meta + L->positions, meta + L->slots, L->num_tokens, c->num_heads, c->num_kv_heads,
-                                   c->head_dim, eps, r->stream, err);
-}
-
 /* The split count of a decode step over num_items sequences of at most
  * max_keys keys, for the decode kernel in use. */
 static int decode_splits(const CudaRunner *r, int num_items, int max_keys) {
@@ -210,150 +139,12 @@ static int decode_splits(const CudaRunner *r, int num_items, int max_keys) {
                                                CUDA_MAX_SPLIT_BLOCKS);
 }
 
-/* delta = the layer's MLP of h: dense, or the router and the experts. */
-static int mlp(CudaRunner *r, const CudaLayerWeights *W, int T, Error *err) {
-    const ModelConfig *c = &r->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size;
-    if (W->router.data)
-        return gemm(r, r->moe.logits, r->h, W->router, T, c->num_experts, H, err) ||
-                       cuda_moe(&r->moe, r->delta, r->h, T, W->experts_gate_up, W->experts_down,
-                                r->stream, err)
-                   ? -1
-                   : 0;
-    return gemm(r, r->gate_up, r->h, W->gate_up, T, 2 * I, H, err) ||
-                   cuda_silu_mul(r->act, r->gate_up, T, I, r->stream, err) ||
-                   gemm(r, r->delta, r->act, W->down, T, H, I, err)
-               ? -1
-               : 0;
-}
-
-/* The residual stream through a step: x holds it, and r->delta, when
- * pending, is a sublayer's output still to be added - by cuda_add_rmsnorm
- * in place, or by the next normalising gemv, which writes the sum into the
- * spare buffer (so the two swap). */
-typedef struct Residual {
-    float *x, *spare;
-    bool pending;
-    bool fuse; /* a step of a few rows: gemvs may normalise their input */
-} Residual;
-
-/* h = RMSNorm(x += delta) * weight, as a launch of its own. */
-static int add_norm(CudaRunner *r, Residual *res, const float *weight, int T, Error *err) {
-    const ModelConfig *c = &r->cfg;
-    const bool pending = res->pending;
-    res->pending = false;
-    return cuda_add_rmsnorm(res->x, pending ? r->delta : NULL, r->h, weight, T, c->hidden_size,
-                            (float)c->rms_norm_eps, r->stream, err);
-}
-
-/* What a gemv over w (bf16 or FP8) needs to normalise its own input, or
- * false (then add_norm and a plain product). */
-static bool fused_norm(CudaRunner *r, const Residual *res, const float *weight, CudaMatrix w, int T,
-                       CudaGemvNorm *n) {
-    *n = (CudaGemvNorm){res->x, res->pending ? r->delta : NULL, weight, res->spare, r->h,
-                        (float)r->cfg.rms_norm_eps};
-    return res->fuse && cuda_gemv_norm_fits(T, r->cfg.hidden_size, n, w);
-}
-
-/* The stream after a fused gemv added delta. */
-static void fused_done(Residual *res) {
-    if (res->pending) {
-        float *t = res->x;
-        res->x = res->spare;
-        res->spare = t;
-    }
-    res->pending = false;
-}
-
-/* qkv = RMSNorm(x + delta) W_qkv^T: the attention's input. */
-static int qkv_projection(CudaRunner *r, Residual *res, const CudaLayerWeights *W, int T, Error *err) {
-    const ModelConfig *c = &r->cfg;
-    const int H = c->hidden_size, QKV = (c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
-    CudaGemvNorm n;
-    if (!fused_norm(r, res, W->input_norm, W->qkv, T, &n))
-        return add_norm(r, res, W->input_norm, T, err) || gemm(r, r->qkv, r->h, W->qkv, T, QKV, H, err) ? -1 : 0;
-    if (cuda_gemv_norm(r->qkv, &n, W->qkv, T, QKV, H, r->stream, err)) return -1;
-    fused_done(res);
-    return 0;
-}
-
-/* delta = the layer's MLP of RMSNorm(x + delta); a dense one of a few rows
- * is two launches: gate/up with the norm and SiLU x up, then down; a
- * sparse one normalises in its router's gemv (whose block 0 leaves h for
- * the experts). */
-static int mlp_block(CudaRunner *r, Residual *res, const CudaLayerWeights *W, int T, Error *err) {
-    const ModelConfig *c = &r->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size;
-    CudaGemvNorm n;
-    if (W->router.data && !r->hybrid && fused_norm(r, res, W->post_attention_norm, W->router, T, &n)) {
-        if (cuda_gemv_norm(r->moe.logits, &n, W->router, T, c->num_experts, H, r->stream, err)) return -1;
-        fused_done(res);
-        return cuda_moe(&r->moe, r->delta, r->h, T, W->experts_gate_up, W->experts_down, r->stream, err);
-    }
-    if (W->router.data || r->hybrid || !fused_norm(r, res, W->post_attention_norm, W->gate_up, T, &n))
-        return add_norm(r, res, W->post_attention_norm, T, err) || mlp(r, W, T, err) ||
-                       (r->hybrid && cuda_hybrid_shared_expert(r, W, T, err))
-                   ? -1
-                   : 0;
-    if (cuda_gemv_norm_glu(r->act, &n, W->gate_up, T, I, H, r->stream, err)) return -1;
-    fused_done(res);
-    return gemm(r, r->delta, r->act, W->down, T, H, I, err);
-}
-
-/* The fused decode path against the separate launches at the model's
- * width, once (cuda_gemv_check.h): a difference turns it off, with the
- * reason in the log, rather than letting steps of a few rows compute
- * other numbers than the rest. */
-static int check_fused_decode(CudaRunner *r, Error *err) {
-    if (!r->fuse_decode || r->hybrid) return 0;
-    const int H = r->cfg.hidden_size;
-    const bool fp8 = r->weights.fp8_stacks > 0;
-    const CudaGemvNormCase cases[] = {{2, 4096, H, true, false, false}, {3, 128, H, true, true, false},
-                                      {2, 4096, H, true, false, true},  {1, 128, H, true, true, true}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (cases[i].fp8 && !fp8) continue;
-        char why[300];
-        const int rc = cuda_gemv_norm_check(cases[i], 7 + i, r->stream, why, sizeof why, err);
-        if (rc < 0) return error_prefix(err, "checking the fused decode gemvs");
-        if (rc > 0) {
-            log_info("decode steps of up to %d rows: RMSNorm and SiLU as launches of their own (%s)",
-                     CUDA_GEMV_MAX_ROWS, why);
-            r->fuse_decode = false;
-            return 0;
-        }
-    }
-    log_info("decode steps of up to %d rows: RMSNorm and SiLU inside the gemvs (the same bytes as separate "
-             "launches, checked)", CUDA_GEMV_MAX_ROWS);
-    return 0;
-}
-
-/* splits: how decode attention splits contexts, or 0 for a step with prompt
- * tokens. Leaves h = the final norm of the stream, r->residual the stream. */
-static int forward(CudaRunner *r, const StepLayout *L, int splits, Error *err) {
-    const ModelConfig *c = &r->cfg;
-    const int T = L->num_tokens, H = c->hidden_size, Q = c->num_heads * c->head_dim;
-    Residual res = {r->x, r->x_spare, false, r->fuse_decode && T <= CUDA_GEMV_MAX_ROWS};
-    if (cuda_embed(r->x, r->weights.embed, r->meta_dev + L->tokens, T, H, r->stream, err)) return -1;
-    for (int l = 0; l < c->num_layers; l++) {
-        const CudaLayerWeights *W = &r->weights.layers[l];
-        int rc = r->hybrid ? add_norm(r, &res, W->input_norm, T, err) || cuda_hybrid_mixer(r, l, L, splits, err)
-                           : qkv_projection(r, &res, W, T, err) || store_kv(r, l, W, L, err) ||
-                                 cuda_runner_attention(r, l, L, splits, err) ||
-                                 gemm(r, r->delta, r->attn, W->o_proj, T, H, Q, err);
-        res.pending = true;
-        if (rc || mlp_block(r, &res, W, T, err)) return error_prefix(err, "layer %d", l);
-        res.pending = true;
-    }
-    r->residual = res.x;
-    return add_norm(r, &res, r->weights.final_norm, T, err);
-}
-
 /* Every token's logits into the caller's all_logits, max_num_seqs rows at a time. */
 static int copy_all_logits(CudaRunner *r, const RunnerBatch *b, int num_tokens, Error *err) {
     const int H = r->cfg.hidden_size, V = r->cfg.vocab_size, S = r->base.options.max_num_seqs;
     for (int t0 = 0; t0 < num_tokens; t0 += S) {
         int n = num_tokens - t0 < S ? num_tokens - t0 : S;
-        if (gemm(r, r->logits, r->h + (size_t)t0 * H, bf16_matrix(r->weights.lm_head), n, V, H, err))
+        if (runner_gemm(r, r->logits, r->h + (size_t)t0 * H, bf16_matrix(r->weights.lm_head), n, V, H, err))
             return -1;
         CUDA_TRY(cudaMemcpyAsync(b->all_logits + (size_t)t0 * V, r->logits, sizeof(float) * n * V,
                                  cudaMemcpyDeviceToHost, r->stream),
@@ -412,7 +203,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
             if (b->seqs[s].start_pos + 1 > longest) longest = b->seqs[s].start_pos + 1;
         splits = decode_splits(r, L->num_items, longest);
     }
-    if (forward(r, L, splits, err)) return -1;
+    if (cuda_runner_forward(r, L, splits, err)) return -1;
     if (L->num_pool_rows > 0) { /* x: the residual stream after the last layer */
         const size_t bytes = sizeof(float) * (size_t)L->num_pool_rows * c->hidden_size;
         if (cuda_pool_rows(r->pooled_dev, r->residual, r->weights.final_norm, r->meta_dev + L->pool,
@@ -429,7 +220,7 @@ static int run_model(CudaRunner *r, const RunnerBatch *b, StepLayout *L, Error *
             return -1;
         rows = r->normed;
     }
-    return gemm(r, r->logits, rows, bf16_matrix(r->weights.lm_head), L->num_logit_rows, c->vocab_size,
+    return runner_gemm(r, r->logits, rows, bf16_matrix(r->weights.lm_head), L->num_logit_rows, c->vocab_size,
                 c->hidden_size, err);
 }
 
@@ -617,8 +408,8 @@ done:
 
 /* A decode step's forward and lm_head: every row is a logits row. */
 static int decode_forward(CudaRunner *r, const StepLayout *L, int batch, int splits, Error *err) {
-    if (forward(r, L, splits, err)) return -1;
-    return gemm(r, r->logits, r->h, bf16_matrix(r->weights.lm_head), batch, r->cfg.vocab_size,
+    if (cuda_runner_forward(r, L, splits, err)) return -1;
+    return runner_gemm(r, r->logits, r->h, bf16_matrix(r->weights.lm_head), batch, r->cfg.vocab_size,
                 r->cfg.hidden_size, err);
 }
 
@@ -770,7 +561,7 @@ extern "C" Runner *cuda_runner_create(const ModelWeights *model, const RunnerOpt
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess) rc = error_set(err, "uploading the model to the GPU");
     if (rc == 0) rc = cuda_runner_alloc_activations(r, err);
     if (rc == 0 && r->hybrid) rc = cuda_hybrid_setup(r, err);
-    if (rc == 0) rc = check_fused_decode(r, err);
+    if (rc == 0) rc = cuda_runner_check_fused_decode(r, err);
     if (rc == 0) rc = warm_up(r, err);
     if (rc == 0) rc = cuda_runner_alloc_kv_cache(r, err);
     if (rc) {

@@ -1,6 +1,7 @@
 /*
  * cuda_runner_internal.h - the CUDA runner's state, shared by the files that
- * make it up: cuda_runner.cu (the forward pass, graphs, creation),
+ * make it up: cuda_runner.cu (a step around the layers, graphs, creation),
+ * cuda_runner_layers.cu (the decoder layers and the residual stream),
  * cuda_runner_memory.cu (the buffers it allocates at start-up),
  * cuda_runner_sampling.cu (each row's sampling inputs to the GPU, and the
  * rows the CPU sampler takes) and cuda_runner_hybrid.cu (Qwen3.5's layers).
@@ -116,9 +117,24 @@ typedef struct StepLayout {
 /* gdn: a hybrid model's CudaGdnSeq per sequence (4 int32 each, padding
  * sequences 0 rows), before the tables; none otherwise (gdn == tables). */
 
-/* cuda_runner.cu, for the hybrid layers: paged attention over KV layer
- * kv_layer (the q in r->q, out in r->attn). */
+/* Y[rows, out] = X[rows, in] . W[out, in]^T, bf16 inputs, float32 output and
+ * accumulation; W bf16 or FP8, the kernel chosen by cuda_matmul.h. */
+static inline int runner_gemm(CudaRunner *r, float *y, const uint16_t *x, CudaMatrix w, int rows, int out, int in,
+                              Error *err) {
+    return cuda_matmul(r->matmul, y, x, w, rows, out, in, err);
+}
+
+/* cuda_runner_layers.cu */
+
+/* splits: how decode attention splits contexts, or 0 for a step with prompt
+ * tokens. Leaves h = the final norm of the stream, r->residual the stream. */
+int cuda_runner_forward(CudaRunner *r, const StepLayout *L, int splits, Error *err);
+/* Paged attention over KV layer kv_layer (the q in r->q, out in r->attn);
+ * the hybrid layers' full attention too. */
 int cuda_runner_attention(CudaRunner *r, int kv_layer, const StepLayout *L, int splits, Error *err);
+/* Once at start-up: the fused decode gemvs against the separate launches;
+ * a difference turns them off (logged). */
+int cuda_runner_check_fused_decode(CudaRunner *r, Error *err);
 
 /* cuda_runner_hybrid.cu */
 
