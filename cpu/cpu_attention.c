@@ -23,12 +23,12 @@
  * An fp8 cache's prompt tiles keep float32 products whatever --dtype says:
  * its values are exact in float32 and in bf16 alike, and the bf16 kernel's
  * path (Q and P rounded, products from a bf16 cache) is not written for it.
- * Its decode tokens under bf16 inputs may round q and p to bf16
- * (cpu_attention_decode_fp8_dot.h, where the CPU has AVX512-BF16 + VBMI).
  *
  * A tile of one token (decode) goes to cpu_attention_decode.c instead: at
  * G = 2 rows sgemm's per-call overhead dominates, and its kernels read the
- * bf16 or fp8 cache directly.
+ * bf16 or fp8 cache directly; under bf16 inputs they too round q and p to
+ * bf16 where the CPU has AVX512-BF16 (fp8: and VBMI), on vdpbf16ps
+ * (cpu_attention_decode_dot.h).
  */
 #include "cpu_attention.h"
 

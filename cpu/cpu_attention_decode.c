@@ -5,9 +5,10 @@
  * each for a float32, bf16 and fp8 cache (one template per ISA, the
  * element a constant; fp8 widens through cpu_kv_fp8.h, or by table lookup
  * where the CPU has AVX512-VBMI: the same values). Under bf16 products
- * (--dtype bfloat16) on CPUs with AVX512-BF16 and VBMI, an fp8 cache takes
- * the vdpbf16ps kernels of cpu_attention_decode_fp8_dot.c instead: they
- * round q and p to bf16, as that dtype rounds every matmul's input.
+ * (--dtype bfloat16) on CPUs with AVX512-BF16, a bf16 cache of groups of 5
+ * or more heads (and with VBMI an fp8 one) takes the vdpbf16ps kernels of
+ * cpu_attention_decode_dot.c instead: they round q and p to bf16, as that
+ * dtype rounds every matmul's input.
  *
  * Each K/V row (head_dim values of one token) is read once and used for all
  * G heads of the group. A block's rows of one head are adjacent (the CPU
@@ -23,7 +24,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "cpu_attention_decode_fp8_dot.h"
+#include "cpu_attention_decode_dot.h"
 #include "cpu_attention_decode_kernels.h"
 #include "cpu_fp8_byte_lut.h"
 #include "cpu_kv_fp8.h"
@@ -286,7 +287,7 @@ VBMI INLINE void qk_fp8_lut_g(float *s, int lds, const float *q, int G, int D, c
     if (G <= 4) {
         for (; j + QK_ROWS <= n; j += QK_ROWS) {
             const uint8_t *row[QK_ROWS];
-            qk_fp8_rows(row, k, j, n, stride, pfr, D);
+            qk_rows(row, k, j, n, stride, pfr, (size_t)D);
             __m512 acc[QK_ROWS][4];
             UNROLL for (int r = 0; r < QK_ROWS; r++)
                 UNROLL for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_ps();
@@ -527,7 +528,7 @@ DEFINE_AVX2(bf16, ELEM_BF16)
 DEFINE_AVX2(fp8, ELEM_FP8)
 #endif
 
-static void kernels(CpuIsa isa, int kind, int head_dim, bool bf16_products, QkFn *qk, PvFn *pv) {
+static void kernels(CpuIsa isa, int kind, int head_dim, int group, bool bf16_products, QkFn *qk, PvFn *pv) {
     static const QkFn scalar_qk[3] = {qk_scalar_f32, qk_scalar_bf16, qk_scalar_fp8};
     static const PvFn scalar_pv[3] = {pv_scalar_f32, pv_scalar_bf16, pv_scalar_fp8};
     *qk = scalar_qk[kind];
@@ -537,9 +538,12 @@ static void kernels(CpuIsa isa, int kind, int head_dim, bool bf16_products, QkFn
     static const PvFn avx512_pv[3] = {pv_avx512_f32, pv_avx512_bf16, pv_avx512_fp8};
     static const QkFn avx2_qk[3] = {qk_avx2_f32, qk_avx2_bf16, qk_avx2_fp8};
     static const PvFn avx2_pv[3] = {pv_avx2_f32, pv_avx2_bf16, pv_avx2_fp8};
-    if (kind == ELEM_FP8 && bf16_products && fp8_dot_kernels_fit(isa, head_dim)) {
+    if (kind == ELEM_FP8 && bf16_products && dot_kernels_fit(isa, true, head_dim, group)) {
         *qk = qk_fp8_dot;
         *pv = pv_fp8_dot;
+    } else if (kind == ELEM_BF16 && bf16_products && dot_kernels_fit(isa, false, head_dim, group)) {
+        *qk = qk_bf16_dot;
+        *pv = pv_bf16_dot;
     } else if (kind == ELEM_FP8 && cpu_isa_byte_lookup(isa)) {
         *qk = qk_fp8_lut;
         *pv = pv_fp8_lut;
@@ -569,7 +573,7 @@ void decode_attend_range(CpuIsa isa, const DecodeKv *kv, const float *q, int G, 
     if (kind == ELEM_FP8) scale *= kv->k_scale * KV_FP8_WIDEN_SCALE;
     QkFn qk;
     PvFn pv;
-    kernels(isa, kind, D, kv->bf16_products, &qk, &pv);
+    kernels(isa, kind, D, G, kv->bf16_products, &qk, &pv);
     for (int g = 0; g < G; g++) {
         part.max[g] = -INFINITY;
         part.sum[g] = 0.0f;

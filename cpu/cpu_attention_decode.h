@@ -42,8 +42,8 @@ typedef struct DecodeKv {
     int num_kv_heads;
     int kv_head, head_dim;
     float k_scale, v_scale; /* fp8 only (runner.h) */
-    bool bf16_products;     /* fp8 only: q and p may be rounded to bf16 (--dtype bfloat16;
-                               cpu_attention_decode_fp8_dot.h) */
+    bool bf16_products;     /* bf16 and fp8: q and p may be rounded to bf16 (--dtype bfloat16;
+                               cpu_attention_decode_dot.h) */
 } DecodeKv;
 
 /* The partial result of G query heads over a key range. */

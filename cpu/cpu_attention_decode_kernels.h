@@ -1,6 +1,6 @@
 /*
  * cpu_attention_decode_kernels.h - what cpu_attention_decode.c's kernels
- * and the fp8 cache's vdpbf16ps kernels (cpu_attention_decode_fp8_dot.c)
+ * and the vdpbf16ps kernels (cpu_attention_decode_dot.c)
  * share: the two inner loops' signatures, how far ahead they prefetch, and
  * the dispatch that makes a group's head count a constant.
  */
@@ -43,13 +43,13 @@ SIMD_INLINE int prefetch_rows(size_t row_bytes) {
  * take 4 rows at a time). */
 #define QK_ROWS 4
 
-/* The QK_ROWS one-byte rows from row j of k (stride bytes apart) into row[],
- * each prefetching the row pfr further on while there is one. */
-SIMD_INLINE void qk_fp8_rows(const uint8_t *row[QK_ROWS], const void *k, int j, int n, size_t stride, int pfr,
-                             int D) {
+/* The QK_ROWS rows from row j of k (row_bytes apart) into row[], each
+ * prefetching its `bytes` pfr rows further on while there is one. */
+SIMD_INLINE void qk_rows(const uint8_t *row[QK_ROWS], const void *k, int j, int n, size_t row_bytes, int pfr,
+                         size_t bytes) {
     for (int r = 0; r < QK_ROWS; r++) {
-        row[r] = (const uint8_t *)k + (size_t)(j + r) * stride;
-        if (j + r + pfr < n) prefetch_span(row[r] + pfr * stride, (size_t)D);
+        row[r] = (const uint8_t *)k + (size_t)(j + r) * row_bytes;
+        if (j + r + pfr < n) prefetch_span(row[r] + pfr * row_bytes, bytes);
     }
 }
 

@@ -1,7 +1,7 @@
 /*
  * cpu_fp8_byte_lut.h - e4m3 bytes widened by table lookup, 64 at a time
  * (AVX-512 with VBMI): what the FP8 weight kernel (cpu_matmul_fp8_bf16.c)
- * and the fp8 KV cache's decode attention (cpu_attention_decode_fp8_dot.c)
+ * and the fp8 KV cache's decode attention (cpu_attention_decode_dot.c)
  * share, both into bf16. Hand-written, as both.
  *
  * Each user fills two 128-entry byte tables once: for every magnitude (the

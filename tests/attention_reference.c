@@ -32,3 +32,16 @@ void paged_attention_reference(double *out, const float *q, const float *kf, con
     }
     free(score);
 }
+
+void decode_in_parts(float *out, CpuIsa isa, const DecodeKv *kv, const float *q, int G, int ctx, int parts,
+                     const DecodeScratch *s) {
+    DecodePart p[4];
+    int D = kv->head_dim;
+    for (int i = 0; i < parts; i++)
+        p[i] = (DecodePart){s->max + i * G, s->sum + i * G, s->acc + (size_t)i * G * D};
+    for (int i = 0; i < parts; i++) {
+        int k0 = (int)((long)ctx * i / parts), k1 = (int)((long)ctx * (i + 1) / parts);
+        decode_attend_range(isa, kv, q, G, k0, k1, s->scores, p[i]);
+    }
+    decode_finish(out, D, p, parts, G, D);
+}

@@ -9,8 +9,9 @@
  * the same bytes at every level, so only the order of float32 sums (and
  * the exp's last bit) may differ: the tolerances are float32's, except
  * where the vdpbf16ps kernels run (bf16 products, as under --dtype
- * bfloat16; cpu_attention_decode_fp8_dot.h): they round q and p to bf16. The tests give them bf16 q (their rounding of
- * other q is checked on its own, bit for bit), so what remains is p's:
+ * bfloat16; cpu_attention_decode_dot.h): they round q and p to bf16. The
+ * tests give them bf16 q (test_cpu_attention_dot.c checks their rounding of
+ * other q bit for bit, and more shapes), so what remains is p's:
  * each weight within 2^-8 of itself moves an output by at most 2^-8 of
  * the largest |v| (DOT_P_ROUNDING), on top of float32's tolerance.
  */
@@ -22,7 +23,7 @@
 #include "attention_reference.h"
 #include "cpu/cpu_attention.h"
 #include "cpu/cpu_attention_decode.h"
-#include "cpu/cpu_attention_decode_fp8_dot.h"
+#include "cpu/cpu_attention_decode_dot.h"
 #include "cpu/cpu_kv_fp8.h"
 #include "base/cpu_isa.h"
 #include "base/half.h"
@@ -174,23 +175,7 @@ static void free_cache(Fp8Cache *c) {
 
 enum { KV_HEADS = 3, MAX_G = 8, MAX_D = 128, MAX_PARTS = 3 };
 
-typedef struct Scratch {
-    float *scores, *max, *sum, *acc;
-} Scratch;
 
-/* Keys [0, ctx) in `parts` ranges of about equal size, merged. */
-static void decode(float *out, CpuIsa isa, const DecodeKv *kv, const float *q, int G, int ctx,
-                   int parts, Scratch *s) {
-    DecodePart p[MAX_PARTS];
-    int D = kv->head_dim;
-    for (int i = 0; i < parts; i++)
-        p[i] = (DecodePart){s->max + i * G, s->sum + i * G, s->acc + (size_t)i * G * D};
-    for (int i = 0; i < parts; i++) {
-        int k0 = (int)((long)ctx * i / parts), k1 = (int)((long)ctx * (i + 1) / parts);
-        decode_attend_range(isa, kv, q, G, k0, k1, s->scores, p[i]);
-    }
-    decode_finish(out, D, p, parts, G, D);
-}
 
 /* The decode kernels at `isa` over every (scales, block size, group, head
  * size, context): max differences from the scalar level and from float64.
@@ -201,7 +186,7 @@ static void check_decode_level(CpuIsa isa, bool bf16_products, double *vs_scalar
     static const int block_sizes[] = {16, 256}, groups[] = {1, 2, 4, 8, 3}, dims[] = {128, 64, 40};
     static const float scales[][2] = {{1.0f, 1.0f}, {0.25f, 3.0f}};
     size_t n = (size_t)40 * 256 * KV_HEADS * MAX_D; /* 600 tokens at either block size */
-    Scratch s = {malloc(sizeof(float) * MAX_G * 256), malloc(sizeof(float) * MAX_PARTS * MAX_G),
+    DecodeScratch s = {malloc(sizeof(float) * MAX_G * 256), malloc(sizeof(float) * MAX_PARTS * MAX_G),
                  malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * MAX_D)};
     float *q = malloc(sizeof(float) * MAX_G * MAX_D), *out = malloc(sizeof(float) * MAX_G * MAX_D),
           *ref_out = malloc(sizeof(float) * MAX_G * MAX_D);
@@ -223,14 +208,14 @@ static void check_decode_level(CpuIsa isa, bool bf16_products, double *vs_scalar
                                    .head_dim = D, .k_scale = c.k_scale, .v_scale = c.v_scale,
                                    .bf16_products = bf16_products};
                     /* float32 sums of values up to 2 * v_scale, and p's rounding */
-                    bool rounds = bf16_products && fp8_dot_kernels_fit(isa, D);
+                    bool rounds = bf16_products && dot_kernels_fit(isa, true, D, G);
                     double tol = (3e-6 + (rounds ? DOT_P_ROUNDING : 0)) * 2 * c.v_scale;
                     for (int ci = 0; ci < 40 + 6; ci++) {
                         int ctx = ci < 40 ? ci + 1 : contexts_extra[ci - 40];
                         int parts = ctx >= 3 ? 1 + ci % MAX_PARTS : 1;
                         paged_attention_reference(want, q, c.kf, c.vf, table, ctx, bs, KV_HEADS, kv_head, G, D);
-                        decode(ref_out, CPU_ISA_SCALAR, &kv, q, G, ctx, 1, &s);
-                        decode(out, isa, &kv, q, G, ctx, parts, &s);
+                        decode_in_parts(ref_out, CPU_ISA_SCALAR, &kv, q, G, ctx, 1, &s);
+                        decode_in_parts(out, isa, &kv, q, G, ctx, parts, &s);
                         for (int k = 0; k < G * D; k++) {
                             double e = fabs(out[k] - want[k]), es = fabs(out[k] - ref_out[k]);
                             *vs_f64 = fmax(*vs_f64, e / c.v_scale);
@@ -282,7 +267,7 @@ Test(cpu_kv_fp8, table_lookup_kernels_have_avx512_bits) {
     }
     static const int groups[] = {1, 2, 3, 8}, dims[] = {128, 64, 192, 40}, contexts[] = {1, 2, 3, 5, 17, 64, 257, 600};
     size_t n = (size_t)40 * 256 * KV_HEADS * 192;
-    Scratch s = {malloc(sizeof(float) * MAX_G * 600), malloc(sizeof(float) * MAX_PARTS * MAX_G),
+    DecodeScratch s = {malloc(sizeof(float) * MAX_G * 600), malloc(sizeof(float) * MAX_PARTS * MAX_G),
                  malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * 192)};
     float *q = malloc(sizeof(float) * MAX_G * 192), *a = malloc(sizeof(float) * MAX_G * 192),
           *b = malloc(sizeof(float) * MAX_G * 192);
@@ -301,9 +286,9 @@ Test(cpu_kv_fp8, table_lookup_kernels_have_avx512_bits) {
                                .num_kv_heads = KV_HEADS, .kv_head = (gi + di) % KV_HEADS, .head_dim = D,
                                .k_scale = c.k_scale, .v_scale = c.v_scale};
                 cr_assert(cpu_isa_set(CPU_ISA_AVX512) == 0);
-                decode(a, CPU_ISA_AVX512, &kv, q, G, ctx, parts, &s);
+                decode_in_parts(a, CPU_ISA_AVX512, &kv, q, G, ctx, parts, &s);
                 cr_assert(cpu_isa_set(CPU_ISA_AVX512_BF16) == 0);
-                decode(b, CPU_ISA_AVX512_BF16, &kv, q, G, ctx, parts, &s);
+                decode_in_parts(b, CPU_ISA_AVX512_BF16, &kv, q, G, ctx, parts, &s);
                 cr_assert(memcmp(a, b, sizeof(float) * (size_t)G * D) == 0, "G %d D %d ctx %d: bits differ", G, D, ctx);
                 checked++;
             }
@@ -311,66 +296,6 @@ Test(cpu_kv_fp8, table_lookup_kernels_have_avx512_bits) {
     cr_log_info("fp8 decode attention by table lookup: %d cases, AVX-512's bits", checked);
     free_cache(&c);
     free(q), free(a), free(b);
-    free(s.scores), free(s.max), free(s.sum), free(s.acc);
-}
-
-/* Where the vdpbf16ps kernels run: any q gives the bits of q rounded to
- * bf16 first (nearest even, as f32_to_bf16), and blocks past the kernels'
- * 256-row p chunks (block size 1024) stay within p's rounding of float64.
- * Head size 40 (not a multiple of 64) takes the float32 kernels. */
-Test(cpu_kv_fp8, dot_kernels_round_q_to_bf16) {
-    if (!cpu_isa_byte_lookup(cpu_isa_detect())) {
-        cr_log_warn("fp8 vdpbf16ps attention not checked: this CPU (%s) lacks AVX512-BF16 or VBMI",
-                    cpu_isa_name(cpu_isa_detect()));
-        return;
-    }
-    static const int groups[] = {1, 2, 3, 5, 8}, dims[] = {128, 64, 192, 40},
-                     contexts[] = {1, 2, 3, 5, 17, 64, 257, 600, 1023, 1500};
-    size_t n = (size_t)40 * 256 * KV_HEADS * 192;
-    Scratch s = {malloc(sizeof(float) * MAX_G * 1024), malloc(sizeof(float) * MAX_PARTS * MAX_G),
-                 malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * 192)};
-    float *q = malloc(sizeof(float) * MAX_G * 192), *qr = malloc(sizeof(float) * MAX_G * 192),
-          *a = malloc(sizeof(float) * MAX_G * 192), *b = malloc(sizeof(float) * MAX_G * 192);
-    double *want = malloc(sizeof(double) * MAX_G * 192);
-    cr_assert(s.scores && s.max && s.sum && s.acc && q && qr && a && b && want);
-    Fp8Cache c = make_cache(n, 0.25f, 3.0f);
-    int32_t table[64];
-    CpuIsa best = cpu_isa_active();
-    cr_assert(cpu_isa_set(CPU_ISA_AVX512_BF16) == 0);
-    int checked = 0;
-    double worst = 0;
-    for (int gi = 0; gi < 5; gi++)
-        for (int di = 0; di < 4; di++)
-            for (int ci = 0; ci < 10; ci++) {
-                int G = groups[gi], D = dims[di], ctx = contexts[ci], parts = ctx >= 3 ? 1 + ci % MAX_PARTS : 1;
-                int bs = ctx > 600 ? 1024 : 16, num_blocks = (int)(n / ((size_t)bs * KV_HEADS * D));
-                if (num_blocks * bs < ctx + bs) continue; /* not enough distinct blocks for a scattered table */
-                for (int i = 0; i < 64; i++) table[i] = (int32_t)((i * 7 + 3) % num_blocks);
-                for (int k = 0; k < G * D; k++) {
-                    q[k] = 1.5f * uniform() / c.k_scale;
-                    qr[k] = bf16_exact(q[k]);
-                }
-                DecodeKv kv = {.k = c.kq, .v = c.vq, .dtype = KV_CACHE_FP8, .block_table = table, .block_size = bs,
-                               .num_kv_heads = KV_HEADS, .kv_head = (gi + di) % KV_HEADS, .head_dim = D,
-                               .k_scale = c.k_scale, .v_scale = c.v_scale, .bf16_products = true};
-                decode(a, CPU_ISA_AVX512_BF16, &kv, q, G, ctx, parts, &s);
-                decode(b, CPU_ISA_AVX512_BF16, &kv, qr, G, ctx, parts, &s);
-                cr_assert(memcmp(a, b, sizeof(float) * (size_t)G * D) == 0 || !fp8_dot_kernels_fit(CPU_ISA_AVX512_BF16, D),
-                          "G %d D %d ctx %d: q and bf16(q) differ", G, D, ctx);
-                paged_attention_reference(want, qr, c.kf, c.vf, table, ctx, bs, KV_HEADS, kv.kv_head, G, D);
-                double tol = (3e-6 + DOT_P_ROUNDING) * 2 * c.v_scale;
-                for (int k = 0; k < G * D; k++) {
-                    worst = fmax(worst, fabs(b[k] - want[k]) / (2 * c.v_scale));
-                    cr_assert(fabs(b[k] - want[k]) <= tol, "G %d D %d bs %d ctx %d: out[%d] = %.9g, float64 %.9g",
-                              G, D, bs, ctx, k, b[k], want[k]);
-                }
-                checked++;
-            }
-    cpu_isa_set(best);
-    cr_log_info("fp8 decode attention on vdpbf16ps: %d cases, q rounded as bf16(q), %.3g of max |v| from float64",
-                checked, worst);
-    free_cache(&c);
-    free(q), free(qr), free(a), free(b), free(want);
     free(s.scores), free(s.max), free(s.sum), free(s.acc);
 }
 
@@ -468,7 +393,7 @@ Test(cpu_kv_fp8, attention_mixed_batch_every_isa) {
                 cr_assert(cpu_isa_set((CpuIsa)isa) == 0);
                 for (int bf = 0; bf < 2; bf++) {
                     /* values up to 2 * v_scale; p's rounding where the vdpbf16ps kernels run */
-                    bool rounds = bf && fp8_dot_kernels_fit((CpuIsa)isa, m->D);
+                    bool rounds = bf && dot_kernels_fit((CpuIsa)isa, true, m->D, MB_HEADS / MB_KV_HEADS);
                     double tol = 1e-5 * m->c.v_scale + (rounds ? DOT_P_ROUNDING * 2 * m->c.v_scale : 0);
                     mixed_batch_run(m, bf, out);
                     double vs_scalar = 0, vs_f64 = mixed_batch_error(m, out);

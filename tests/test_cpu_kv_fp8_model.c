@@ -153,7 +153,7 @@ Test(cpu_kv_fp8_model, logits_near_the_bf16_cache, .timeout = 300) { logits_near
 
 /* Under bf16 matmuls (--dtype bfloat16), where the CPU has AVX512-BF16 and
  * VBMI the fp8 run's decode steps also round q and p to bf16
- * (cpu_attention_decode_fp8_dot.h): the same rule. */
+ * (cpu_attention_decode_dot.h): the same rule. */
 Test(cpu_kv_fp8_model, logits_near_the_bf16_cache_bf16_matmuls, .timeout = 300) {
     logits_near_the_bf16_cache(COMPUTE_BF16);
 }
