@@ -27,7 +27,7 @@
  * A tile of one token (decode) goes to cpu_attention_decode.c instead: at
  * G = 2 rows sgemm's per-call overhead dominates, and its kernels read the
  * bf16 or fp8 cache directly; under bf16 inputs they too round q and p to
- * bf16 where the CPU has AVX512-BF16 (fp8: and VBMI), on vdpbf16ps
+ * bf16 where the CPU has AVX512-BF16 and VBMI, on vdpbf16ps
  * (cpu_attention_decode_dot.h).
  */
 #include "cpu_attention.h"

@@ -5,8 +5,8 @@
  * each for a float32, bf16 and fp8 cache (one template per ISA, the
  * element a constant; fp8 widens through cpu_kv_fp8.h, or by table lookup
  * where the CPU has AVX512-VBMI: the same values). Under bf16 products
- * (--dtype bfloat16) on CPUs with AVX512-BF16, a bf16 cache of groups of 5
- * or more heads (and with VBMI an fp8 one) takes the vdpbf16ps kernels of
+ * (--dtype bfloat16) on CPUs with AVX512-BF16 and VBMI, an fp8 cache (and a
+ * bf16 one from groups of 5 heads) takes the vdpbf16ps kernels of
  * cpu_attention_decode_dot.c instead: they round q and p to bf16, as that
  * dtype rounds every matmul's input.
  *

@@ -309,7 +309,8 @@ DOT void pv_bf16_dot(float *acc, const float *p, int lds, int G, int D, const vo
 }
 
 bool dot_kernels_fit(CpuIsa isa, bool fp8, int head_dim, int group) {
-    bool level = fp8 ? cpu_isa_byte_lookup(isa) : isa >= CPU_ISA_AVX512_BF16 && group >= DOT_BF16_MIN_GROUP;
+    /* VBMI for a bf16 cache too: every kernel here is compiled for it */
+    bool level = cpu_isa_byte_lookup(isa) && (fp8 || group >= DOT_BF16_MIN_GROUP);
     return level && head_dim % 64 == 0 && head_dim <= MAX_DOT_D;
 }
 

@@ -1,7 +1,7 @@
 /*
  * cpu_attention_decode_dot.h - decode attention's inner loops on
- * vdpbf16ps, for a bf16 cache (CPUs with AVX512-BF16) and an fp8 one
- * (AVX512-BF16 and VBMI: cpu_isa_byte_lookup). cpu_attention_decode.c
+ * vdpbf16ps, for a bf16 and an fp8 cache, on CPUs with AVX512-BF16 and
+ * VBMI (cpu_isa_byte_lookup: Zen 4, Sapphire Rapids). cpu_attention_decode.c
  * picks them under bf16 products (DecodeKv.bf16_products: --dtype
  * bfloat16, which rounds every matmul's input to bf16 anyway, and whose
  * prompt tiles over a bf16 cache round Q and P the same way); everywhere

@@ -1,7 +1,7 @@
 /*
  * test_cpu_attention_dot.c - the vdpbf16ps decode kernels
  * (cpu/cpu_attention_decode_dot.h) over a bf16 and an fp8 cache, where
- * this CPU has them (AVX512-BF16; fp8 also VBMI): any q gives the bits of
+ * this CPU has them (AVX512-BF16 and VBMI): any q gives the bits of
  * q rounded to bf16 first (nearest even, as f32_to_bf16), and with such a
  * q the outputs stay within float32 sums plus p's rounding of the float64
  * reference: each weight within 2^-8 of itself moves an output by at most
@@ -137,8 +137,8 @@ static int check_kind(bool fp8, double *worst) {
 static void check_if_present(bool fp8) {
     CpuIsa best = cpu_isa_detect();
     if (!dot_kernels_fit(best, fp8, 128, 8)) {
-        cr_log_warn("%s decode attention on vdpbf16ps not checked: this CPU (%s) lacks AVX512-BF16%s",
-                    fp8 ? "fp8" : "bf16", cpu_isa_name(best), fp8 ? " or VBMI" : "");
+        cr_log_warn("%s decode attention on vdpbf16ps not checked: this CPU (%s) lacks AVX512-BF16 or VBMI",
+                    fp8 ? "fp8" : "bf16", cpu_isa_name(best));
         return;
     }
     cr_assert(cpu_isa_set(CPU_ISA_AVX512_BF16) == 0); /* the softmax's exp follows it, as in the runner */
