@@ -30,7 +30,7 @@
  * weights/s from cache at one activation row (bf16's kernels 16-20 G),
  * while memory delivers 12-17 GB/s per thread with both threads reading: FP8
  * decode is compute-bound at 1 row and beats bf16 by what the halved bytes
- * buy below that limit (cpu/PERFORMANCE.md has the measurements, and the
+ * buy below that limit (cpu/PERFORMANCE_FP8.md has the measurements, and the
  * exact integer-only and table-lookup widenings that were no faster).
  *
  * Levels: scalar (portable, plain C: fp8_dequantize_rows' values summed in

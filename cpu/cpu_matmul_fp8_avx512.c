@@ -10,7 +10,7 @@
  * and `bench --matmul`) on a Zen 4 EPYC: at one row it reads ~30 GB/s
  * with two threads and the bf16 weight takes 1.45-1.78x its time; from 4
  * rows on it is compute-bound at 0.65-0.81x bf16's speed
- * (cpu/PERFORMANCE.md). Under bf16 inputs
+ * (cpu/PERFORMANCE_FP8.md). Under bf16 inputs
  * that CPU runs fp8_gemm_bf16 instead (cpu_matmul_fp8_bf16.c).
  */
 #include "cpu_matmul_fp8_x86.h"
