@@ -1,8 +1,10 @@
 /*
  * cpu_fp8_byte_lut.h - e4m3 bytes widened by table lookup, 64 at a time
- * (AVX-512 with VBMI): what the FP8 weight kernel (cpu_matmul_fp8_bf16.c)
- * and the fp8 KV cache's decode attention (cpu_attention_decode_dot.c)
- * share, both into bf16. Hand-written, as both.
+ * (AVX-512 with VBMI): what the FP8 weight kernel (cpu_matmul_fp8_bf16.c,
+ * bf16 out) and the fp8 KV cache's decode attention share (its vdpbf16ps
+ * kernels in cpu_attention_decode_dot.c, bf16 out; its float32 kernels by
+ * table lookup in cpu_attention_decode.c, float32 out). Hand-written, as
+ * all three.
  *
  * Each user fills two 128-entry byte tables once: for every magnitude (the
  * byte's 7 low bits) the low and the high significant byte of its value in

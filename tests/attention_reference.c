@@ -41,6 +41,7 @@ void decode_in_parts(float *out, CpuIsa isa, const DecodeKv *kv, const float *q,
         p[i] = (DecodePart){s->max + i * G, s->sum + i * G, s->acc + (size_t)i * G * D};
     for (int i = 0; i < parts; i++) {
         int k0 = (int)((long)ctx * i / parts), k1 = (int)((long)ctx * (i + 1) / parts);
+        cr_assert(k0 < k1);
         decode_attend_range(isa, kv, q, G, k0, k1, s->scores, p[i]);
     }
     decode_finish(out, D, p, parts, G, D);

@@ -16,6 +16,7 @@
 #include "cpu/cpu_attention.h"
 #include "cpu/cpu_attention_decode.h"
 #include "cpu/cpu_attention_decode_dot.h"
+#include "cpu/cpu_matmul_bf16.h"
 #include "base/cpu_isa.h"
 #include "base/half.h"
 
@@ -55,9 +56,6 @@ static void free_cache(Cache *c) {
     free(c->vb);
 }
 
-
-
-
 /* Every (dtype, block size, group, head_dim, context) at `isa`, against the
  * scalar kernels and float64. */
 static double check_level(CpuIsa isa, double *worst_vs_scalar) {
@@ -68,7 +66,7 @@ static double check_level(CpuIsa isa, double *worst_vs_scalar) {
     size_t n = (size_t)40 * 256 * KV_HEADS * MAX_D;
     Cache c = make_cache(n);
     DecodeScratch s = {malloc(sizeof(float) * MAX_G * 256), malloc(sizeof(float) * MAX_PARTS * MAX_G),
-                 malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * MAX_D)};
+                       malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * MAX_D)};
     float *q = malloc(sizeof(float) * MAX_G * MAX_D), *out = malloc(sizeof(float) * MAX_G * MAX_D),
           *ref_out = malloc(sizeof(float) * MAX_G * MAX_D);
     double *want = malloc(sizeof(double) * MAX_G * MAX_D);
@@ -165,9 +163,10 @@ static MixedBatch *mixed_batch_create(int D, int bs) {
     m->batch = (RunnerBatch){.seqs = m->seqs, .num_seqs = MB_S};
     m->q = malloc(sizeof(float) * (size_t)m->T * MB_HEADS * D);
     cr_assert(m->q);
+    for (size_t i = 0; i < (size_t)m->T * MB_HEADS * D; i++) m->q[i] = 3 * uniform();
     /* bf16 values: bf16 inputs leave them as they are, so the paths differ
      * by P's rounding alone */
-    for (size_t i = 0; i < (size_t)m->T * MB_HEADS * D; i++) m->q[i] = bf16_to_f32(f32_to_bf16(3 * uniform()));
+    bf16_round_in_f32(m->q, m->q, (size_t)m->T * MB_HEADS * D);
     return m;
 }
 

@@ -19,6 +19,7 @@
 #include "cpu/cpu_attention_decode.h"
 #include "cpu/cpu_attention_decode_dot.h"
 #include "cpu/cpu_kv_fp8.h"
+#include "cpu/cpu_matmul_bf16.h"
 #include "base/cpu_isa.h"
 #include "base/half.h"
 #include "model/weight_format.h"
@@ -30,8 +31,6 @@ static float uniform(void) { /* xorshift64, uniform in [-1, 1) */
     rng ^= rng << 17;
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
-
-static float bf16_exact(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 enum { KV_HEADS = 3, MAX_G = 8, MAX_D = 256, MAX_PARTS = 3, MAX_KEYS = 1024 };
 
@@ -107,10 +106,8 @@ static int check_kind(bool fp8, double *worst) {
                 int bs = ctx > 600 ? 1024 : 16, num_blocks = (int)(n / ((size_t)bs * KV_HEADS * D));
                 if (num_blocks * bs < ctx + bs) continue; /* not enough blocks for a scattered table */
                 for (int i = 0; i < 64; i++) table[i] = (int32_t)((i * 7 + 3) % num_blocks);
-                for (int k = 0; k < G * D; k++) {
-                    q[k] = 1.5f * uniform() / c.k_scale; /* |q.k| / sqrt(D) reaches ~10: a peaky softmax */
-                    qr[k] = bf16_exact(q[k]);
-                }
+                for (int k = 0; k < G * D; k++) q[k] = 1.5f * uniform() / c.k_scale; /* |q.k| / sqrt(D) ~10 */
+                bf16_round_in_f32(qr, q, (size_t)G * D);
                 DecodeKv kv = {.k = c.k, .v = c.v, .dtype = fp8 ? KV_CACHE_FP8 : KV_CACHE_BF16,
                                .block_table = table, .block_size = bs, .num_kv_heads = KV_HEADS,
                                .kv_head = (gi + di) % KV_HEADS, .head_dim = D, .k_scale = c.k_scale,

@@ -25,8 +25,8 @@
 #include "cpu/cpu_attention_decode.h"
 #include "cpu/cpu_attention_decode_dot.h"
 #include "cpu/cpu_kv_fp8.h"
+#include "cpu/cpu_matmul_bf16.h"
 #include "base/cpu_isa.h"
-#include "base/half.h"
 #include "model/weight_format.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -37,9 +37,6 @@ static uint64_t next_u64(void) { /* xorshift64 */
     return rng;
 }
 static float uniform(void) { return (float)((next_u64() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0); }
-
-/* x rounded to the nearest bf16: what the vdpbf16ps kernels make of a q. */
-static float bf16_exact(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 /* p's rounding to bf16, per unit of the largest |v|, with room for the
  * float32 sums around it. */
@@ -175,8 +172,6 @@ static void free_cache(Fp8Cache *c) {
 
 enum { KV_HEADS = 3, MAX_G = 8, MAX_D = 128, MAX_PARTS = 3 };
 
-
-
 /* The decode kernels at `isa` over every (scales, block size, group, head
  * size, context): max differences from the scalar level and from float64.
  * bf16_products: as under --dtype bfloat16 (the vdpbf16ps kernels where
@@ -187,7 +182,7 @@ static void check_decode_level(CpuIsa isa, bool bf16_products, double *vs_scalar
     static const float scales[][2] = {{1.0f, 1.0f}, {0.25f, 3.0f}};
     size_t n = (size_t)40 * 256 * KV_HEADS * MAX_D; /* 600 tokens at either block size */
     DecodeScratch s = {malloc(sizeof(float) * MAX_G * 256), malloc(sizeof(float) * MAX_PARTS * MAX_G),
-                 malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * MAX_D)};
+                       malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * MAX_D)};
     float *q = malloc(sizeof(float) * MAX_G * MAX_D), *out = malloc(sizeof(float) * MAX_G * MAX_D),
           *ref_out = malloc(sizeof(float) * MAX_G * MAX_D);
     double *want = malloc(sizeof(double) * MAX_G * MAX_D);
@@ -202,7 +197,8 @@ static void check_decode_level(CpuIsa isa, bool bf16_products, double *vs_scalar
                 for (int di = 0; di < 3; di++) {
                     int G = groups[gi], D = dims[di], kv_head = (gi + di) % KV_HEADS;
                     /* peaky softmax: |q.k| / sqrt(D) reaches ~10 */
-                    for (int k = 0; k < G * D; k++) q[k] = bf16_exact(1.5f * uniform() / c.k_scale);
+                    for (int k = 0; k < G * D; k++) q[k] = 1.5f * uniform() / c.k_scale;
+                    bf16_round_in_f32(q, q, (size_t)G * D); /* as the vdpbf16ps kernels read it */
                     DecodeKv kv = {.k = c.kq, .v = c.vq, .dtype = KV_CACHE_FP8, .block_table = table,
                                    .block_size = bs, .num_kv_heads = KV_HEADS, .kv_head = kv_head,
                                    .head_dim = D, .k_scale = c.k_scale, .v_scale = c.v_scale,
@@ -268,7 +264,7 @@ Test(cpu_kv_fp8, table_lookup_kernels_have_avx512_bits) {
     static const int groups[] = {1, 2, 3, 8}, dims[] = {128, 64, 192, 40}, contexts[] = {1, 2, 3, 5, 17, 64, 257, 600};
     size_t n = (size_t)40 * 256 * KV_HEADS * 192;
     DecodeScratch s = {malloc(sizeof(float) * MAX_G * 600), malloc(sizeof(float) * MAX_PARTS * MAX_G),
-                 malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * 192)};
+                       malloc(sizeof(float) * MAX_PARTS * MAX_G), malloc(sizeof(float) * MAX_PARTS * MAX_G * 192)};
     float *q = malloc(sizeof(float) * MAX_G * 192), *a = malloc(sizeof(float) * MAX_G * 192),
           *b = malloc(sizeof(float) * MAX_G * 192);
     cr_assert(s.scores && s.max && s.sum && s.acc && q && a && b);
@@ -330,7 +326,8 @@ static MixedBatch *mixed_batch_create(int D, int bs, float k_scale, float v_scal
     m->batch = (RunnerBatch){.seqs = m->seqs, .num_seqs = MB_S};
     m->q = malloc(sizeof(float) * (size_t)m->T * MB_HEADS * D);
     cr_assert(m->q);
-    for (size_t i = 0; i < (size_t)m->T * MB_HEADS * D; i++) m->q[i] = bf16_exact(1.5f * uniform() / k_scale);
+    for (size_t i = 0; i < (size_t)m->T * MB_HEADS * D; i++) m->q[i] = 1.5f * uniform() / k_scale;
+    bf16_round_in_f32(m->q, m->q, (size_t)m->T * MB_HEADS * D);
     return m;
 }
 

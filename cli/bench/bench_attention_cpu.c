@@ -66,7 +66,8 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
                         ComputeDtype compute, int num_threads, bool json, Error *err) {
     if (dtype == KV_CACHE_AUTO) dtype = KV_CACHE_BF16; /* the benchmark's model shape is bf16 */
     /* --dtype as the runner resolves it for a bf16 model (cpu_runner_dtype_resolve) */
-    bool bf16_products = compute == COMPUTE_BF16 || (compute == COMPUTE_AUTO && cpu_isa_active() >= CPU_ISA_AVX512_BF16);
+    bool bf16_products =
+        compute == COMPUTE_BF16 || (compute == COMPUTE_AUTO && cpu_isa_active() >= CPU_ISA_AVX512_BF16);
     const char *dtype_name = kv_cache_dtype_name(dtype);
     size_t esz = dtype == KV_CACHE_FP8 ? 1 : dtype == KV_CACHE_BF16 ? 2 : 4, row_bytes = HEAD_DIM * esz;
     int keys = input_len + 1; /* the decoded token attends to itself too */
@@ -146,7 +147,8 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     if (json) {
         json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}",
                               "device", "cpu", "threads", threads, "isa", isa, "dtype",
-                              bf16_products ? "bfloat16" : "float32", "kv_cache_dtype", dtype_name, "batch", num_seqs, "context", input_len,
+                              bf16_products ? "bfloat16" : "float32", "kv_cache_dtype", dtype_name, "batch",
+                              num_seqs, "context", input_len,
                               "layers", LAYERS, "ms_per_step", att_s * 1e3, "kv_gb_per_s", att_rate / 1e9,
                               "block_read_gb_per_s", read_rate / 1e9, "memory_read_gb_per_s", flat / 1e9,
                               "fraction_of_block_read", att_rate / read_rate,
@@ -162,7 +164,8 @@ int bench_attention_cpu(int num_seqs, int input_len, int block_size, KvCacheDtyp
     } else {
         printf("cpu (%d threads, %s kernels, %s products), %s KV cache: decode attention, %d sequence%s x %d "
                "tokens, %d layers (16/8 heads x 128, block %d), median of %d\n", threads, isa,
-               bf16_products ? "bf16" : "float32", dtype_name, num_seqs, num_seqs == 1 ? "" : "s", input_len, LAYERS, block_size, REPS);
+               bf16_products ? "bf16" : "float32", dtype_name, num_seqs, num_seqs == 1 ? "" : "s", input_len,
+               LAYERS, block_size, REPS);
         printf("  attention          %8.2f ms per step, %.0f MB of K/V: %.1f GB/s\n", att_s * 1e3,
                kv_bytes / 1e6, att_rate / 1e9);
         printf("  same rows read     %8.2f ms: %.1f GB/s (attention at %.0f%%)\n", read_s * 1e3,
