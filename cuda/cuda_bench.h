@@ -26,7 +26,7 @@ extern "C" {
 #include "base/error.h"
 
 typedef struct CudaAttentionBench {
-    char device[128];
+    char device[192];
     int splits;               /* what the runner would choose for this batch */
     double seconds;           /* one decode attention launch (with its merge), best of the runs */
     double seconds_unsplit;   /* the same with one block per (sequence, KV head) */

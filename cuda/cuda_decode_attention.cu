@@ -23,23 +23,25 @@
  * The previous kernel (cuda_attention.cu, one lane per key reading its own
  * row) stays for A/B under NANOVLLM_CUDA_LEGACY=attention, and this one
  * without the next pass's loads in flight under NANOVLLM_CUDA_LEGACY=prefetch
- * (an fp8 cache's kernel always runs without them).
+ * (an fp8 cache's kernel always runs without them). An fp8 cache runs on
+ * the tensor cores where cuda_decode_attention_mma.cu serves the head size
+ * and the GPU (sm_89 and newer); NANOVLLM_CUDA_LEGACY=fp8decode keeps it
+ * here. The end of the kernel (warps and splits merged) is
+ * cuda_decode_block.h's, shared with that one.
  */
 #include <math.h>
 
 #include "cuda_bf16.h"
 #include "cuda_check.h"
-#include "cuda_decode_plan.h"
+#include "cuda_decode_block.h"
+#include "cuda_decode_mma_plan.h"
 #include "cuda_kernels.h"
 #include "cuda_kv_fp8.h"
 #include "cuda_pdl.h"
 #include "cuda_variants.h"
 
 #define WARP 32
-#define THREADS (DECODE_WARPS * WARP)
-
-/* exp2(x - max) for a running max that may still be -inf (nothing seen). */
-__device__ __forceinline__ float scale_from(float x, float max) { return x == -INFINITY ? 0.0f : exp2f(x - max); }
+#define THREADS DECODE_THREADS
 
 /* What a lane loads of a K or V row and how it widens it: 8 bf16 in 16
  * bytes; an fp8 cache 16 e4m3 in 16 bytes or 8 in 8 bytes
@@ -88,25 +90,17 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
     constexpr int LPK = D / EPL;    /* lanes per key */
     constexpr int KPL = WARP / LPK; /* keys per warp load */
     constexpr int PASS = DECODE_WARPS * KPL * T;
-    __shared__ float warp_o[DECODE_WARPS][HB][D];
-    __shared__ float warp_m[DECODE_WARPS][HB], warp_l[DECODE_WARPS][HB];
-    __shared__ int is_last;
+    __shared__ DecodeShared<D, HB> sh;
 
     pdl_trigger(); /* the o_proj gemv after it may start and load its weights (cuda_pdl.h) */
-    const int group = num_heads / num_kv_heads, chunks = gridDim.y / num_kv_heads;
-    const int kv_head = blockIdx.y / chunks, head0 = kv_head * group + (blockIdx.y % chunks) * HB;
-    const int heads_here = min(HB, kv_head * group + group - head0);
-    const CudaAttnItem item = items[blockIdx.x];
-    const CudaAttnSeq seq = seqs[item.seq];
-    const int token = seq.token0 + item.tile0, num_keys = seq.start_pos + item.tile0 + 1;
-    const int split = blockIdx.z, used = decode_splits_used(num_keys, num_splits);
-    if (split >= used) return; /* a short context: this split has no keys */
-    const int per = decode_split_keys(num_keys, num_splits);
-    const int key_begin = split * per, key_end = min(num_keys, key_begin + per);
+    const DecodeBlock b = decode_block<HB>(seqs, items, num_heads, num_kv_heads, num_splits);
+    if (b.split >= b.used) return; /* a short context: this split has no keys */
+    const int kv_head = b.kv_head, head0 = b.head0, heads_here = b.heads_here, token = b.token;
+    const int key_begin = b.key_begin, key_end = b.key_end;
 
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int sub = decode_lane_sub(lane, LPK), dim0 = decode_lane_dim0(lane, LPK, EPL);
-    const int32_t *table = block_tables + seq.table0;
+    const int32_t *table = block_tables + b.table0;
     const size_t row_stride = (size_t)num_kv_heads * D;
     const KV *k_head = k_cache + (size_t)kv_head * D + dim0, *v_head = v_cache + (size_t)kv_head * D + dim0;
 
@@ -262,115 +256,15 @@ decode_attention_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__
 #pragma unroll
         for (int h = 0; h < HB; h++) {
 #pragma unroll
-            for (int e = 0; e < EPL; e++) warp_o[warp][h][dim0 + e] = acc[h][e];
+            for (int e = 0; e < EPL; e++) sh.warp_o[warp][h][dim0 + e] = acc[h][e];
             if (lane == 0) {
-                warp_m[warp][h] = m[h];
-                warp_l[warp][h] = l[h];
+                sh.warp_m[warp][h] = m[h];
+                sh.warp_l[warp][h] = l[h];
             }
         }
     }
-    __syncthreads();
-
-    /* The block's warps into one, then out (one split) or to the workspace. */
-    const size_t pair = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
-    const size_t part_floats = (size_t)HB * D + (2 * HB + 3) / 4 * 4; /* outputs, then (max, sum) pairs: float4-aligned */
-    float *mine = part + (pair * num_splits + split) * part_floats;
-    for (int i = threadIdx.x; i < heads_here * D; i += THREADS) {
-        const int h = i / D, d = i % D;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DECODE_WARPS; w++) mx = fmaxf(mx, warp_m[w][h]);
-        float o = 0.0f, sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < DECODE_WARPS; w++) {
-            const float a = scale_from(warp_m[w][h], mx);
-            o += warp_o[w][h][d] * a;
-            sum += warp_l[w][h] * a;
-        }
-        if (used == 1) {
-            out[((size_t)token * num_heads + head0 + h) * D + d] = float_to_bf16_bits(o / sum);
-        } else {
-            mine[h * D + d] = o;
-            if (d == 0) {
-                mine[HB * D + 2 * h] = mx;
-                mine[HB * D + 2 * h + 1] = sum;
-            }
-        }
-    }
-    if (used == 1) return;
-    __threadfence(); /* the partial is visible before the counter says so */
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[pair], 1) == used - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-
-    /* The last block merges the splits. Each split's weight is exp2(its max -
-     * the max) / the total sum, found by one warp per head; then every
-     * thread sums float4s of the outputs over a share of the splits, several
-     * loads in flight (a serial walk over 64 splits' partials in L2 would
-     * cost more than the attention itself). */
-    __shared__ float split_w[DECODE_MAX_SPLITS][HB];
-    __shared__ float4 group_sum[THREADS];
-    const float *parts = part + pair * num_splits * part_floats;
-    for (int h = warp; h < heads_here; h += DECODE_WARPS) {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int z = lane; z < used; z += WARP) mx = fmaxf(mx, __ldcg(parts + z * part_floats + HB * D + 2 * h));
-        for (int o = WARP / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        for (int z = lane; z < used; z += WARP) {
-            const float *ml = parts + z * part_floats + HB * D + 2 * h;
-            sum += __ldcg(ml + 1) * scale_from(__ldcg(ml), mx);
-        }
-        for (int o = WARP / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        for (int z = lane; z < used; z += WARP)
-            split_w[z][h] = scale_from(__ldcg(parts + z * part_floats + HB * D + 2 * h), mx) / sum;
-    }
-    __syncthreads();
-    const int n4 = heads_here * D / 4, groups = n4 < THREADS ? THREADS / n4 : 1;
-    for (int i4 = threadIdx.x % n4; i4 < n4; i4 += (groups > 1 ? n4 : THREADS)) {
-        const int g = groups > 1 ? threadIdx.x / n4 : 0, h = i4 * 4 / D;
-        float4 sum4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (g < groups) {
-#pragma unroll 4
-            for (int z = g; z < used; z += groups) {
-                const float4 v = __ldcg(reinterpret_cast<const float4 *>(parts + z * part_floats) + i4);
-                const float w = split_w[z][h];
-                sum4.x = fmaf(v.x, w, sum4.x);
-                sum4.y = fmaf(v.y, w, sum4.y);
-                sum4.z = fmaf(v.z, w, sum4.z);
-                sum4.w = fmaf(v.w, w, sum4.w);
-            }
-        }
-        if (groups > 1) { /* each thread has one i4: add the groups' sums */
-            group_sum[threadIdx.x] = sum4;
-            __syncthreads();
-            if (threadIdx.x >= n4) break;
-            for (int k = 1; k < groups; k++) {
-                const float4 o = group_sum[k * n4 + i4];
-                sum4.x += o.x, sum4.y += o.y, sum4.z += o.z, sum4.w += o.w;
-            }
-        }
-        const int d0 = i4 * 4 % D;
-        *reinterpret_cast<uint2 *>(out + ((size_t)token * num_heads + head0 + h) * D + d0) = pack_bf16x4(sum4);
-    }
-    if (threadIdx.x == 0) counters[pair] = 0;
+    decode_finish<D, HB>(sh, b, out, part, counters, num_heads, num_splits);
 }
-
-/* One launch's arguments, whatever the cache's element. */
-template <typename KV> struct DecodeArgs {
-    uint16_t *out;
-    const uint16_t *q;
-    const KV *k_cache, *v_cache;
-    const CudaAttnSeq *seqs;
-    const CudaAttnItem *items;
-    int num_items;
-    const int32_t *block_tables;
-    int num_heads, num_kv_heads, block_size, num_splits;
-    float *part;
-    int *counters;
-    float k_scale, v_scale; /* fp8 only */
-    cudaStream_t stream;
-};
 
 template <int D, int HB, typename KV>
 static int launch(const DecodeArgs<KV> &a, Error *err) {
@@ -382,9 +276,7 @@ static int launch(const DecodeArgs<KV> &a, Error *err) {
     constexpr int T = 4; /* decode_keys_per_lane, as a constant */
     if (decode_keys_per_lane() != T) return error_set(err, "decode attention: keys per lane out of step");
     dim3 grid((unsigned)a.num_items, (unsigned)(a.num_kv_heads * chunks), (unsigned)a.num_splits);
-    int block_shift = -1;
-    for (int b = 0; b < 31; b++)
-        if (a.block_size == 1 << b) block_shift = b;
+    const int block_shift = decode_block_shift(a.block_size);
     /* the next pass's loads in flight pay for bf16 rows only: an fp8 cache's
      * kernel ran 1-20% slower with them on an H200 (cuda/PERFORMANCE.md, v6) */
     if (HB <= 4 && sizeof(KV) == 2 && !cuda_variant_legacy("prefetch"))
@@ -417,6 +309,8 @@ static int decode_attention(const DecodeArgs<KV> &a, int head_dim, Error *err) {
     if (a.num_splits < 1 || a.num_splits > DECODE_MAX_SPLITS || (a.num_splits > 1 && (!a.part || !a.counters)))
         return error_set(err, "decode attention: %d splits (1..%d, with a workspace and counters)", a.num_splits,
                          DECODE_MAX_SPLITS);
+    if constexpr (sizeof(KV) == 1)
+        if (cuda_decode_attention_fp8_tensor_cores(head_dim)) return decode_attention_fp8_mma(a, head_dim, err);
     switch (head_dim) {
     case 64: return launch_heads<64>(a, err);
     case 128: return launch_heads<128>(a, err);

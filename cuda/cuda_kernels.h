@@ -172,6 +172,12 @@ int cuda_decode_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k
                               int block_size, int num_splits, float *split_workspace, int *split_counters,
                               float k_scale, float v_scale, CudaStream stream, Error *err);
 
+/* Whether cuda_decode_attention_fp8 runs on the tensor cores at head_dim
+ * (cuda_decode_attention_mma.cu: q and P rounded to f16, head sizes 64 and
+ * 128, a GPU of sm_89 or newer, not NANOVLLM_CUDA_LEGACY=fp8decode) rather
+ * than on FMAs. */
+bool cuda_decode_attention_fp8_tensor_cores(int head_dim);
+
 /* Thread blocks per split of a decode launch (items x KV heads x blocks per group). */
 int cuda_decode_attention_blocks(int num_items, int num_heads, int num_kv_heads);
 size_t cuda_decode_attention_counters_bytes(int max_split_blocks);

@@ -89,6 +89,11 @@ int cuda_runner_alloc_activations(CudaRunner *r, Error *err) {
     r->legacy_attention = cuda_variant_legacy("attention") && !r->kv_fp8;
     if (r->kv_fp8 && cuda_variant_legacy("attention"))
         log_info("NANOVLLM_CUDA_LEGACY=attention ignored: the previous decode kernel reads a bf16 KV cache only");
+    if (r->kv_fp8) /* also asks, once, before any graph capture, which binary the GPU runs */
+        log_info("fp8 KV cache: decode attention %s",
+                 cuda_decode_attention_fp8_tensor_cores(c->head_dim)
+                     ? "on the tensor cores (mma.sync, q and P in f16)"
+                     : "on FMAs (head size, GPU or NANOVLLM_CUDA_LEGACY=fp8decode)");
 
     /* NANOVLLM_CUDA_LEGACY=fuse keeps RMSNorm and SiLU x up as launches of
      * their own; "gemv" (cuBLAS for every batch) has no gemv to fuse into */

@@ -50,11 +50,13 @@
 #  kvfp8:   the fp8 (e4m3) KV cache against bf16 (needs the CLI's
 #           --kv-cache-dtype fp8): bench --attention with NANOVLLM_BENCH_KV=fp8
 #           (the fp8 kernel and the bf16 one on the same values and splits, in
-#           one process; then again without the prefetch), the bench.py
+#           one process; the fp8 kernel on the tensor cores, then on FMAs:
+#           NANOVLLM_CUDA_LEGACY=fp8decode), the bench.py
 #           workload and single-sequence decode on a dummy Qwen3-0.6B with
 #           --kv-cache-dtype fp8 and bf16 (AB_KV_ROUNDS alternating rounds, 2 by
 #           default), the KV capacity each gets, and the logits of one prompt
-#           through both caches. Under 3 minutes on an H100.
+#           through both caches; the workload again on the FMA kernel. About
+#           3.5 minutes on an H100 (estimated).
 #  hybrid:  Qwen3.5-0.8B's shape with dummy weights on --device cuda: the
 #           chunked Gated DeltaNet prefill against the row-by-row kernel
 #           (NANOVLLM_CUDA_LEGACY=gdn) at 512 and 4,096-token prompts (medians
@@ -428,12 +430,13 @@ fi
 # ---- kvfp8: the fp8 KV cache against bf16 ---------------------------------------------------
 if want kvfp8; then
     # decode attention alone: NANOVLLM_BENCH_KV=fp8 times the fp8 kernel, and as "legacy" the
-    # bf16 kernel on a bf16 cache of the same (e4m3) values with the same splits
-    for legacy in "" prefetch; do
+    # bf16 kernel on a bf16 cache of the same (e4m3) values with the same splits; the fp8
+    # kernel on the tensor cores (sm_89+), then on FMAs (NANOVLLM_CUDA_LEGACY=fp8decode)
+    for legacy in "" fp8decode; do
         for spec in "16/8 256 1024" "16/8 64 4096" "16/8 16 2048" "16/8 1 16384" "32/4 64 4096"; do
             set -- $spec
-            tag="${1/\//-}_$2_$3${legacy:+_noprefetch}"
-            name="kv fp8 attention $1, $2 x $3${legacy:+, no prefetch}"
+            tag="${1/\//-}_$2_$3${legacy:+_fma}"
+            name="kv fp8 attention $1, $2 x $3, ${legacy:+FMA kernel}${legacy:-tensor cores}"
             json=$(NANOVLLM_BENCH_KV=fp8 NANOVLLM_CUDA_LEGACY=$legacy NANOVLLM_BENCH_HEADS=$1 timeout 60 "$BIN" bench \
                 --attention --num-seqs "$2" --input-len "$3" --json 2> "$OUT/kvfp8_attention_$tag.log")
             echo "$json" > "$OUT/kvfp8_attention_$tag.json"
@@ -465,6 +468,11 @@ if want kvfp8; then
                 --json 2>> "$OUT/kvfp8_workload_$kv.log")
             echo "$json" >> "$OUT/kvfp8_workload_$kv.jsonl"
             KV_WORK[$kv]+=" $(json_field "$json" "['output_tokens_per_s']")"
+            if [ "$kv" = fp8 ]; then # the same on the FMA kernel
+                json=$(NANOVLLM_CUDA_LEGACY=fp8decode timeout 150 "$BIN" bench --device cuda --load-format dummy \
+                    --model "$KVM" --kv-cache-dtype fp8 --json 2>> "$OUT/kvfp8_workload_fma.log")
+                KV_WORK[fma]+=" $(json_field "$json" "['output_tokens_per_s']")"
+            fi
             json=$(timeout 90 "$BIN" bench --latency --device cuda --load-format dummy --model "$KVM" \
                 --kv-cache-dtype "$kv" --input-len 512 --output-len 256 --json 2>> "$OUT/kvfp8_latency_$kv.log")
             echo "$json" >> "$OUT/kvfp8_latency_$kv.jsonl"
@@ -486,6 +494,11 @@ if want kvfp8; then
     row "bench.py workload, kv fp8" "$fp8_ok" \
         "$(printf '%.0f' "${w_fp8:-0}") out tok/s (runs:${KV_WORK[fp8]}); fp8 / bf16 = $speedup"
     row "bench.py workload fp8 >= 1.6x bf16" "$goal" "$speedup (the issue's goal)"
+    w_fma=$(median <<< "${KV_WORK[fma]}")
+    grep -q "decode attention on the tensor cores" "$OUT/kvfp8_workload_fp8.log" 2> /dev/null && mma_ok=ok || mma_ok=FAIL
+    row "bench.py workload, kv fp8 on FMAs" "$([ -n "$w_fma" ] && echo - || echo FAIL)" \
+        "$(printf '%.0f' "${w_fma:-0}") out tok/s (runs:${KV_WORK[fma]}); tensor cores / FMAs = $(ratio "$w_fp8" "$w_fma")"
+    row "fp8 decode attention on the tensor cores (log)" "$mma_ok" "runner's log line in kvfp8_workload_fp8.log"
     d_bf16=$(median <<< "${KV_DECODE[bf16]}")
     d_fp8=$(median <<< "${KV_DECODE[fp8]}")
     row "single-sequence decode, kv fp8 vs bf16" "$([ -n "$d_fp8" ] && echo - || echo FAIL)" \

@@ -1,0 +1,354 @@
+/*
+ * test_decode_mma_plan.c - the fp8 KV cache's decode attention on the
+ * tensor cores (cuda/cuda_decode_attention_mma.cu) run on the CPU through
+ * its own index arithmetic (cuda/cuda_decode_mma_plan.h), so a wrong
+ * fragment, byte or key shows here rather than as a silently wrong
+ * attention on a GPU.
+ *
+ * The emulation keeps what each of the 32 lanes of each warp holds, as the
+ * kernel does: the 16-byte K loads and D / 8-byte V loads at the plan's
+ * offsets from the slots the kernel computes (one table look-up a group
+ * where the block size is a multiple of 16, one a key otherwise), words
+ * taken apart into B's registers, V's pairs through an emulated prmt, q at
+ * the plan's dimensions in A's registers, and mma.m16n8k16 emulated from
+ * its PTX fragment patterns (cuda/cuda_flash_plan.h: element i of lane l is
+ * A's (flash_a_row, flash_a_col), B's (flash_b_k, flash_b_n), C's
+ * (flash_c_row, flash_c_col)). The online softmax per lane with the quad's
+ * max exchanged, then warps and splits merged, must equal a plain float64
+ * softmax over the dequantized cache. Arithmetic is exact here (double, no
+ * f16 rounding): what is checked is where every value comes from and goes.
+ * Cache slots no sequence owns hold NaN bytes (0x7f), so reading one shows.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_decode_mma_plan.h"
+#include "cuda/cuda_decode_plan.h"
+#include "cuda/cuda_flash_plan.h"
+#include "model/weight_format.h"
+
+#define LANES 32
+#define MAX_D 128
+#define MAX_HB 8
+
+typedef struct Case {
+    int D, heads, block_size, num_keys, num_splits;
+    const uint8_t *k, *v; /* [slot][D] of one KV head */
+    const int32_t *table;
+    const double *q; /* [heads][D] */
+} Case;
+
+/* prmt.b32 d, a, b, selector (the default mode): byte i of d is byte
+ * (selector >> 4 i) & 7 of the eight bytes b:a, a's first. */
+static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+    const uint64_t bytes = (uint64_t)b << 32 | a;
+    uint32_t d = 0;
+    for (int i = 0; i < 4; i++) d |= (uint32_t)(bytes >> 8 * ((selector >> 4 * i) & 7) & 0xff) << 8 * i;
+    return d;
+}
+
+static uint32_t word(const uint8_t *bytes, int w) {
+    return (uint32_t)bytes[4 * w] | (uint32_t)bytes[4 * w + 1] << 8 | (uint32_t)bytes[4 * w + 2] << 16 |
+           (uint32_t)bytes[4 * w + 3] << 24;
+}
+
+/* cvt.rn.f16x2.e4m3x2 of the low 16 bits: the low byte is element 0. */
+static void cvt_pair(uint32_t two, double out[2]) {
+    out[0] = fp8_e4m3_to_float((uint8_t)(two & 0xff));
+    out[1] = fp8_e4m3_to_float((uint8_t)(two >> 8 & 0xff));
+}
+
+/* D[16 x 8] = C + A B over the warp: a[l][i] (8 a lane), b[l][i] (4), c and
+ * d[l][i] (4), placed and read by the fragment patterns. */
+static void mma(double d[LANES][4], double a[LANES][8], double b[LANES][4], double c[LANES][4]) {
+    double A[16][16], B[16][8];
+    for (int l = 0; l < LANES; l++) {
+        for (int i = 0; i < 8; i++) A[flash_a_row(l, i)][flash_a_col(l, i)] = a[l][i];
+        for (int i = 0; i < 4; i++) B[flash_b_k(l, i)][flash_b_n(l, i)] = b[l][i];
+    }
+    for (int l = 0; l < LANES; l++)
+        for (int i = 0; i < 4; i++) {
+            const int r = flash_c_row(l, i), n = flash_c_col(l, i);
+            double sum = c[l][i];
+            for (int k = 0; k < 16; k++) sum += A[r][k] * B[k][n];
+            d[l][i] = sum;
+        }
+}
+
+/* The kernel's slot of `key`, given the group's first key. */
+static size_t slot_of(const Case *c, int key, int key0) {
+    const int bs = c->block_size;
+    if (bs % DMMA_GROUP_KEYS == 0) {
+        const size_t slot0 = (size_t)c->table[key0 / bs] * bs + key0 % bs;
+        return slot0 + (size_t)(key - key0);
+    }
+    return (size_t)c->table[key / bs] * bs + key % bs;
+}
+
+typedef struct Partial { /* one warp's, or a merge of several: per head */
+    double m[MAX_HB], l[MAX_HB], o[MAX_HB][MAX_D];
+} Partial;
+
+static void merge_into(Partial *into, const Partial *from, int heads, int D) {
+    for (int h = 0; h < heads; h++) {
+        const double m = fmax(into->m[h], from->m[h]);
+        if (m == -INFINITY) continue;
+        const double a = into->m[h] == -INFINITY ? 0 : exp2(into->m[h] - m);
+        const double b = from->m[h] == -INFINITY ? 0 : exp2(from->m[h] - m);
+        into->l[h] = into->l[h] * a + from->l[h] * b;
+        for (int d = 0; d < D; d++) into->o[h][d] = into->o[h][d] * a + from->o[h][d] * b;
+        into->m[h] = m;
+    }
+}
+
+static void empty(Partial *p, int heads) {
+    for (int h = 0; h < heads; h++) {
+        p->m[h] = -INFINITY;
+        p->l[h] = 0;
+        memset(p->o[h], 0, sizeof p->o[h]);
+    }
+}
+
+/* One warp of one split, as the kernel's loop runs it. q is already in A's
+ * layout per lane: qa[l][s][j] = q[gid][dmma_k_dim(l, s, j)] (0 past the
+ * block's heads). Scores are in base 2 (q pre-scaled). */
+static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partial *out) {
+    const int D = c->D, KSTEPS = D / 16, NTILES = D / 8, KLOADS = D / 64, VBYTES = D / 8;
+    double m[LANES], l[LANES], o[LANES][MAX_D / 8][2];
+    for (int ln = 0; ln < LANES; ln++) {
+        m[ln] = -INFINITY;
+        l[ln] = 0;
+        memset(o[ln], 0, sizeof o[ln]);
+    }
+    for (int pass0 = key_begin; dmma_group_key0(pass0, warp, 0) < key_end; pass0 += DECODE_WARPS * DMMA_WARP_KEYS) {
+        /* the lanes' loads (zeros past the end) */
+        static uint8_t kr[DMMA_GROUPS][LANES][2][MAX_D / 4], vr[DMMA_GROUPS][LANES][4][MAX_D / 8];
+        for (int g = 0; g < DMMA_GROUPS; g++) {
+            const int key0 = dmma_group_key0(pass0, warp, g);
+            for (int ln = 0; ln < LANES; ln++) {
+                for (int nt = 0; nt < 2; nt++) {
+                    const int key = key0 + dmma_k_key(ln, nt);
+                    for (int ch = 0; ch < KLOADS; ch++) {
+                        uint8_t *dst = kr[g][ln][nt] + 16 * ch;
+                        if (key < key_end)
+                            memcpy(dst, c->k + slot_of(c, key, key0) * D + dmma_k_offset(ln, ch), 16);
+                        else
+                            memset(dst, 0, 16);
+                    }
+                }
+                for (int r = 0; r < 4; r++) {
+                    const int key = key0 + dmma_v_key(ln, r);
+                    if (key < key_end)
+                        memcpy(vr[g][ln][r], c->v + slot_of(c, key, key0) * D + dmma_v_offset(D, ln), VBYTES);
+                    else
+                        memset(vr[g][ln][r], 0, VBYTES);
+                }
+            }
+        }
+        /* S, scaled and masked, and the quad's new max */
+        double s[DMMA_GROUPS][LANES][2][2], m_new[LANES];
+        for (int ln = 0; ln < LANES; ln++) m_new[ln] = m[ln];
+        for (int g = 0; g < DMMA_GROUPS; g++) {
+            const int key0 = dmma_group_key0(pass0, warp, g);
+            for (int nt = 0; nt < 2; nt++) {
+                double acc[LANES][4] = {{0}};
+                for (int ks = 0; ks < KSTEPS; ks++) {
+                    double a[LANES][8] = {{0}}, b[LANES][4];
+                    for (int ln = 0; ln < LANES; ln++) {
+                        const int gid = ln / 4;
+                        /* A registers 0 and 2 (elements 0, 1 and 4, 5): head gid at the lane's dimensions */
+                        if (gid < c->heads)
+                            for (int j = 0; j < 4; j++)
+                                a[ln][j < 2 ? j : j + 2] = c->q[gid * D + dmma_k_dim(ln, ks, j)];
+                        const uint32_t w = word(kr[g][ln][nt] + 16 * (ks / 4), ks % 4);
+                        cvt_pair(w, b[ln]);
+                        cvt_pair(w >> 16, b[ln] + 2);
+                    }
+                    mma(acc, a, b, acc);
+                }
+                for (int ln = 0; ln < LANES; ln++)
+                    for (int e = 0; e < 2; e++) {
+                        const int key = key0 + 8 * nt + 2 * (ln % 4) + e;
+                        s[g][ln][nt][e] = key < key_end ? acc[ln][e] : -INFINITY;
+                        m_new[ln] = fmax(m_new[ln], s[g][ln][nt][e]);
+                    }
+            }
+        }
+        for (int ln = 0; ln < LANES; ln += 4) { /* shuffles xor 1, 2: the quad's max */
+            const double q4 = fmax(fmax(m_new[ln], m_new[ln + 1]), fmax(m_new[ln + 2], m_new[ln + 3]));
+            for (int i = 0; i < 4; i++) m_new[ln + i] = q4;
+        }
+        for (int ln = 0; ln < LANES; ln++) {
+            cr_assert(m_new[ln] > -INFINITY, "a pass whose first key is in range has a finite max");
+            if (m_new[ln] > m[ln]) {
+                const double corr = m[ln] == -INFINITY ? 0 : exp2(m[ln] - m_new[ln]);
+                l[ln] *= corr;
+                for (int nt = 0; nt < NTILES; nt++) o[ln][nt][0] *= corr, o[ln][nt][1] *= corr;
+                m[ln] = m_new[ln];
+            }
+        }
+        /* O += P V */
+        for (int g = 0; g < DMMA_GROUPS; g++) {
+            double a[LANES][8] = {{0}};
+            for (int ln = 0; ln < LANES; ln++)
+                for (int nt = 0; nt < 2; nt++)
+                    for (int e = 0; e < 2; e++) {
+                        const double p = s[g][ln][nt][e] == -INFINITY ? 0 : exp2(s[g][ln][nt][e] - m[ln]);
+                        l[ln] += p;
+                        a[ln][4 * nt + e] = p; /* registers 0 and 2 */
+                    }
+            for (int w = 0; w < VBYTES / 4; w++)
+                for (int h = 0; h < 2; h++)
+                    for (int half = 0; half < 2; half++) {
+                        const int nt = 4 * w + 2 * h + half;
+                        double b[LANES][4], acc[LANES][4];
+                        for (int ln = 0; ln < LANES; ln++) {
+                            const uint32_t ab = prmt(word(vr[g][ln][0], w), word(vr[g][ln][1], w), dmma_pair_selector(h));
+                            const uint32_t cd = prmt(word(vr[g][ln][2], w), word(vr[g][ln][3], w), dmma_pair_selector(h));
+                            cvt_pair(half ? ab >> 16 : ab, b[ln]);
+                            cvt_pair(half ? cd >> 16 : cd, b[ln] + 2);
+                            acc[ln][0] = o[ln][nt][0], acc[ln][1] = o[ln][nt][1], acc[ln][2] = acc[ln][3] = 0;
+                        }
+                        mma(acc, a, b, acc);
+                        for (int ln = 0; ln < LANES; ln++) o[ln][nt][0] = acc[ln][0], o[ln][nt][1] = acc[ln][1];
+                    }
+        }
+    }
+    empty(out, c->heads);
+    for (int ln = 0; ln < LANES; ln++) {
+        const int gid = ln / 4;
+        if (gid >= c->heads) continue;
+        out->m[gid] = m[ln];
+        if (ln % 4 == 0) out->l[gid] = l[ln] + l[ln + 1] + l[ln + 2] + l[ln + 3];
+        for (int nt = 0; nt < NTILES; nt++)
+            for (int e = 0; e < 2; e++) out->o[gid][dmma_o_dim(D, ln, nt, e)] = o[ln][nt][e];
+    }
+}
+
+/* The kernel over every split and warp, against the plain softmax. */
+static void check_case(const Case *c) {
+    Partial total, part;
+    empty(&total, c->heads);
+    const int used = decode_splits_used(c->num_keys, c->num_splits), per = decode_split_keys(c->num_keys, c->num_splits);
+    for (int split = 0; split < used; split++) {
+        const int begin = split * per, end = begin + per < c->num_keys ? begin + per : c->num_keys;
+        cr_assert(begin % DMMA_GROUP_KEYS == 0, "groups start at multiples of 16 (one cache block each)");
+        for (int w = 0; w < DECODE_WARPS; w++) {
+            run_warp(c, w, begin, end, &part);
+            merge_into(&total, &part, c->heads, c->D);
+        }
+    }
+    for (int h = 0; h < c->heads; h++) {
+        double mx = -INFINITY, sum = 0, want[MAX_D] = {0};
+        double *sc = malloc(sizeof(double) * (size_t)c->num_keys);
+        cr_assert(sc);
+        for (int k = 0; k < c->num_keys; k++) {
+            const uint8_t *row = c->k + ((size_t)c->table[k / c->block_size] * c->block_size + k % c->block_size) * c->D;
+            double dot = 0;
+            for (int d = 0; d < c->D; d++) dot += c->q[h * c->D + d] * fp8_e4m3_to_float(row[d]);
+            sc[k] = dot;
+            mx = fmax(mx, dot);
+        }
+        for (int k = 0; k < c->num_keys; k++) {
+            const uint8_t *row = c->v + ((size_t)c->table[k / c->block_size] * c->block_size + k % c->block_size) * c->D;
+            const double p = exp2(sc[k] - mx);
+            sum += p;
+            for (int d = 0; d < c->D; d++) want[d] += p * fp8_e4m3_to_float(row[d]);
+        }
+        free(sc);
+        for (int d = 0; d < c->D; d++) {
+            const double got = total.o[h][d] / total.l[h], w = want[d] / sum;
+            cr_assert(fabs(got - w) <= 1e-9 * (1 + fabs(w)), "D %d, %d heads, %d keys, block %d, %d splits: head %d dim %d: %.12g vs %.12g",
+                      c->D, c->heads, c->num_keys, c->block_size, c->num_splits, h, d, got, w);
+        }
+    }
+}
+
+static uint64_t next(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+/* A random fp8 cache with the sequence's blocks in a shuffled order among
+ * unused (NaN) ones, and random q (the scale keeps exp2 of the scores tame). */
+static void run(int D, int heads, int block_size, int num_keys, int num_splits, uint64_t seed) {
+    const int blocks = (num_keys + block_size - 1) / block_size, pool = 2 * blocks + 3;
+    uint8_t *k = malloc((size_t)pool * block_size * D), *v = malloc((size_t)pool * block_size * D);
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)pool);
+    double *q = malloc(sizeof(double) * (size_t)heads * D);
+    cr_assert(k && v && table && q);
+    memset(k, 0x7f, (size_t)pool * block_size * D);
+    memset(v, 0x7f, (size_t)pool * block_size * D);
+    for (int i = 0; i < pool; i++) table[i] = i;
+    for (int i = pool - 1; i > 0; i--) {
+        const int j = (int)(next(&seed) % (uint64_t)(i + 1));
+        const int32_t t = table[i];
+        table[i] = table[j], table[j] = t;
+    }
+    for (int b = 0; b < blocks; b++)
+        for (int s = 0; s < block_size && b * block_size + s < num_keys; s++)
+            for (int d = 0; d < D; d++) {
+                const size_t at = ((size_t)table[b] * block_size + s) * D + d;
+                uint8_t kb = (uint8_t)next(&seed), vb = (uint8_t)next(&seed);
+                if ((kb & 0x7f) == 0x7f) kb ^= 1; /* no NaN in the sequence's own rows */
+                if ((vb & 0x7f) == 0x7f) vb ^= 1;
+                k[at] = kb & 0xbf, v[at] = vb; /* K under 2^1 times 1.875: scores stay finite */
+            }
+    for (int i = 0; i < heads * D; i++) q[i] = ((double)(next(&seed) % 2001) - 1000) / 1000.0 * 0.05;
+    const Case c = {D, heads, block_size, num_keys, num_splits, k, v, table, q};
+    check_case(&c);
+    free(k), free(v), free(table), free(q);
+}
+
+Test(decode_mma_plan, lanes_cover_every_dimension_and_k_index) {
+    for (int D = 64; D <= 128; D *= 2) {
+        int seen[MAX_D] = {0}, v_seen[MAX_D] = {0}, o_seen[MAX_D] = {0};
+        for (int ln = 0; ln < 4; ln++) /* one key's (or row's) four lanes: tig 0..3 */
+            for (int s = 0; s < D / 16; s++)
+                for (int j = 0; j < 4; j++) seen[dmma_k_dim(ln, s, j)]++;
+        for (int n = 0; n < 8; n++)
+            for (int nt = 0; nt < D / 8; nt++) v_seen[dmma_v_dim(D, n, nt)]++;
+        for (int ln = 0; ln < 4; ln++)
+            for (int nt = 0; nt < D / 8; nt++)
+                for (int e = 0; e < 2; e++) o_seen[dmma_o_dim(D, ln, nt, e)]++;
+        for (int d = 0; d < D; d++) {
+            cr_assert_eq(seen[d], 1, "K dimension %d of D %d", d, D);
+            cr_assert_eq(v_seen[d], 1, "V dimension %d of D %d", d, D);
+            cr_assert_eq(o_seen[d], 1, "O dimension %d of D %d", d, D);
+        }
+    }
+    for (int ln = 0; ln < LANES; ln++)
+        for (int j = 0; j < 4; j++) {
+            cr_assert_eq(dmma_k_index(ln, j), flash_b_k(ln, j), "byte j is B's element j");
+            cr_assert_eq(dmma_k_index(ln, j), flash_a_col(ln, j < 2 ? j : j + 2), "and A's element of registers 0, 2");
+            cr_assert_eq(dmma_v_key(ln, j), flash_b_k(ln, j), "V row r is B's element r");
+        }
+}
+
+Test(decode_mma_plan, byte_pairs_from_prmt) {
+    const uint32_t a = 0x03020100u, b = 0x13121110u;
+    cr_assert_eq(prmt(a, b, dmma_pair_selector(0)), 0x11011000u);
+    cr_assert_eq(prmt(a, b, dmma_pair_selector(1)), 0x13031202u);
+}
+
+Test(decode_mma_plan, attention_at_odd_lengths_splits_and_blocks, .timeout = 300) {
+    static const int lengths[] = {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129, 255, 256, 257, 1000};
+    static const int splits[] = {1, 3, 64};
+    static const int block_sizes[] = {8, 16, 48, 256};
+    static const int heads[] = {1, 2, 5, 8};
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+        for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++)
+            for (size_t bi = 0; bi < sizeof block_sizes / sizeof block_sizes[0]; bi++) {
+                const int h = heads[(li + si + bi) % 4], D = (li + bi) % 2 ? 64 : 128;
+                run(D, h, block_sizes[bi], lengths[li], splits[si], next(&seed));
+            }
+}
+
+Test(decode_mma_plan, attention_long_context, .timeout = 300) {
+    run(128, 2, 256, 16384, 33, 7);
+    run(128, 8, 16, 4097, 1, 8);
+}
