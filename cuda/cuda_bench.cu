@@ -219,14 +219,17 @@ extern "C" int cuda_bench_attention(int batch, int context, int num_heads, int n
     bool fp8 = false;
     if (cuda_bench_kv_fp8(&fp8, err)) return -1;
     out->fp8 = fp8;
+    const size_t len = strlen(out->device);
     if (fp8) { /* the "previous kernel": the current one on the bf16 cache, same splits */
         out->legacy_splits = out->splits;
-        size_t len = strlen(out->device);
         snprintf(out->device + len, sizeof out->device - len, ", fp8 KV cache on %s (previous = bf16 cache)",
                  cuda_decode_attention_fp8_tensor_cores(head_dim) ? "the tensor cores" : "FMAs");
     } else {
         out->legacy_splits = cuda_attention_choose_splits(batch, num_kv_heads, context, prop.multiProcessorCount,
                                                           CUDA_MAX_SPLIT_BLOCKS);
+        snprintf(out->device + len, sizeof out->device - len, ", bf16 KV cache on %s",
+                 cuda_decode_attention_bf16_tensor_cores(head_dim, num_heads / num_kv_heads) ? "the tensor cores"
+                                                                                               : "FMAs");
     }
     out->kv_bytes = 2.0 * context * batch * num_kv_heads * head_dim * (fp8 ? 1 : 2);
     Buffers b;

@@ -1,33 +1,37 @@
 /*
- * cuda_decode_attention_mma.cu - decode attention over an fp8 KV cache on
- * the tensor cores (see cuda_kernels.h's cuda_decode_attention_fp8; the
- * fragment arithmetic is cuda_decode_mma_plan.h's).
+ * cuda_decode_attention_mma.cu - decode attention on the tensor cores, for
+ * an fp8 KV cache and for a bf16 cache with wide head groups (see
+ * cuda_kernels.h's cuda_decode_attention_*_tensor_cores; the fragment
+ * arithmetic is cuda_decode_mma_plan.h's).
  *
- * The FMA kernel (cuda_decode_attention.cu) widens every e4m3 value to
- * float32 and spends an FMA per query head on it: ~3.5 instructions a byte,
- * so on an H200 it read an fp8 cache at 67% of the copy bandwidth where the
- * bf16 cache's reads run at ~100% (cuda/PERFORMANCE.md, v6). Here the bytes
+ * The FMA kernel (cuda_decode_attention.cu) spends an FMA per value per
+ * query head, and an fp8 value a conversion to float32 first: on an H200 it
+ * read an fp8 cache at 67% of the copy bandwidth and, at eight heads a KV
+ * head (Qwen3-30B-A3B, Qwen3-32B), a bf16 cache at ~30%, where two heads'
+ * bf16 reads run at ~100% (cuda/PERFORMANCE.md, v3 and v6). Here the values
  * go to the tensor cores as they are:
- *  - a warp loads the K and V rows of 32 keys (two groups of 16) with
- *    16-byte loads before using any: whole 64- and 128-byte row pieces per
- *    instruction, 8 KB in flight a warp at head_dim 128;
- *  - one cvt.rn.f16x2.e4m3x2 turns two K bytes into B's register of
+ *  - a warp loads the K and V rows of 16 or 32 keys with 16-byte loads
+ *    before using any: whole 64- and 128-byte row pieces per instruction,
+ *    8 KB in flight a warp at head_dim 128;
+ *  - fp8: one cvt.rn.f16x2.e4m3x2 turns two K bytes into B's register of
  *    S = Q K^T (exact: every e4m3 is an f16); V's pairs of rows take a byte
- *    permute first; ~1.2 instructions a byte in all;
- *  - mma.m16n8k16 (f16 in, float32 accumulate) with the block's query heads
- *    as A's rows 0-7 and rows 8-15 zero (their results are never kept);
+ *    permute first; ~1.2 instructions a byte in all. bf16: K's words are B's
+ *    registers, V's pairs one permute;
+ *  - mma.m16n8k16 (f16 or bf16 in, float32 accumulate) with the block's
+ *    query heads as A's rows 0-7 and rows 8-15 zero (never kept);
  *  - the online softmax on S's accumulators, the four lanes of a head
- *    exchanging the running max by shuffles, P rounded to f16 straight into
- *    A's registers for O += P V (the flash kernel's pattern);
+ *    exchanging the running max by shuffles, P rounded straight into A's
+ *    registers for O += P V (the flash kernel's pattern);
  *  - the warps and the splits merge as the FMA kernel's do
  *    (cuda_decode_block.h): the same grid, workspace and counters.
- * Rounding: q goes to f16 times a power of two chosen from the block's
- * largest |q| (exact for bf16 q: 8 significant bits in f16's 11, no
- * overflow whatever q's range), the power undone on S in float32; P (in
- * [0, 1]) is rounded to f16, within 2^-11 of itself, so the output is
- * within 2^-11 of max |v| of the float32 kernel's on top of the bf16
- * rounding both share. sm_89 and newer (the e4m3 conversion); the binary
- * built for sm_80 has an empty kernel that the host never launches
+ * Rounding: fp8's q goes to f16 times a power of two chosen from the
+ * block's largest |q| (exact for bf16 q: 8 significant bits in f16's 11, no
+ * overflow whatever q's range), the power undone on S in float32, and P
+ * (in [0, 1]) to f16, within 2^-11 of itself; bf16's q is exact and P is
+ * rounded to bf16 (2^-9, as the flash prefill kernel's). So the output is
+ * within 2^-11 (2^-9) of max |v| of the FMA kernel's, on top of the bf16
+ * rounding both share. The fp8 kernel needs sm_89 (the e4m3 conversion):
+ * its sm_80 binary, which an sm_89 card runs, is empty and never launched
  * (cuda_decode_attention_fp8_tensor_cores asks the loaded binary's version).
  */
 #include <math.h>
@@ -44,14 +48,21 @@
 
 #define WARP 32
 
-/* d (row gid's two columns) += a b, m16n8k16, f16 in, float32 accumulate;
- * A's rows 8-15 (registers 1 and 3) zero, C's for them zero and dropped. */
-__device__ __forceinline__ void mma_f16_rows0_7(float d[2], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+/* d (row gid's two columns) += a b, m16n8k16 with bf16 or f16 inputs,
+ * float32 accumulate; A's rows 8-15 (registers 1 and 3) zero, C's for them
+ * zero and dropped. */
+#define MMA_ROWS0_7(in)                                                                                          \
+    "mma.sync.aligned.m16n8k16.row.col.f32." in "." in ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %5}, {%7, %8}, " \
+    "{%0, %1, %2, %3};"
+template <bool BF16>
+__device__ __forceinline__ void mma_rows0_7(float d[2], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
     float c[4] = {d[0], d[1], 0.0f, 0.0f};
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %5}, {%7, %8}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
+    if constexpr (BF16)
+        asm(MMA_ROWS0_7("bf16") : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
+    else
+        asm(MMA_ROWS0_7("f16") : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
     d[0] = c[0];
     d[1] = c[1];
 }
@@ -67,32 +78,82 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
     const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two_bytes & 0xffffu), __NV_E4M3);
     return (uint32_t)r.x | (uint32_t)r.y << 16;
 #else
-    (void)two_bytes; /* no such conversion: the kernel below is empty there */
+    (void)two_bytes; /* no such conversion: the fp8 kernel is empty there */
     return 0u;
 #endif
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4 &r, int w) {
-    return w == 0 ? r.x : w == 1 ? r.y : w == 2 ? r.z : r.w;
+/* What differs between the caches: B's registers from the loaded words, P's
+ * packing and the mma's input type. kw: one key's words (chunk c at words
+ * [4 BYTES c, 4 BYTES (c + 1))); va, vb: two rows' words. */
+template <typename KV> struct MmaKv;
+template <> struct MmaKv<uint8_t> { /* e4m3 bytes, f16 products */
+    static constexpr int GROUPS = 2;
+    __device__ static void k_regs(const uint32_t *kw, int s, uint32_t &b0, uint32_t &b1) {
+        b0 = e4m3x2_to_f16x2(kw[s]);
+        b1 = e4m3x2_to_f16x2(kw[s] >> 16);
+    }
+    __device__ static uint32_t v_reg(const uint32_t *va, const uint32_t *vb, int nt) {
+        const uint32_t pair = __byte_perm(va[nt / 4], vb[nt / 4], dmma_pair_selector(nt / 2 % 2));
+        return e4m3x2_to_f16x2(nt % 2 ? pair >> 16 : pair);
+    }
+    __device__ static uint32_t pack_p(float a, float b) { return pack_f16x2(a, b); }
+    __device__ static void mma(float d[2], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+        mma_rows0_7<false>(d, a0, a2, b0, b1);
+    }
+};
+template <> struct MmaKv<uint16_t> { /* bf16 values, bf16 products */
+    static constexpr int GROUPS = 1;
+    __device__ static void k_regs(const uint32_t *kw, int s, uint32_t &b0, uint32_t &b1) {
+        b0 = kw[2 * s];
+        b1 = kw[2 * s + 1];
+    }
+    __device__ static uint32_t v_reg(const uint32_t *va, const uint32_t *vb, int nt) {
+        return __byte_perm(va[nt / 2], vb[nt / 2], dmma_bf16_pair_selector(nt % 2));
+    }
+    __device__ static uint32_t pack_p(float a, float b) { return pack_bf16x2(a, b); }
+    __device__ static void mma(float d[2], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+        mma_rows0_7<true>(d, a0, a2, b0, b1);
+    }
+};
+
+/* n words from p (16-byte aligned for n >= 4, else 8), or zeros. */
+template <int N> __device__ __forceinline__ void load_words(uint32_t *w, const void *p, bool in_range) {
+    static_assert(N == 2 || N % 4 == 0, "uint2 or uint4 loads");
+    if constexpr (N == 2) {
+        const uint2 v = in_range ? __ldg(reinterpret_cast<const uint2 *>(p)) : make_uint2(0, 0);
+        w[0] = v.x, w[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) {
+            const uint4 v = in_range ? __ldg(reinterpret_cast<const uint4 *>(p) + i) : make_uint4(0, 0, 0, 0);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+    }
 }
-__device__ __forceinline__ uint32_t word_of(const uint2 &r, int w) { return w == 0 ? r.x : r.y; }
-__device__ __forceinline__ void zero_raw(uint4 &r) { r = make_uint4(0, 0, 0, 0); }
-__device__ __forceinline__ void zero_raw(uint2 &r) { r = make_uint2(0, 0); }
 
 /* D: head_dim (64 or 128); HB: query heads per block (heads_here of them
- * real), at most 8. Arguments as decode_attention_kernel's. */
-template <int D, int HB>
+ * real), at most 8; KV: the cache's element, uint8_t (fp8 e4m3, read as
+ * e4m3 itself: FP8_UNIT is 1 on sm_89) or uint16_t (bf16; the scales are
+ * 1). Arguments as decode_attention_kernel's. */
+template <int D, int HB, typename KV>
 __global__ void __launch_bounds__(DECODE_THREADS, 2)
 decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ q,
-                            const uint8_t *__restrict__ k_cache, const uint8_t *__restrict__ v_cache,
+                            const KV *__restrict__ k_cache, const KV *__restrict__ v_cache,
                             const CudaAttnSeq *__restrict__ seqs, const CudaAttnItem *__restrict__ items,
                             const int32_t *__restrict__ block_tables, int num_heads, int num_kv_heads,
                             int block_size, int block_shift, float q_scale, int num_splits,
                             float *__restrict__ part, int *__restrict__ counters, float k_scale, float v_scale) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    static_assert(HB <= 8 && (D == 64 || D == 128), "rows 0-7 of A, D / 64 K loads and D / 8 V bytes a lane");
-    constexpr int KSTEPS = D / 16, NTILES = D / 8, KLOADS = D / 64, VBYTES = D / 8;
-    using VRaw = typename std::conditional<VBYTES == 16, uint4, uint2>::type;
+    constexpr bool FP8 = sizeof(KV) == 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+    if constexpr (FP8) return; /* no e4m3 conversion: never launched (cuda_decode_attention_fp8_tensor_cores) */
+#endif
+    static_assert(HB <= 8 && (D == 64 || D == 128), "rows 0-7 of A; D / 64 chunks of K and D / 8 values of V a lane");
+    using Kv = MmaKv<KV>;
+    constexpr int KSTEPS = D / 16, NTILES = D / 8, CHUNKS = D / 64, GROUPS = Kv::GROUPS;
+    constexpr int CHUNK_WORDS = 16 * (int)sizeof(KV) / 4, KWORDS = CHUNKS * CHUNK_WORDS;
+    constexpr int VWORDS = D / 8 * (int)sizeof(KV) / 4;
+    static_assert(GROUPS == dmma_groups((int)sizeof(KV)), "cuda_decode_mma_plan.h's group count");
     __shared__ DecodeShared<D, HB> sh;
 
     pdl_trigger(); /* the o_proj gemv after it may start and load its weights (cuda_pdl.h) */
@@ -101,42 +162,44 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
     const int key_end = b.key_end;
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, gid = lane / 4;
 
-    /* q of head gid at the lane's K dimensions (dmma_k_dim), as A's f16
-     * pairs: word s of chunk c holds k-step 4 c + s's four dimensions. */
-    float qf[KSTEPS][4];
-    float amax = 0.0f;
+    /* q of head gid at the lane's K dimensions (dmma_k_dim) as bf16 words,
+     * 8 a chunk: k-step s's dimensions are words 2 s and 2 s + 1. */
+    uint32_t qw[CHUNKS * 8];
 #pragma unroll
-    for (int c = 0; c < KLOADS; c++) {
-        float f[16] = {};
-        if (gid < b.heads_here) {
-            const uint16_t *qh = q + ((size_t)b.token * num_heads + b.head0 + gid) * D + dmma_k_offset(lane, c);
-            widen8(*reinterpret_cast<const uint4 *>(qh), f);
-            widen8(*reinterpret_cast<const uint4 *>(qh + 8), f + 8);
+    for (int c = 0; c < CHUNKS; c++)
+        load_words<8>(qw + 8 * c, q + ((size_t)b.token * num_heads + b.head0 + gid) * D + dmma_k_offset(lane, c),
+                      gid < b.heads_here);
+    uint32_t qa[KSTEPS][2]; /* A's registers 0 and 2 of k-step s */
+    float s_scale = q_scale;
+    if constexpr (FP8) { /* f16 q, times 2^q_exp: the block's largest |q| lands in [2^14, 2^15) */
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CHUNKS * 8; i++)
+            amax = fmaxf(amax, fmaxf(fabsf(bf16_bits_to_float((uint16_t)qw[i])), fabsf(bf16_bits_to_float((uint16_t)(qw[i] >> 16)))));
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        int q_exp = 0;
+        if (amax > 0.0f) {
+            frexpf(amax, &q_exp);
+            q_exp = min(15 - q_exp, 100);
         }
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            qf[4 * c + j / 4][j % 4] = f[j];
-            amax = fmaxf(amax, fabsf(f[j]));
-        }
-    }
+        for (int s = 0; s < KSTEPS; s++)
 #pragma unroll
-    for (int o = WARP / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    int q_exp = 0; /* the block's largest |q| times 2^q_exp is in [2^14, 2^15): f16 holds it */
-    if (amax > 0.0f) {
-        frexpf(amax, &q_exp);
-        q_exp = min(15 - q_exp, 100);
-    }
-    uint32_t qa[KSTEPS][2];
+            for (int h = 0; h < 2; h++) {
+                const uint32_t w = qw[2 * s + h];
+                qa[s][h] = pack_f16x2(ldexpf(bf16_bits_to_float((uint16_t)w), q_exp),
+                                      ldexpf(bf16_bits_to_float((uint16_t)(w >> 16)), q_exp));
+            }
+        s_scale = ldexpf(q_scale * k_scale, -q_exp);
+    } else {
 #pragma unroll
-    for (int s = 0; s < KSTEPS; s++) {
-        qa[s][0] = pack_f16x2(ldexpf(qf[s][0], q_exp), ldexpf(qf[s][1], q_exp));
-        qa[s][1] = pack_f16x2(ldexpf(qf[s][2], q_exp), ldexpf(qf[s][3], q_exp));
+        for (int s = 0; s < KSTEPS; s++) qa[s][0] = qw[2 * s], qa[s][1] = qw[2 * s + 1];
     }
-    const float s_scale = ldexpf(q_scale * k_scale, -q_exp); /* FP8_UNIT is 1 here */
 
     const int32_t *table = block_tables + b.table0;
     const size_t row_stride = (size_t)num_kv_heads * D;
-    const uint8_t *k_head = k_cache + (size_t)b.kv_head * D, *v_head = v_cache + (size_t)b.kv_head * D;
+    const KV *k_head = k_cache + (size_t)b.kv_head * D, *v_head = v_cache + (size_t)b.kv_head * D;
     const bool group_in_one_block = block_size % DMMA_GROUP_KEYS == 0; /* groups start at multiples of 16 */
     auto slot_of = [&](int key) -> size_t {
         const int block = block_shift >= 0 ? key >> block_shift : key / block_size;
@@ -148,52 +211,47 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
 #pragma unroll
     for (int nt = 0; nt < NTILES; nt++) o[nt][0] = o[nt][1] = 0.0f;
 
-    for (int pass0 = b.key_begin; dmma_group_key0(pass0, warp, 0) < key_end;
-         pass0 += DECODE_WARPS * DMMA_WARP_KEYS) {
-        uint4 kr[DMMA_GROUPS][2][KLOADS];
-        VRaw vr[DMMA_GROUPS][4];
+    for (int pass0 = b.key_begin; dmma_group_key0(pass0, warp, 0, sizeof(KV)) < key_end;
+         pass0 += DECODE_WARPS * dmma_warp_keys(sizeof(KV))) {
+        uint32_t kw[GROUPS][2][KWORDS], vw[GROUPS][4][VWORDS]; /* zeros past the end: never a NaN times p = 0 */
 #pragma unroll
-        for (int g = 0; g < DMMA_GROUPS; g++) {
-            const int key0 = dmma_group_key0(pass0, warp, g);
+        for (int g = 0; g < GROUPS; g++) {
+            const int key0 = dmma_group_key0(pass0, warp, g, sizeof(KV));
             const size_t slot0 = group_in_one_block && key0 < key_end ? slot_of(key0) : 0;
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) {
                 const int key = key0 + dmma_k_key(lane, nt);
+                const bool in = key < key_end;
+                const size_t slot = !in ? 0 : group_in_one_block ? slot0 + (key - key0) : slot_of(key);
 #pragma unroll
-                for (int c = 0; c < KLOADS; c++) zero_raw(kr[g][nt][c]);
-                if (key < key_end) {
-                    const size_t slot = group_in_one_block ? slot0 + (key - key0) : slot_of(key);
-                    const uint8_t *row = k_head + slot * row_stride;
-#pragma unroll
-                    for (int c = 0; c < KLOADS; c++)
-                        kr[g][nt][c] = __ldg(reinterpret_cast<const uint4 *>(row + dmma_k_offset(lane, c)));
-                }
+                for (int c = 0; c < CHUNKS; c++)
+                    load_words<CHUNK_WORDS>(kw[g][nt] + CHUNK_WORDS * c, k_head + slot * row_stride + dmma_k_offset(lane, c),
+                                            in);
             }
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int key = key0 + dmma_v_key(lane, r);
-                zero_raw(vr[g][r]); /* past the end: zeros, never a NaN byte times p = 0 */
-                if (key < key_end) {
-                    const size_t slot = group_in_one_block ? slot0 + (key - key0) : slot_of(key);
-                    vr[g][r] = __ldg(reinterpret_cast<const VRaw *>(v_head + slot * row_stride + dmma_v_offset(D, lane)));
-                }
+                const bool in = key < key_end;
+                const size_t slot = !in ? 0 : group_in_one_block ? slot0 + (key - key0) : slot_of(key);
+                load_words<VWORDS>(vw[g][r], v_head + slot * row_stride + dmma_v_offset(D, lane), in);
             }
         }
 
         /* S of the pass's keys for head gid: s[g][nt][e] is key
          * dmma_group_key0 + 8 nt + 2 tig + e (flash_c_col). */
-        float s[DMMA_GROUPS][2][2];
+        float s[GROUPS][2][2];
         float m_new = m;
 #pragma unroll
-        for (int g = 0; g < DMMA_GROUPS; g++) {
-            const int key0 = dmma_group_key0(pass0, warp, g);
+        for (int g = 0; g < GROUPS; g++) {
+            const int key0 = dmma_group_key0(pass0, warp, g, sizeof(KV));
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) {
                 float acc[2] = {0.0f, 0.0f};
 #pragma unroll
                 for (int ks = 0; ks < KSTEPS; ks++) {
-                    const uint32_t w = word_of(kr[g][nt][ks / 4], ks % 4);
-                    mma_f16_rows0_7(acc, qa[ks][0], qa[ks][1], e4m3x2_to_f16x2(w), e4m3x2_to_f16x2(w >> 16));
+                    uint32_t b0, b1;
+                    Kv::k_regs(kw[g][nt], ks, b0, b1);
+                    Kv::mma(acc, qa[ks][0], qa[ks][1], b0, b1);
                 }
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
@@ -215,7 +273,7 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
         }
 
 #pragma unroll
-        for (int g = 0; g < DMMA_GROUPS; g++) {
+        for (int g = 0; g < GROUPS; g++) {
             float p[2][2];
 #pragma unroll
             for (int nt = 0; nt < 2; nt++)
@@ -225,52 +283,43 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
                     l += p[nt][e];
                 }
             /* S's n-tiles 0 and 1 are A's registers 0 and 2 of the group's k-step */
-            const uint32_t a0 = pack_f16x2(p[0][0], p[0][1]), a2 = pack_f16x2(p[1][0], p[1][1]);
+            const uint32_t a0 = Kv::pack_p(p[0][0], p[0][1]), a2 = Kv::pack_p(p[1][0], p[1][1]);
 #pragma unroll
-            for (int w = 0; w < VBYTES / 4; w++) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const uint32_t ab = __byte_perm(word_of(vr[g][0], w), word_of(vr[g][1], w), dmma_pair_selector(h));
-                    const uint32_t cd = __byte_perm(word_of(vr[g][2], w), word_of(vr[g][3], w), dmma_pair_selector(h));
-                    mma_f16_rows0_7(o[4 * w + 2 * h], a0, a2, e4m3x2_to_f16x2(ab), e4m3x2_to_f16x2(cd));
-                    mma_f16_rows0_7(o[4 * w + 2 * h + 1], a0, a2, e4m3x2_to_f16x2(ab >> 16),
-                                    e4m3x2_to_f16x2(cd >> 16));
-                }
-            }
+            for (int nt = 0; nt < NTILES; nt++)
+                Kv::mma(o[nt], a0, a2, Kv::v_reg(vw[g][0], vw[g][1], nt), Kv::v_reg(vw[g][2], vw[g][3], nt));
         }
     }
 
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     if (gid < b.heads_here) {
-        /* V's scale, once: the merges are linear in the outputs */
+        const float v_mul = FP8 ? v_scale : 1.0f; /* V's scale, once: the merges are linear in the outputs */
 #pragma unroll
         for (int nt = 0; nt < NTILES; nt++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) sh.warp_o[warp][gid][dmma_o_dim(D, lane, nt, e)] = o[nt][e] * v_scale;
+            for (int e = 0; e < 2; e++) sh.warp_o[warp][gid][dmma_o_dim(D, lane, nt, e)] = o[nt][e] * v_mul;
         if (lane % 4 == 0) {
             sh.warp_m[warp][gid] = m;
             sh.warp_l[warp][gid] = l;
         }
     }
     decode_finish<D, HB>(sh, b, out, part, counters, num_heads, num_splits);
-#endif
 }
 
-template <int D, int HB>
-static int launch(const DecodeArgs<uint8_t> &a, Error *err) {
+template <int D, int HB, typename KV>
+static int launch(const DecodeArgs<KV> &a, Error *err) {
     const int group = a.num_heads / a.num_kv_heads, chunks = (group + HB - 1) / HB;
     const float q_scale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D): softmax in base 2 */
     dim3 grid((unsigned)a.num_items, (unsigned)(a.num_kv_heads * chunks), (unsigned)a.num_splits);
-    decode_attention_mma_kernel<D, HB><<<grid, DECODE_THREADS, 0, a.stream>>>(
+    decode_attention_mma_kernel<D, HB, KV><<<grid, DECODE_THREADS, 0, a.stream>>>(
         a.out, a.q, a.k_cache, a.v_cache, a.seqs, a.items, a.block_tables, a.num_heads, a.num_kv_heads, a.block_size,
         decode_block_shift(a.block_size), q_scale, a.num_splits, a.part, a.counters, a.k_scale, a.v_scale);
-    CUDA_LAUNCHED("the fp8 decode attention kernel (tensor cores)", err);
+    CUDA_LAUNCHED("the decode attention kernel on the tensor cores", err);
     return 0;
 }
 
-template <int D>
-static int launch_heads(const DecodeArgs<uint8_t> &a, Error *err) {
+template <int D, typename KV>
+static int launch_heads(const DecodeArgs<KV> &a, Error *err) {
     switch (decode_heads_per_block(a.num_heads / a.num_kv_heads)) {
     case 1: return launch<D, 1>(a, err);
     case 2: return launch<D, 2>(a, err);
@@ -279,19 +328,22 @@ static int launch_heads(const DecodeArgs<uint8_t> &a, Error *err) {
     }
 }
 
-int decode_attention_fp8_mma(const DecodeArgs<uint8_t> &a, int head_dim, Error *err) {
-    if (!dmma_supports(head_dim)) return error_set(err, "fp8 decode attention on the tensor cores: head_dim %d", head_dim);
+template <typename KV>
+int decode_attention_mma(const DecodeArgs<KV> &a, int head_dim, Error *err) {
+    if (!dmma_supports(head_dim)) return error_set(err, "decode attention on the tensor cores: head_dim %d", head_dim);
     return head_dim == 64 ? launch_heads<64>(a, err) : launch_heads<128>(a, err);
 }
+template int decode_attention_mma<uint8_t>(const DecodeArgs<uint8_t> &, int, Error *);
+template int decode_attention_mma<uint16_t>(const DecodeArgs<uint16_t> &, int, Error *);
 
 /* The binary the driver loaded for this GPU: built for sm_80 (an sm_89 card
- * such as an L40S runs that one) the kernel is empty. Asked once. */
+ * such as an L40S runs that one) the fp8 kernel is empty. Asked once. */
 extern "C" bool cuda_decode_attention_fp8_tensor_cores(int head_dim) {
     static int binary_version = -1;
     if (!dmma_supports(head_dim) || cuda_variant_legacy("fp8decode")) return false;
     if (binary_version < 0) {
         cudaFuncAttributes attr;
-        if (cudaFuncGetAttributes(&attr, decode_attention_mma_kernel<128, 2>) == cudaSuccess) {
+        if (cudaFuncGetAttributes(&attr, decode_attention_mma_kernel<128, 2, uint8_t>) == cudaSuccess) {
             binary_version = attr.binaryVersion;
         } else {
             (void)cudaGetLastError(); /* no binary for this GPU: the FMA kernel's launch reports it */
@@ -299,4 +351,8 @@ extern "C" bool cuda_decode_attention_fp8_tensor_cores(int head_dim) {
         }
     }
     return binary_version >= 89;
+}
+
+extern "C" bool cuda_decode_attention_bf16_tensor_cores(int head_dim, int group) {
+    return dmma_supports(head_dim) && group >= DMMA_BF16_MIN_GROUP && !cuda_variant_legacy("bf16decode");
 }

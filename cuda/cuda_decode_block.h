@@ -41,9 +41,10 @@ template <typename KV> struct DecodeArgs {
     cudaStream_t stream;
 };
 
-/* The fp8 cache's kernel on the tensor cores (cuda_decode_attention_mma.cu),
- * for head sizes where cuda_decode_attention_fp8_tensor_cores says so. */
-int decode_attention_fp8_mma(const DecodeArgs<uint8_t> &a, int head_dim, Error *err);
+/* The kernel on the tensor cores (cuda_decode_attention_mma.cu), for an
+ * fp8 cache (uint8_t) or a bf16 one (uint16_t), where
+ * cuda_decode_attention_{fp8,bf16}_tensor_cores say so. */
+template <typename KV> int decode_attention_mma(const DecodeArgs<KV> &a, int head_dim, Error *err);
 
 /* log2(block_size) when a power of two, else -1 (a division per key). */
 static inline int decode_block_shift(int block_size) {

@@ -178,6 +178,12 @@ int cuda_decode_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k
  * than on FMAs. */
 bool cuda_decode_attention_fp8_tensor_cores(int head_dim);
 
+/* Whether cuda_decode_attention runs on the tensor cores at head_dim with
+ * `group` query heads a KV head (the same kernel: q exact, P rounded to
+ * bf16 as the flash prefill's; head sizes 64 and 128, groups of 3 and more,
+ * not NANOVLLM_CUDA_LEGACY=bf16decode). */
+bool cuda_decode_attention_bf16_tensor_cores(int head_dim, int group);
+
 /* Thread blocks per split of a decode launch (items x KV heads x blocks per group). */
 int cuda_decode_attention_blocks(int num_items, int num_heads, int num_kv_heads);
 size_t cuda_decode_attention_counters_bytes(int max_split_blocks);

@@ -94,6 +94,9 @@ int cuda_runner_alloc_activations(CudaRunner *r, Error *err) {
                  cuda_decode_attention_fp8_tensor_cores(c->head_dim)
                      ? "on the tensor cores (mma.sync, q and P in f16)"
                      : "on FMAs (head size, GPU or NANOVLLM_CUDA_LEGACY=fp8decode)");
+    else if (!r->legacy_attention && cuda_decode_attention_bf16_tensor_cores(c->head_dim, c->num_heads / c->num_kv_heads))
+        log_info("decode attention on the tensor cores (mma.sync, P in bf16): %d query heads a KV head",
+                 c->num_heads / c->num_kv_heads);
 
     /* NANOVLLM_CUDA_LEGACY=fuse keeps RMSNorm and SiLU x up as launches of
      * their own; "gemv" (cuBLAS for every batch) has no gemv to fuse into */

@@ -17,7 +17,8 @@
  * dequantize to bf16 for cuBLAS instead of cuBLASLt's FP8 x FP8 GEMM),
  * "pdl" (the gemvs launched plainly, not as programmatic dependents of the
  * kernel before them), "fp8decode" (an fp8 KV cache's decode attention on
- * FMAs, not on the tensor cores).
+ * FMAs, not on the tensor cores), "bf16decode" (the same for a bf16 cache
+ * with three or more query heads a KV head).
  * Unset, every part runs
  * its current kernel. With an fp8 KV cache (--kv-cache-dtype fp8) "prefetch"
  * changes nothing (its decode kernel never prefetches) and "attention" is ignored (logged)
@@ -34,8 +35,8 @@ extern "C" {
 #endif
 
 /* Whether `part` ("attention", "kernels", "sampler", "gemv", "gdn", "prefill",
- * "prefetch", "moe", "fuse", "fp8gemm", "pdl", "fp8decode") is listed in
- * NANOVLLM_CUDA_LEGACY. */
+ * "prefetch", "moe", "fuse", "fp8gemm", "pdl", "fp8decode", "bf16decode") is
+ * listed in NANOVLLM_CUDA_LEGACY. */
 bool cuda_variant_legacy(const char *part);
 
 #ifdef __cplusplus

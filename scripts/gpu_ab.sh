@@ -14,8 +14,9 @@
 #  kernels: bench --attention (decode attention alone: the current kernel,
 #           the same unsplit, the previous kernel; CUDA-event timings, best
 #           of 10; the largest difference between the two kernels' outputs on
-#           random K, V, q) at the issue's shapes, for Qwen3-0.6B's heads and
-#           Qwen3-30B-A3B's (32/4);
+#           random K, V, q) at the issue's shapes, for Qwen3-0.6B's heads,
+#           Qwen3-30B-A3B's (32/4) and Qwen3-8B's (32/8): groups of 3 and more
+#           on the tensor cores, and again on FMAs (NANOVLLM_CUDA_LEGACY=bf16decode);
 #  e2e:     a random Qwen3-0.6B: single-sequence decode (bench --latency, the
 #           median of AB_ROUNDS alternating rounds) and nano-vllm's bench.py
 #           workload (bench) for the current build, each part's previous
@@ -153,15 +154,20 @@ row "GPU" "-" "$(nvidia-smi --query-gpu=name,memory.total,driver_version --forma
 
 # ---- kernels: decode attention alone ------------------------------------------------
 if want kernels; then
+    # groups of 3+ (32/4: Qwen3-30B-A3B, 32/8: Qwen3-4B/8B) run on the tensor cores; ":fma" the
+    # same shape on the FMA kernel (NANOVLLM_CUDA_LEGACY=bf16decode)
     for spec in "16/8 256 1024" "16/8 64 4096" "16/8 1 16384" "16/8 1 550" "16/8 16 2048" \
-        "32/4 64 4096" "32/4 1 16384" "32/4 1 550"; do
+        "32/4 64 4096" "32/4 1 16384" "32/4 1 550" "32/8 64 4096" "32/4 64 4096 fma" "32/4 1 16384 fma" \
+        "32/8 64 4096 fma"; do
         set -- $spec
-        name="attention $1 heads, $2 x $3"
-        json=$(NANOVLLM_BENCH_HEADS=$1 timeout 60 "$BIN" bench --attention --num-seqs "$2" --input-len "$3" --json \
-            2> "$OUT/attention_${1/\//-}_$2_$3.log")
-        echo "$json" > "$OUT/attention_${1/\//-}_$2_$3.json"
+        legacy=${4:+bf16decode}
+        tag="${1/\//-}_$2_$3${4:+_fma}"
+        name="attention $1 heads, $2 x $3${4:+, FMA kernel}"
+        json=$(NANOVLLM_CUDA_LEGACY=$legacy NANOVLLM_BENCH_HEADS=$1 timeout 60 "$BIN" bench --attention \
+            --num-seqs "$2" --input-len "$3" --json 2> "$OUT/attention_$tag.log")
+        echo "$json" > "$OUT/attention_$tag.json"
         if [ -z "$json" ]; then
-            row "$name" FAIL "see attention_${1/\//-}_$2_$3.log"
+            row "$name" FAIL "see attention_$tag.log"
             continue
         fi
         diff=$(json_field "$json" "['max_diff_vs_legacy']" .2g)

@@ -44,10 +44,13 @@ for m in "tiny dense" "tiny-moe moe"; do
         > /dev/null 2>&1 || echo "FIXTURE tiny-qwen3_5/$2: not generated") &
 done
 cuobjdump -sass $B/nanovllm > /tmp/sass.txt 2>&1
-for k in decode_attention_kernel gemv_kernel flash_attention_kernel add_rmsnorm_warp qk_norm_rope_store_vec \
-    silu_mul_vec gemv_fp8_kernel fp8_dequantize16 fp8_quantize_kernel grouped_gemm_fp8 gdn_head_kernel gdn_chunk_kernel; do
+for k in decode_attention_kernel decode_attention_mma_kernel gemv_kernel flash_attention_kernel add_rmsnorm_warp \
+    qk_norm_rope_store_vec silu_mul_vec gemv_fp8_kernel fp8_dequantize16 fp8_quantize_kernel grouped_gemm_fp8 \
+    gdn_head_kernel gdn_chunk_kernel; do
     awk -v k=$k '/Function :/{f=($0 ~ k)} f&&/LDG.E.128/{n++} f&&/HMMA/{h++} f&&/(STL|LDL)/{s++} f&&/LDS.64/{d++}
-        END{print "SASS", k, ": LDG.E.128 =", n+0, " HMMA =", h+0, " local ld/st =", s+0, " LDS.64 =", d+0}' /tmp/sass.txt
+        f&&/E4M3/{e++}
+        END{print "SASS", k, ": LDG.E.128 =", n+0, " HMMA =", h+0, " local ld/st =", s+0, " LDS.64 =", d+0,
+            " E4M3 cvt =", e+0}' /tmp/sass.txt
 done | tee "$OUT/sass.txt"
 wait
 if [[ " ${SECTIONS:-} " == *" tests "* ]]; then

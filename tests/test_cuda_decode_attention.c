@@ -5,11 +5,13 @@
  * where its key ranges turn (1, 31-33, 255-257 keys, long contexts), every
  * head shape it serves (groups of 1, 2, 5, 8 and 16; head_dim 64, 128,
  * 256), and split counts from none to the largest, each launched twice so
- * that a split counter left non-zero would show. Skipped without a GPU,
- * except the split choice, which is arithmetic.
+ * that a split counter left non-zero would show; groups of 3 and more on
+ * the tensor-core kernel and on the FMA one. Skipped without a GPU, except
+ * the split choice, which is arithmetic.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda_test.h"
 
@@ -115,6 +117,37 @@ Test(cuda_decode_attention, every_group_and_head_dim, .timeout = 120) {
     run_case(&d256, 90, ALL_SPLITS, 5);
     DecodeCase block48 = {16, 8, 128, 48, 80, 3, {1, 97, 1000}}; /* not a power of two: divisions */
     run_case(&block48, 95, ALL_SPLITS, 5);
+}
+
+/* Groups of 3 and more run on the tensor cores (cuda_decode_attention_mma.cu,
+ * P in bf16: within 2^-9 of max |v| = 1 here, inside check_close's 0.01)
+ * at head_dim 64 and 128; the same shapes once more on the FMA kernel
+ * (NANOVLLM_CUDA_LEGACY=bf16decode, read once per process: criterion runs
+ * each test in its own). */
+static void wide_groups(void) {
+    DecodeCase g4 = {32, 8, 128, 16, 80, 4, {1, 17, 65, 777}}; /* Qwen3-4B/8B */
+    run_case(&g4, 100, ALL_SPLITS, 5);
+    DecodeCase g4d64 = {8, 2, 64, 16, 80, 4, {15, 16, 33, 500}};
+    run_case(&g4d64, 105, ALL_SPLITS, 5);
+    DecodeCase g8_block48 = {32, 4, 128, 48, 80, 3, {1, 97, 1000}}; /* a group of 16 keys in one block, 48 % 16 == 0 */
+    run_case(&g8_block48, 110, ALL_SPLITS, 5);
+    DecodeCase g8_long = {32, 4, 128, 256, 66, 1, {16384}};
+    static const int splits[] = {1, 16, 64};
+    run_case(&g8_long, 115, splits, 3);
+}
+
+Test(cuda_decode_attention, wide_groups_on_the_tensor_cores, .timeout = 180) {
+    require_gpu();
+    cr_assert(cuda_decode_attention_bf16_tensor_cores(128, 4) && !cuda_decode_attention_bf16_tensor_cores(128, 2) &&
+              !cuda_decode_attention_bf16_tensor_cores(256, 8));
+    wide_groups();
+}
+
+Test(cuda_decode_attention, wide_groups_on_fmas, .timeout = 180) {
+    require_gpu();
+    setenv("NANOVLLM_CUDA_LEGACY", "bf16decode", 1);
+    cr_assert(!cuda_decode_attention_bf16_tensor_cores(128, 8), "bf16decode keeps the FMA kernel");
+    wide_groups();
 }
 
 /* Pure arithmetic: runs without a GPU in CUDA builds. */

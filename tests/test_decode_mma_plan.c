@@ -1,15 +1,16 @@
 /*
- * test_decode_mma_plan.c - the fp8 KV cache's decode attention on the
- * tensor cores (cuda/cuda_decode_attention_mma.cu) run on the CPU through
- * its own index arithmetic (cuda/cuda_decode_mma_plan.h), so a wrong
- * fragment, byte or key shows here rather than as a silently wrong
+ * test_decode_mma_plan.c - decode attention on the tensor cores
+ * (cuda/cuda_decode_attention_mma.cu, an fp8 or a bf16 KV cache) run on the
+ * CPU through its own index arithmetic (cuda/cuda_decode_mma_plan.h), so a
+ * wrong fragment, byte or key shows here rather than as a silently wrong
  * attention on a GPU.
  *
  * The emulation keeps what each of the 32 lanes of each warp holds, as the
- * kernel does: the 16-byte K loads and D / 8-byte V loads at the plan's
- * offsets from the slots the kernel computes (one table look-up a group
- * where the block size is a multiple of 16, one a key otherwise), words
- * taken apart into B's registers, V's pairs through an emulated prmt, q at
+ * kernel does: the K chunks and V rows' elements at the plan's offsets
+ * from the slots the kernel computes (one table look-up a group where the
+ * block size is a multiple of 16, one a key otherwise), 32-bit words taken
+ * apart into B's registers (a cvt of e4m3 pairs, or bf16 pairs as they
+ * are), V's pairs through an emulated prmt, q at
  * the plan's dimensions in A's registers, and mma.m16n8k16 emulated from
  * its PTX fragment patterns (cuda/cuda_flash_plan.h: element i of lane l is
  * A's (flash_a_row, flash_a_col), B's (flash_b_k, flash_b_n), C's
@@ -17,7 +18,8 @@
  * max exchanged, then warps and splits merged, must equal a plain float64
  * softmax over the dequantized cache. Arithmetic is exact here (double, no
  * f16 rounding): what is checked is where every value comes from and goes.
- * Cache slots no sequence owns hold NaN bytes (0x7f), so reading one shows.
+ * Cache slots no sequence owns hold NaNs (e4m3 0x7f, bf16 0x7fc0), so
+ * reading one shows.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -36,7 +38,8 @@
 
 typedef struct Case {
     int D, heads, block_size, num_keys, num_splits;
-    const uint8_t *k, *v; /* [slot][D] of one KV head */
+    int kv_bytes;         /* 1: e4m3, 2: bf16 */
+    const uint8_t *k, *v; /* [slot][D] elements of one KV head */
     const int32_t *table;
     const double *q; /* [heads][D] */
 } Case;
@@ -55,10 +58,47 @@ static uint32_t word(const uint8_t *bytes, int w) {
            (uint32_t)bytes[4 * w + 3] << 24;
 }
 
-/* cvt.rn.f16x2.e4m3x2 of the low 16 bits: the low byte is element 0. */
-static void cvt_pair(uint32_t two, double out[2]) {
-    out[0] = fp8_e4m3_to_float((uint8_t)(two & 0xff));
-    out[1] = fp8_e4m3_to_float((uint8_t)(two >> 8 & 0xff));
+/* The value of element i of a cache row (an e4m3 byte, or bf16's 2 bytes). */
+static double element(const uint8_t *row, int i, int kv_bytes) {
+    if (kv_bytes == 1) return fp8_e4m3_to_float(row[i]);
+    const uint32_t bits = (uint32_t)(row[2 * i] | row[2 * i + 1] << 8) << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* One B register from the low 16 bits of `pair` (element 0 low): fp8's
+ * cvt.rn.f16x2.e4m3x2, or a bf16 pair's two halves. */
+static void fp8_pair(uint32_t pair, double out[2]) {
+    out[0] = fp8_e4m3_to_float((uint8_t)(pair & 0xff));
+    out[1] = fp8_e4m3_to_float((uint8_t)(pair >> 8 & 0xff));
+}
+static void bf16_pair(uint32_t pair, double out[2]) {
+    uint8_t b[4] = {(uint8_t)pair, (uint8_t)(pair >> 8), (uint8_t)(pair >> 16), (uint8_t)(pair >> 24)};
+    out[0] = element(b, 0, 2);
+    out[1] = element(b, 1, 2);
+}
+
+/* MmaKv<KV>::k_regs: B's four elements of k-step s from a key's words. */
+static void k_regs(const uint8_t *key_bytes, int s, int kv_bytes, double b[4]) {
+    if (kv_bytes == 1) {
+        const uint32_t w = word(key_bytes, s);
+        fp8_pair(w, b);
+        fp8_pair(w >> 16, b + 2);
+    } else {
+        bf16_pair(word(key_bytes, 2 * s), b);
+        bf16_pair(word(key_bytes, 2 * s + 1), b + 2);
+    }
+}
+
+/* MmaKv<KV>::v_reg: n-tile nt's pair of two rows' values. */
+static void v_reg(const uint8_t *ra, const uint8_t *rb, int nt, int kv_bytes, double out[2]) {
+    if (kv_bytes == 1) {
+        const uint32_t pair = prmt(word(ra, nt / 4), word(rb, nt / 4), dmma_pair_selector(nt / 2 % 2));
+        fp8_pair(nt % 2 ? pair >> 16 : pair, out);
+    } else {
+        bf16_pair(prmt(word(ra, nt / 2), word(rb, nt / 2), dmma_bf16_pair_selector(nt % 2)), out);
+    }
 }
 
 /* D[16 x 8] = C + A B over the warp: a[l][i] (8 a lane), b[l][i] (4), c and
@@ -116,43 +156,44 @@ static void empty(Partial *p, int heads) {
  * layout per lane: qa[l][s][j] = q[gid][dmma_k_dim(l, s, j)] (0 past the
  * block's heads). Scores are in base 2 (q pre-scaled). */
 static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partial *out) {
-    const int D = c->D, KSTEPS = D / 16, NTILES = D / 8, KLOADS = D / 64, VBYTES = D / 8;
+    const int D = c->D, KSTEPS = D / 16, NTILES = D / 8, CHUNKS = D / 64, E = c->kv_bytes;
+    const int GROUPS = dmma_groups(E), CHUNK_BYTES = 16 * E, VBYTES = D / 8 * E;
     double m[LANES], l[LANES], o[LANES][MAX_D / 8][2];
     for (int ln = 0; ln < LANES; ln++) {
         m[ln] = -INFINITY;
         l[ln] = 0;
         memset(o[ln], 0, sizeof o[ln]);
     }
-    for (int pass0 = key_begin; dmma_group_key0(pass0, warp, 0) < key_end; pass0 += DECODE_WARPS * DMMA_WARP_KEYS) {
+    for (int pass0 = key_begin; dmma_group_key0(pass0, warp, 0, E) < key_end; pass0 += DECODE_WARPS * dmma_warp_keys(E)) {
         /* the lanes' loads (zeros past the end) */
-        static uint8_t kr[DMMA_GROUPS][LANES][2][MAX_D / 4], vr[DMMA_GROUPS][LANES][4][MAX_D / 8];
-        for (int g = 0; g < DMMA_GROUPS; g++) {
-            const int key0 = dmma_group_key0(pass0, warp, g);
+        static uint8_t kr[2][LANES][2][MAX_D / 4 * 2], vr[2][LANES][4][MAX_D / 8 * 2];
+        for (int g = 0; g < GROUPS; g++) {
+            const int key0 = dmma_group_key0(pass0, warp, g, E);
             for (int ln = 0; ln < LANES; ln++) {
                 for (int nt = 0; nt < 2; nt++) {
                     const int key = key0 + dmma_k_key(ln, nt);
-                    for (int ch = 0; ch < KLOADS; ch++) {
-                        uint8_t *dst = kr[g][ln][nt] + 16 * ch;
+                    for (int ch = 0; ch < CHUNKS; ch++) {
+                        uint8_t *dst = kr[g][ln][nt] + CHUNK_BYTES * ch;
                         if (key < key_end)
-                            memcpy(dst, c->k + slot_of(c, key, key0) * D + dmma_k_offset(ln, ch), 16);
+                            memcpy(dst, c->k + (slot_of(c, key, key0) * D + dmma_k_offset(ln, ch)) * E, CHUNK_BYTES);
                         else
-                            memset(dst, 0, 16);
+                            memset(dst, 0, CHUNK_BYTES);
                     }
                 }
                 for (int r = 0; r < 4; r++) {
                     const int key = key0 + dmma_v_key(ln, r);
                     if (key < key_end)
-                        memcpy(vr[g][ln][r], c->v + slot_of(c, key, key0) * D + dmma_v_offset(D, ln), VBYTES);
+                        memcpy(vr[g][ln][r], c->v + (slot_of(c, key, key0) * D + dmma_v_offset(D, ln)) * E, VBYTES);
                     else
                         memset(vr[g][ln][r], 0, VBYTES);
                 }
             }
         }
         /* S, scaled and masked, and the quad's new max */
-        double s[DMMA_GROUPS][LANES][2][2], m_new[LANES];
+        double s[2][LANES][2][2], m_new[LANES];
         for (int ln = 0; ln < LANES; ln++) m_new[ln] = m[ln];
-        for (int g = 0; g < DMMA_GROUPS; g++) {
-            const int key0 = dmma_group_key0(pass0, warp, g);
+        for (int g = 0; g < GROUPS; g++) {
+            const int key0 = dmma_group_key0(pass0, warp, g, E);
             for (int nt = 0; nt < 2; nt++) {
                 double acc[LANES][4] = {{0}};
                 for (int ks = 0; ks < KSTEPS; ks++) {
@@ -163,9 +204,7 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
                         if (gid < c->heads)
                             for (int j = 0; j < 4; j++)
                                 a[ln][j < 2 ? j : j + 2] = c->q[gid * D + dmma_k_dim(ln, ks, j)];
-                        const uint32_t w = word(kr[g][ln][nt] + 16 * (ks / 4), ks % 4);
-                        cvt_pair(w, b[ln]);
-                        cvt_pair(w >> 16, b[ln] + 2);
+                        k_regs(kr[g][ln][nt], ks, E, b[ln]);
                     }
                     mma(acc, a, b, acc);
                 }
@@ -191,7 +230,7 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
             }
         }
         /* O += P V */
-        for (int g = 0; g < DMMA_GROUPS; g++) {
+        for (int g = 0; g < GROUPS; g++) {
             double a[LANES][8] = {{0}};
             for (int ln = 0; ln < LANES; ln++)
                 for (int nt = 0; nt < 2; nt++)
@@ -200,21 +239,16 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
                         l[ln] += p;
                         a[ln][4 * nt + e] = p; /* registers 0 and 2 */
                     }
-            for (int w = 0; w < VBYTES / 4; w++)
-                for (int h = 0; h < 2; h++)
-                    for (int half = 0; half < 2; half++) {
-                        const int nt = 4 * w + 2 * h + half;
-                        double b[LANES][4], acc[LANES][4];
-                        for (int ln = 0; ln < LANES; ln++) {
-                            const uint32_t ab = prmt(word(vr[g][ln][0], w), word(vr[g][ln][1], w), dmma_pair_selector(h));
-                            const uint32_t cd = prmt(word(vr[g][ln][2], w), word(vr[g][ln][3], w), dmma_pair_selector(h));
-                            cvt_pair(half ? ab >> 16 : ab, b[ln]);
-                            cvt_pair(half ? cd >> 16 : cd, b[ln] + 2);
-                            acc[ln][0] = o[ln][nt][0], acc[ln][1] = o[ln][nt][1], acc[ln][2] = acc[ln][3] = 0;
-                        }
-                        mma(acc, a, b, acc);
-                        for (int ln = 0; ln < LANES; ln++) o[ln][nt][0] = acc[ln][0], o[ln][nt][1] = acc[ln][1];
-                    }
+            for (int nt = 0; nt < NTILES; nt++) {
+                double b[LANES][4], acc[LANES][4];
+                for (int ln = 0; ln < LANES; ln++) {
+                    v_reg(vr[g][ln][0], vr[g][ln][1], nt, E, b[ln]);
+                    v_reg(vr[g][ln][2], vr[g][ln][3], nt, E, b[ln] + 2);
+                    acc[ln][0] = o[ln][nt][0], acc[ln][1] = o[ln][nt][1], acc[ln][2] = acc[ln][3] = 0;
+                }
+                mma(acc, a, b, acc);
+                for (int ln = 0; ln < LANES; ln++) o[ln][nt][0] = acc[ln][0], o[ln][nt][1] = acc[ln][1];
+            }
         }
     }
     empty(out, c->heads);
@@ -246,23 +280,27 @@ static void check_case(const Case *c) {
         double *sc = malloc(sizeof(double) * (size_t)c->num_keys);
         cr_assert(sc);
         for (int k = 0; k < c->num_keys; k++) {
-            const uint8_t *row = c->k + ((size_t)c->table[k / c->block_size] * c->block_size + k % c->block_size) * c->D;
+            const uint8_t *row =
+                c->k + ((size_t)c->table[k / c->block_size] * c->block_size + k % c->block_size) * c->D * c->kv_bytes;
             double dot = 0;
-            for (int d = 0; d < c->D; d++) dot += c->q[h * c->D + d] * fp8_e4m3_to_float(row[d]);
+            for (int d = 0; d < c->D; d++) dot += c->q[h * c->D + d] * element(row, d, c->kv_bytes);
             sc[k] = dot;
             mx = fmax(mx, dot);
         }
         for (int k = 0; k < c->num_keys; k++) {
-            const uint8_t *row = c->v + ((size_t)c->table[k / c->block_size] * c->block_size + k % c->block_size) * c->D;
+            const uint8_t *row =
+                c->v + ((size_t)c->table[k / c->block_size] * c->block_size + k % c->block_size) * c->D * c->kv_bytes;
             const double p = exp2(sc[k] - mx);
             sum += p;
-            for (int d = 0; d < c->D; d++) want[d] += p * fp8_e4m3_to_float(row[d]);
+            for (int d = 0; d < c->D; d++) want[d] += p * element(row, d, c->kv_bytes);
         }
         free(sc);
         for (int d = 0; d < c->D; d++) {
             const double got = total.o[h][d] / total.l[h], w = want[d] / sum;
-            cr_assert(fabs(got - w) <= 1e-9 * (1 + fabs(w)), "D %d, %d heads, %d keys, block %d, %d splits: head %d dim %d: %.12g vs %.12g",
-                      c->D, c->heads, c->num_keys, c->block_size, c->num_splits, h, d, got, w);
+            cr_assert(fabs(got - w) <= 1e-9 * (1 + fabs(w)),
+                      "%s, D %d, %d heads, %d keys, block %d, %d splits: head %d dim %d: %.12g vs %.12g",
+                      c->kv_bytes == 1 ? "fp8" : "bf16", c->D, c->heads, c->num_keys, c->block_size, c->num_splits, h,
+                      d, got, w);
         }
     }
 }
@@ -272,16 +310,24 @@ static uint64_t next(uint64_t *s) {
     return *s;
 }
 
-/* A random fp8 cache with the sequence's blocks in a shuffled order among
- * unused (NaN) ones, and random q (the scale keeps exp2 of the scores tame). */
-static void run(int D, int heads, int block_size, int num_keys, int num_splits, uint64_t seed) {
+/* A random cache (e4m3 bytes, or bf16 over a few binades) with the
+ * sequence's blocks in a shuffled order among unused (NaN) ones, and random
+ * q (the scale keeps exp2 of the scores tame). */
+static void run(int kv_bytes, int D, int heads, int block_size, int num_keys, int num_splits, uint64_t seed) {
     const int blocks = (num_keys + block_size - 1) / block_size, pool = 2 * blocks + 3;
-    uint8_t *k = malloc((size_t)pool * block_size * D), *v = malloc((size_t)pool * block_size * D);
+    const size_t elems = (size_t)pool * block_size * D;
+    uint8_t *k = malloc(elems * kv_bytes), *v = malloc(elems * kv_bytes);
     int32_t *table = malloc(sizeof(int32_t) * (size_t)pool);
     double *q = malloc(sizeof(double) * (size_t)heads * D);
     cr_assert(k && v && table && q);
-    memset(k, 0x7f, (size_t)pool * block_size * D);
-    memset(v, 0x7f, (size_t)pool * block_size * D);
+    for (size_t i = 0; i < elems; i++) { /* NaN where no sequence writes */
+        if (kv_bytes == 1) {
+            k[i] = v[i] = 0x7f;
+        } else {
+            k[2 * i] = v[2 * i] = 0xc0;
+            k[2 * i + 1] = v[2 * i + 1] = 0x7f;
+        }
+    }
     for (int i = 0; i < pool; i++) table[i] = i;
     for (int i = pool - 1; i > 0; i--) {
         const int j = (int)(next(&seed) % (uint64_t)(i + 1));
@@ -292,13 +338,22 @@ static void run(int D, int heads, int block_size, int num_keys, int num_splits, 
         for (int s = 0; s < block_size && b * block_size + s < num_keys; s++)
             for (int d = 0; d < D; d++) {
                 const size_t at = ((size_t)table[b] * block_size + s) * D + d;
-                uint8_t kb = (uint8_t)next(&seed), vb = (uint8_t)next(&seed);
-                if ((kb & 0x7f) == 0x7f) kb ^= 1; /* no NaN in the sequence's own rows */
-                if ((vb & 0x7f) == 0x7f) vb ^= 1;
-                k[at] = kb & 0xbf, v[at] = vb; /* K under 2^1 times 1.875: scores stay finite */
+                if (kv_bytes == 1) {
+                    uint8_t kb = (uint8_t)next(&seed), vb = (uint8_t)next(&seed);
+                    if ((vb & 0x7f) == 0x7f) vb ^= 1; /* no NaN in the sequence's own rows */
+                    k[at] = kb & 0xbf, v[at] = vb;    /* K under 1.875: scores stay finite */
+                } else { /* sign, exponent 2^-4 .. 2^3, 7 random mantissa bits */
+                    const uint64_t r = next(&seed);
+                    for (int kv = 0; kv < 2; kv++) {
+                        const uint16_t bits = (uint16_t)((r >> (16 * kv + 15) & 1) << 15 | (123 + (r >> (16 * kv + 7) & 7)) << 7 |
+                                                         (r >> (16 * kv) & 0x7f));
+                        uint8_t *dst = (kv ? v : k) + 2 * at;
+                        dst[0] = (uint8_t)bits, dst[1] = (uint8_t)(bits >> 8);
+                    }
+                }
             }
     for (int i = 0; i < heads * D; i++) q[i] = ((double)(next(&seed) % 2001) - 1000) / 1000.0 * 0.05;
-    const Case c = {D, heads, block_size, num_keys, num_splits, k, v, table, q};
+    const Case c = {D, heads, block_size, num_keys, num_splits, kv_bytes, k, v, table, q};
     check_case(&c);
     free(k), free(v), free(table), free(q);
 }
@@ -328,27 +383,34 @@ Test(decode_mma_plan, lanes_cover_every_dimension_and_k_index) {
         }
 }
 
-Test(decode_mma_plan, byte_pairs_from_prmt) {
+Test(decode_mma_plan, pairs_from_prmt) {
     const uint32_t a = 0x03020100u, b = 0x13121110u;
     cr_assert_eq(prmt(a, b, dmma_pair_selector(0)), 0x11011000u);
     cr_assert_eq(prmt(a, b, dmma_pair_selector(1)), 0x13031202u);
+    cr_assert_eq(prmt(a, b, dmma_bf16_pair_selector(0)), 0x11100100u);
+    cr_assert_eq(prmt(a, b, dmma_bf16_pair_selector(1)), 0x13120302u);
 }
 
-Test(decode_mma_plan, attention_at_odd_lengths_splits_and_blocks, .timeout = 300) {
+static void odd_lengths(int kv_bytes) {
     static const int lengths[] = {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129, 255, 256, 257, 1000};
     static const int splits[] = {1, 3, 64};
     static const int block_sizes[] = {8, 16, 48, 256};
     static const int heads[] = {1, 2, 5, 8};
-    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    uint64_t seed = 0x9e3779b97f4a7c15ull + (uint64_t)kv_bytes;
     for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
         for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++)
             for (size_t bi = 0; bi < sizeof block_sizes / sizeof block_sizes[0]; bi++) {
                 const int h = heads[(li + si + bi) % 4], D = (li + bi) % 2 ? 64 : 128;
-                run(D, h, block_sizes[bi], lengths[li], splits[si], next(&seed));
+                run(kv_bytes, D, h, block_sizes[bi], lengths[li], splits[si], next(&seed));
             }
 }
 
-Test(decode_mma_plan, attention_long_context, .timeout = 300) {
-    run(128, 2, 256, 16384, 33, 7);
-    run(128, 8, 16, 4097, 1, 8);
+Test(decode_mma_plan, fp8_at_odd_lengths_splits_and_blocks, .timeout = 300) { odd_lengths(1); }
+Test(decode_mma_plan, bf16_at_odd_lengths_splits_and_blocks, .timeout = 300) { odd_lengths(2); }
+
+Test(decode_mma_plan, long_context, .timeout = 300) {
+    run(1, 128, 2, 256, 16384, 33, 7);
+    run(1, 128, 8, 16, 4097, 1, 8);
+    run(2, 128, 8, 256, 16384, 64, 9);
+    run(2, 64, 4, 16, 4097, 3, 10);
 }
