@@ -311,8 +311,9 @@ static int decode_attention(const DecodeArgs<KV> &a, int head_dim, Error *err) {
     if (a.num_splits < 1 || a.num_splits > DECODE_MAX_SPLITS || (a.num_splits > 1 && (!a.part || !a.counters)))
         return error_set(err, "decode attention: %d splits (1..%d, with a workspace and counters)", a.num_splits,
                          DECODE_MAX_SPLITS);
+    const int group = a.num_heads / a.num_kv_heads;
     const bool tensor_cores = sizeof(KV) == 1 ? cuda_decode_attention_fp8_tensor_cores(head_dim)
-                                              : cuda_decode_attention_bf16_tensor_cores(head_dim, a.num_heads / a.num_kv_heads);
+                                              : cuda_decode_attention_bf16_tensor_cores(head_dim, group);
     if (tensor_cores) return decode_attention_mma(a, head_dim, err);
     switch (head_dim) {
     case 64: return launch_heads<64>(a, err);

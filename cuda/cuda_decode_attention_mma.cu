@@ -25,10 +25,11 @@
  *  - the warps and the splits merge as the FMA kernel's do
  *    (cuda_decode_block.h): the same grid, workspace and counters.
  * Rounding: fp8's q goes to f16 times a power of two chosen from the
- * block's largest |q| (exact for bf16 q: 8 significant bits in f16's 11, no
- * overflow whatever q's range), the power undone on S in float32, and P
- * (in [0, 1]) to f16, within 2^-11 of itself; bf16's q is exact and P is
- * rounded to bf16 (2^-9, as the flash prefill kernel's). So the output is
+ * block's largest |q| (exact for bf16 q: 8 significant bits in f16's 11
+ * down to 2^-31 of the largest; no overflow whatever q's range), the power
+ * undone on S in float32, and P (in [0, 1]) to f16, within 2^-11 of
+ * itself; bf16's q is exact and P is rounded to bf16 (2^-9, as the flash
+ * prefill kernel's). So the output is
  * within 2^-11 (2^-9) of max |v| of the FMA kernel's, on top of the bf16
  * rounding both share. The fp8 kernel needs sm_89 (the e4m3 conversion):
  * its sm_80 binary, which an sm_89 card runs, is empty and never launched
@@ -175,7 +176,8 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
         float amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < CHUNKS * 8; i++)
-            amax = fmaxf(amax, fmaxf(fabsf(bf16_bits_to_float((uint16_t)qw[i])), fabsf(bf16_bits_to_float((uint16_t)(qw[i] >> 16)))));
+            amax = fmaxf(amax, fmaxf(fabsf(bf16_bits_to_float((uint16_t)qw[i])),
+                                     fabsf(bf16_bits_to_float((uint16_t)(qw[i] >> 16)))));
 #pragma unroll
         for (int o = WARP / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         int q_exp = 0;
@@ -225,8 +227,8 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
                 const size_t slot = !in ? 0 : group_in_one_block ? slot0 + (key - key0) : slot_of(key);
 #pragma unroll
                 for (int c = 0; c < CHUNKS; c++)
-                    load_words<CHUNK_WORDS>(kw[g][nt] + CHUNK_WORDS * c, k_head + slot * row_stride + dmma_k_offset(lane, c),
-                                            in);
+                    load_words<CHUNK_WORDS>(kw[g][nt] + CHUNK_WORDS * c,
+                                            k_head + slot * row_stride + dmma_k_offset(lane, c), in);
             }
 #pragma unroll
             for (int r = 0; r < 4; r++) {

@@ -104,7 +104,8 @@ __device__ void decode_finish(DecodeShared<D, HB> &sh, const DecodeBlock &b, uin
     __syncthreads();
     /* The block's warps into one, then out (one split) or to the workspace. */
     const size_t pair = (size_t)blockIdx.x * gridDim.y + blockIdx.y;
-    const size_t part_floats = (size_t)HB * D + (2 * HB + 3) / 4 * 4; /* outputs, then (max, sum) pairs: float4-aligned */
+    /* outputs, then (max, sum) pairs: float4-aligned */
+    const size_t part_floats = (size_t)HB * D + (2 * HB + 3) / 4 * 4;
     float *mine = part + (pair * num_splits + b.split) * part_floats;
     for (int i = threadIdx.x; i < b.heads_here * D; i += DECODE_THREADS) {
         const int h = i / D, d = i % D;

@@ -264,7 +264,8 @@ static void decode_case(const DecodeCase *dc, uint64_t seed, float k_scale, floa
     cr_assert(want && out && out_bf16);
     attention_reference(want, q_f, k_f, v_f, c, tables);
     const float slack = p_rounding_slack(cuda_decode_attention_fp8_tensor_cores(c->D), 11, v_f, cache);
-    const float slack_bf16 = p_rounding_slack(cuda_decode_attention_bf16_tensor_cores(c->D, c->nh / c->nkv), 9, v_f, cache);
+    const bool bf16_tc = cuda_decode_attention_bf16_tensor_cores(c->D, c->nh / c->nkv);
+    const float slack_bf16 = p_rounding_slack(bf16_tc, 9, v_f, cache);
 
     uint16_t *d_q = dev_copy(q, nq * 2);
     uint8_t *d_k = dev_copy(k, cache), *d_v = dev_copy(v, cache);

@@ -164,7 +164,8 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
         l[ln] = 0;
         memset(o[ln], 0, sizeof o[ln]);
     }
-    for (int pass0 = key_begin; dmma_group_key0(pass0, warp, 0, E) < key_end; pass0 += DECODE_WARPS * dmma_warp_keys(E)) {
+    for (int pass0 = key_begin; dmma_group_key0(pass0, warp, 0, E) < key_end;
+         pass0 += DECODE_WARPS * dmma_warp_keys(E)) {
         /* the lanes' loads (zeros past the end) */
         static uint8_t kr[2][LANES][2][MAX_D / 4 * 2], vr[2][LANES][4][MAX_D / 8 * 2];
         for (int g = 0; g < GROUPS; g++) {
@@ -266,7 +267,8 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
 static void check_case(const Case *c) {
     Partial total, part;
     empty(&total, c->heads);
-    const int used = decode_splits_used(c->num_keys, c->num_splits), per = decode_split_keys(c->num_keys, c->num_splits);
+    const int used = decode_splits_used(c->num_keys, c->num_splits);
+    const int per = decode_split_keys(c->num_keys, c->num_splits);
     for (int split = 0; split < used; split++) {
         const int begin = split * per, end = begin + per < c->num_keys ? begin + per : c->num_keys;
         cr_assert(begin % DMMA_GROUP_KEYS == 0, "groups start at multiples of 16 (one cache block each)");
@@ -345,8 +347,8 @@ static void run(int kv_bytes, int D, int heads, int block_size, int num_keys, in
                 } else { /* sign, exponent 2^-4 .. 2^3, 7 random mantissa bits */
                     const uint64_t r = next(&seed);
                     for (int kv = 0; kv < 2; kv++) {
-                        const uint16_t bits = (uint16_t)((r >> (16 * kv + 15) & 1) << 15 | (123 + (r >> (16 * kv + 7) & 7)) << 7 |
-                                                         (r >> (16 * kv) & 0x7f));
+                        const uint64_t x = r >> 16 * kv;
+                        const uint16_t bits = (uint16_t)((x >> 15 & 1) << 15 | (123 + (x >> 7 & 7)) << 7 | (x & 0x7f));
                         uint8_t *dst = (kv ? v : k) + 2 * at;
                         dst[0] = (uint8_t)bits, dst[1] = (uint8_t)(bits >> 8);
                     }
