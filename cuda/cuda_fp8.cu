@@ -43,14 +43,14 @@ gemv_fp8_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const 
     constexpr int STEP = KSPLIT * WARP;            /* 16-byte loads between one lane's */
     constexpr int ROWS = GLU ? 2 : 1;              /* weight rows per output */
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
-    float *y = static_cast<float *>(y_out);
+    void *y = y_out;
     pdl_trigger();
     if (EXPERTS) {
-        const long long e = gemv_pair(experts, x, y, N, K);
+        const long long e = gemv_pair(experts, x, y, (size_t)N * (GLU ? sizeof(uint16_t) : sizeof(float)), K);
         if (e < 0) return; /* the whole block: no barrier is waiting for it */
-        const size_t expert = (size_t)e;
-        w += expert * N * K;
-        scales += expert * N * fp8_col_tiles(K);
+        const size_t expert_rows = (size_t)e * ROWS * N;
+        w += expert_rows * K;
+        scales += expert_rows * fp8_col_tiles(K);
     }
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
     const int n = blockIdx.x * OUTS + warp / KSPLIT;
@@ -160,15 +160,17 @@ extern "C" int cuda_gemv_fp8(float *y, const uint16_t *x, const uint8_t *w, cons
     return 0;
 }
 
-extern "C" int cuda_gemv_fp8_experts(float *y, const uint16_t *x, int x_div, const uint8_t *w, const float *scales,
-                                     const int32_t *expert_of, int pairs, int out, int in, CudaStream stream,
-                                     Error *err) {
+extern "C" int cuda_gemv_fp8_experts(void *y, const uint16_t *x, int x_div, const uint8_t *w, const float *scales,
+                                     const int32_t *expert_of, int pairs, int out, int in, bool glu,
+                                     CudaStream stream, Error *err) {
     if (pairs <= 0 || out <= 0) return 0;
     if (!cuda_gemv_fp8_fits(1, in, x, w) || x_div < 1)
         return error_set(err, "FP8 expert gemv: rows of %d (a multiple of 16 wide, 16-byte aligned)", in);
-    const int split = fp8_gemv_k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const int split = fp8_gemv_k_split(glu ? 2 * out : out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)pairs);
-    launch_gemv_fp8<1, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in, GemvExperts{expert_of, x_div, NULL, NULL, 0});
+    const GemvExperts experts = {expert_of, x_div, NULL, NULL, 0};
+    if (glu) launch_gemv_fp8<1, true, false, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in, experts);
+    else launch_gemv_fp8<1, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in, experts);
     CUDA_LAUNCHED("the FP8 expert gemv kernel", err);
     return 0;
 }
@@ -180,8 +182,7 @@ extern "C" int cuda_gemv_fp8_expert_tiles(float *y, const uint16_t *x, const uin
     if (!cuda_gemv_fp8_fits(1, in, x, w))
         return error_set(err, "FP8 expert tile gemv: rows of %d (a multiple of 16 wide, 16-byte aligned)", in);
     const int split = fp8_gemv_k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
-    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block),
-                    (unsigned)tiles);
+    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)tiles);
     launch_gemv_fp8<CUDA_GEMV_TILE_ROWS, true>(split, grid, (cudaStream_t)stream, y, x, w, scales, out, in,
                                                GemvExperts{NULL, 1, tile_expert, row_token, CUDA_GEMV_TILE_ROWS});
     CUDA_LAUNCHED("the FP8 expert tile gemv kernel", err);

@@ -57,12 +57,12 @@ gemv_kernel(void *__restrict__ y_out, const uint16_t *__restrict__ x, const uint
     constexpr int OUTS = WARPS_PER_BLOCK / KSPLIT; /* outputs per block */
     constexpr int ROWS = GLU ? 2 : 1;              /* weight rows per output */
     extern __shared__ uint4 x_shared[];            /* NORM: [M][K] bf16 */
-    float *y = static_cast<float *>(y_out);
+    void *y = y_out;
     pdl_trigger();
     if (EXPERTS) {
-        const long long e = gemv_pair(experts, x, y, N, K);
+        const long long e = gemv_pair(experts, x, y, (size_t)N * (GLU ? sizeof(uint16_t) : sizeof(float)), K);
         if (e < 0) return; /* the whole block: no barrier is waiting for it */
-        w += (size_t)e * N * K;
+        w += (size_t)e * ROWS * N * K;
     }
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, part = warp % KSPLIT;
     const int n = blockIdx.x * OUTS + warp / KSPLIT;
@@ -171,23 +171,37 @@ extern "C" int cuda_gemv(float *y, const uint16_t *x, const uint16_t *w, int row
     return 0;
 }
 
-extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMatrix w, const int32_t *expert_of,
-                                 int pairs, int out, int in, CudaStream stream, Error *err) {
+/* The expert gemvs, over pairs or tiles (GemvExperts); over pairs GLU
+ * writes the bf16 SiLU x up of gate and up rows (W [experts][2 out, in])
+ * with K split as the plain gemv splits 2 out rows, so its bits are
+ * cuda_silu_mul's of the plain gemv's sums. (Not over tiles: the FP8 tile
+ * gemv at 8 rows spilled with both rows' sums, and steps of that many
+ * tokens are bound by their experts' bytes, not by one launch.) */
+template <int M, bool GLU>
+static void launch_experts(int split, dim3 grid, cudaStream_t s, void *y, const uint16_t *x, const uint16_t *w,
+                           int out, int in, const GemvExperts &experts) {
+    const CudaGemvNorm none = {};
+    if (split == 4)
+        pdl_launch(gemv_kernel<M, 4, true, false, GLU>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, w, out, in, experts,
+                   none);
+    else
+        pdl_launch(gemv_kernel<M, 1, true, false, GLU>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, w, out, in, experts,
+                   none);
+}
+
+template <bool GLU>
+static int gemv_experts(void *y, const uint16_t *x, int x_div, CudaMatrix w, const int32_t *expert_of, int pairs,
+                        int out, int in, CudaStream stream, Error *err) {
     if (pairs <= 0 || out <= 0) return 0;
     if (w.scales)
-        return cuda_gemv_fp8_experts(y, x, x_div, (const uint8_t *)w.data, w.scales, expert_of, pairs, out, in,
+        return cuda_gemv_fp8_experts(y, x, x_div, (const uint8_t *)w.data, w.scales, expert_of, pairs, out, in, GLU,
                                      stream, err);
     if (!cuda_gemv_fits(1, in, x, w.data) || x_div < 1)
         return error_set(err, "expert gemv: rows of %d (a multiple of 8 wide, 16-byte aligned)", in);
-    const int split = k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
+    const int split = k_split(GLU ? 2 * out : out, in), outs_per_block = WARPS_PER_BLOCK / split;
     const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)pairs);
-    const GemvExperts experts = {expert_of, x_div, NULL, NULL, 0};
-    const uint16_t *wb = (const uint16_t *)w.data;
-    cudaStream_t s = (cudaStream_t)stream;
-    const CudaGemvNorm none = {};
-    if (split == 4)
-        pdl_launch(gemv_kernel<1, 4, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts, none);
-    else pdl_launch(gemv_kernel<1, 1, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts, none);
+    launch_experts<1, GLU>(split, grid, (cudaStream_t)stream, y, x, (const uint16_t *)w.data, out, in,
+                           GemvExperts{expert_of, x_div, NULL, NULL, 0});
     CUDA_LAUNCHED("the expert gemv kernel", err);
     return 0;
 }
@@ -202,20 +216,22 @@ extern "C" int cuda_gemv_expert_tiles(float *y, const uint16_t *x, CudaMatrix w,
     if (!cuda_gemv_fits(1, in, x, w.data))
         return error_set(err, "expert tile gemv: rows of %d (a multiple of 8 wide, 16-byte aligned)", in);
     const int split = k_split(out, in), outs_per_block = WARPS_PER_BLOCK / split;
-    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block),
-                    (unsigned)tiles);
-    const GemvExperts experts = {NULL, 1, tile_expert, row_token, CUDA_GEMV_TILE_ROWS};
-    const uint16_t *wb = (const uint16_t *)w.data;
-    cudaStream_t s = (cudaStream_t)stream;
-    const CudaGemvNorm none = {};
-    if (split == 4)
-        pdl_launch(gemv_kernel<CUDA_GEMV_TILE_ROWS, 4, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts,
-                                                                                        none);
-    else
-        pdl_launch(gemv_kernel<CUDA_GEMV_TILE_ROWS, 1, true>, grid, WARPS_PER_BLOCK * WARP, 0, s, y, x, wb, out, in, experts,
-                                                                                        none);
+    const dim3 grid((unsigned)((out + outs_per_block - 1) / outs_per_block), (unsigned)tiles);
+    launch_experts<CUDA_GEMV_TILE_ROWS, false>(split, grid, (cudaStream_t)stream, y, x, (const uint16_t *)w.data, out,
+                                               in, GemvExperts{NULL, 1, tile_expert, row_token, CUDA_GEMV_TILE_ROWS});
     CUDA_LAUNCHED("the expert tile gemv kernel", err);
     return 0;
+}
+
+extern "C" int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMatrix w, const int32_t *expert_of,
+                                 int pairs, int out, int in, CudaStream stream, Error *err) {
+    return gemv_experts<false>(y, x, x_div, w, expert_of, pairs, out, in, stream, err);
+}
+
+extern "C" int cuda_gemv_experts_glu(uint16_t *act, const uint16_t *x, int x_div, CudaMatrix w,
+                                     const int32_t *expert_of, int pairs, int out, int in, CudaStream stream,
+                                     Error *err) {
+    return gemv_experts<true>(act, x, x_div, w, expert_of, pairs, out, in, stream, err);
 }
 
 /* ---- the normalising gemvs (NORM, and GLU for gate/up) ------------------------------------ */

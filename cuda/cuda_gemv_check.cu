@@ -1,6 +1,7 @@
 /*
  * cuda_gemv_check.cu - the normalising gemvs (cuda_gemv.cu's NORM and GLU
- * forms, bf16 and FP8) against the launches they stand for, on random
+ * forms, bf16 and FP8) and the experts' gate/up with SiLU x up
+ * (cuda_gemv_experts_glu) against the launches they stand for, on random
  * data, byte for byte: the runner's start-up check (a fused decode step
  * must be the unfused one's numbers, and this is the one place a GPU, a
  * driver or a compiler could make it otherwise without a test seeing it)
@@ -51,14 +52,30 @@ static int upload_random(void **dst, size_t count, int kind, float scale, uint64
     return rc;
 }
 
+/* A random matrix of rows x in: bf16, or e4m3 with per-row scales 2^-6 ..
+ * 2^-9 (CudaMatrix's layout) into *scales. */
+static int upload_matrix(void **w, void **scales, int rows, int in, bool fp8, uint64_t *seed, Error *err) {
+    int rc = upload_random(w, (size_t)rows * in, fp8 ? 2 : 1, 0.05f, seed, err);
+    if (rc || !fp8) return rc;
+    const size_t n = fp8_row_scale_count(rows, in);
+    float *sc = (float *)malloc(n * sizeof(float));
+    rc = sc ? 0 : error_set(err, "out of memory (the gemv check)");
+    for (size_t i = 0; rc == 0 && i < n; i++) sc[i] = ldexpf(1.0f, -6 - (int)(i % 4));
+    if (rc == 0) rc = (*scales = cuda_alloc(n * sizeof(float), err)) ? 0 : -1;
+    if (rc == 0) rc = cuda_upload(*scales, sc, n * sizeof(float), err);
+    free(sc);
+    return rc;
+}
+
 static int poisoned(void **dst, size_t bytes, cudaStream_t s, Error *err) {
     if (!(*dst = cuda_alloc(bytes, err))) return -1;
     CUDA_TRY(cudaMemsetAsync(*dst, 0xff, bytes, s), "clearing a buffer of the gemv check", err);
     return 0;
 }
 
-/* 1 and why filled when the two device buffers differ. */
-static int compare(const void *a, const void *b, size_t bytes, const char *what, const CudaGemvNormCase *c, char *why,
+/* 1 and why filled when the two device buffers differ (`shape` says which
+ * case). */
+static int compare(const void *a, const void *b, size_t bytes, const char *what, const char *shape, char *why,
                    size_t why_cap, Error *err) {
     unsigned char *ha = (unsigned char *)malloc(bytes), *hb = (unsigned char *)malloc(bytes);
     int rc = ha && hb ? 0 : error_set(err, "out of memory (the gemv check)");
@@ -66,10 +83,8 @@ static int compare(const void *a, const void *b, size_t bytes, const char *what,
     if (rc == 0) rc = cuda_download(hb, b, bytes, err);
     for (size_t i = 0; rc == 0 && i < bytes; i++)
         if (ha[i] != hb[i]) {
-            snprintf(why, why_cap,
-                     "%s differs from the separate launches' at byte %zu of %zu (%d rows, %d x %d, delta %d, glu %d, "
-                     "fp8 %d)",
-                     what, i, bytes, c->rows, c->out, c->in, c->delta, c->glu, c->fp8);
+            snprintf(why, why_cap, "%s differs from the separate launches' at byte %zu of %zu (%s)", what, i, bytes,
+                     shape);
             rc = 1;
         }
     free(ha);
@@ -86,16 +101,7 @@ extern "C" int cuda_gemv_norm_check(CudaGemvNormCase c, uint64_t seed, CudaStrea
     const size_t y_bytes = (size_t)rows * c.out * (c.glu ? sizeof(uint16_t) : sizeof(float));
     const float eps = 1e-6f;
     void *d[BUFFERS] = {};
-    int rc = upload_random(&d[W], ws, c.fp8 ? 2 : 1, 0.05f, &seed, err);
-    if (rc == 0 && c.fp8) { /* per-row scales 2^-6 .. 2^-9 */
-        const size_t n = fp8_row_scale_count(w_rows, in);
-        float *sc = (float *)malloc(n * sizeof(float));
-        rc = sc ? 0 : error_set(err, "out of memory (the gemv check)");
-        for (size_t i = 0; rc == 0 && i < n; i++) sc[i] = ldexpf(1.0f, -6 - (int)(i % 4));
-        if (rc == 0) rc = (d[W_SCALES] = cuda_alloc(n * sizeof(float), err)) ? 0 : -1;
-        if (rc == 0) rc = cuda_upload(d[W_SCALES], sc, n * sizeof(float), err);
-        free(sc);
-    }
+    int rc = upload_matrix(&d[W], &d[W_SCALES], w_rows, in, c.fp8, &seed, err);
     if (rc == 0) rc = upload_random(&d[X], xs, 0, 2.0f, &seed, err);
     if (rc == 0 && c.delta) rc = upload_random(&d[DELTA], xs, 0, 1.0f, &seed, err);
     if (rc == 0) rc = upload_random(&d[NORM_W], (size_t)in, 0, 1.5f, &seed, err);
@@ -131,10 +137,48 @@ extern "C" int cuda_gemv_norm_check(CudaGemvNormCase c, uint64_t seed, CudaStrea
         rc = c.glu ? cuda_gemv_norm_glu((uint16_t *)d[Y], &n, w, rows, c.out, in, stream, err)
                    : cuda_gemv_norm((float *)d[Y], &n, w, rows, c.out, in, stream, err);
     if (rc == 0 && cudaStreamSynchronize(s) != cudaSuccess) rc = error_set(err, "running the gemv check");
-    if (rc == 0) rc = compare(d[Y], d[Y_REF], y_bytes, c.glu ? "SiLU x up" : "the product", &c, why, why_cap, err);
-    if (rc == 0) rc = compare(d[H], d[H_REF], xs * sizeof(uint16_t), "h", &c, why, why_cap, err);
+    char shape[96];
+    snprintf(shape, sizeof shape, "%d rows, %d x %d, delta %d, glu %d, fp8 %d", c.rows, c.out, c.in, c.delta, c.glu,
+             c.fp8);
+    if (rc == 0) rc = compare(d[Y], d[Y_REF], y_bytes, c.glu ? "SiLU x up" : "the product", shape, why, why_cap, err);
+    if (rc == 0) rc = compare(d[H], d[H_REF], xs * sizeof(uint16_t), "h", shape, why, why_cap, err);
     if (rc == 0 && c.delta)
-        rc = compare(d[X_OUT], d[X_REF], xs * sizeof(float), "the new residual", &c, why, why_cap, err);
+        rc = compare(d[X_OUT], d[X_REF], xs * sizeof(float), "the new residual", shape, why, why_cap, err);
     for (int i = 0; i < BUFFERS; i++) cuda_free(d[i]);
+    return rc;
+}
+
+extern "C" int cuda_gemv_experts_glu_check(CudaGemvExpertsCase c, uint64_t seed, CudaStream stream, char *why,
+                                           size_t why_cap, Error *err) {
+    why[0] = '\0';
+    cudaStream_t s = (cudaStream_t)stream;
+    const int tokens = (c.pairs + c.x_div - 1) / c.x_div;
+    const size_t act_bytes = (size_t)c.pairs * c.out * sizeof(uint16_t);
+    void *d[BUFFERS] = {};
+    int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)(c.pairs > 0 ? c.pairs : 1));
+    int rc = ids ? 0 : error_set(err, "out of memory (the gemv check)");
+    for (int p = 0; rc == 0 && p < c.pairs; p++) ids[p] = (int)(next_random(&seed) >> 33) % c.experts;
+    /* W: the stack [experts][2 out, in]; X: the tokens' rows; X_REF: the ids */
+    if (rc == 0) rc = upload_matrix(&d[W], &d[W_SCALES], c.experts * 2 * c.out, c.in, c.fp8, &seed, err);
+    if (rc == 0) rc = upload_random(&d[X], (size_t)tokens * c.in, 1, 2.0f, &seed, err);
+    if (rc == 0) rc = (d[X_REF] = cuda_alloc(sizeof(int32_t) * (size_t)c.pairs, err)) ? 0 : -1;
+    if (rc == 0) rc = cuda_upload(d[X_REF], ids, sizeof(int32_t) * (size_t)c.pairs, err);
+    if (rc == 0) rc = poisoned(&d[GATE_UP], (size_t)c.pairs * 2 * c.out * sizeof(float), s, err);
+    if (rc == 0) rc = poisoned(&d[Y], act_bytes, s, err);
+    if (rc == 0) rc = poisoned(&d[Y_REF], act_bytes, s, err);
+    const CudaMatrix w = {d[W], (const float *)d[W_SCALES], NULL};
+    const uint16_t *x = (const uint16_t *)d[X];
+    const int32_t *expert_of = (const int32_t *)d[X_REF];
+    if (rc == 0)
+        rc = cuda_gemv_experts((float *)d[GATE_UP], x, c.x_div, w, expert_of, c.pairs, 2 * c.out, c.in, stream, err);
+    if (rc == 0)
+        rc = cuda_silu_mul_rows((uint16_t *)d[Y_REF], (const float *)d[GATE_UP], c.pairs, NULL, c.out, stream, err);
+    if (rc == 0) rc = cuda_gemv_experts_glu((uint16_t *)d[Y], x, c.x_div, w, expert_of, c.pairs, c.out, c.in, stream, err);
+    if (rc == 0 && cudaStreamSynchronize(s) != cudaSuccess) rc = error_set(err, "running the expert gemv check");
+    char shape[96];
+    snprintf(shape, sizeof shape, "%d pairs of %d experts, %d x %d, fp8 %d", c.pairs, c.experts, c.out, c.in, c.fp8);
+    if (rc == 0) rc = compare(d[Y], d[Y_REF], act_bytes, "the experts' SiLU x up", shape, why, why_cap, err);
+    for (int i = 0; i < BUFFERS; i++) cuda_free(d[i]);
+    free(ids);
     return rc;
 }

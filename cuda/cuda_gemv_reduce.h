@@ -81,22 +81,24 @@ struct GemvExperts {
 };
 
 /* This block's expert (0 for a plain launch; -1: nothing to do, the whole
- * block returns), and x and y moved to its rows. The routing is the
- * previous kernels' output: a programmatic launch waits for it first. */
-__device__ __forceinline__ long long gemv_pair(GemvExperts g, const uint16_t *__restrict__ &x,
-                                               float *__restrict__ &y, int N, int K) {
+ * block returns), and x and y moved to its rows (y's rows y_row_bytes
+ * apart: N float32 sums, or the GLU's N bf16 activations). The routing is
+ * the previous kernels' output: a programmatic launch waits for it first. */
+__device__ __forceinline__ long long gemv_pair(GemvExperts g, const uint16_t *__restrict__ &x, void *&y,
+                                               size_t y_row_bytes, int K) {
     pdl_wait();
+    char *y_bytes = static_cast<char *>(y);
     if (g.tile_expert) {
         const int first = blockIdx.y * g.rows, e = g.tile_expert[blockIdx.y];
         if (e < 0 || g.row_token[first] < 0) return -1;
         x += (size_t)first * K;
-        y += (size_t)first * N;
+        y = y_bytes + (size_t)first * y_row_bytes;
         return e;
     }
     if (!g.expert_of) return 0;
     const int p = blockIdx.y;
     x += (size_t)(p / g.x_div) * K;
-    y += (size_t)p * N;
+    y = y_bytes + (size_t)p * y_row_bytes;
     return g.expert_of[p];
 }
 

@@ -269,8 +269,18 @@ int cuda_fp8_dequantize(uint16_t *dst, const uint8_t *w, const float *scales, in
  * Needs in a multiple of 8 (bf16) or 16 (FP8) and x, w 16-byte aligned. */
 int cuda_gemv_experts(float *y, const uint16_t *x, int x_div, CudaMatrix w, const int32_t *expert_of, int pairs,
                       int out, int in, CudaStream stream, Error *err);
-int cuda_gemv_fp8_experts(float *y, const uint16_t *x, int x_div, const uint8_t *w, const float *scales,
-                          const int32_t *expert_of, int pairs, int out, int in, CudaStream stream, Error *err);
+
+/* The gate/up form: act[p, :out] = bf16(SiLU(x gate^T) x (x up^T)) for the
+ * pair's expert, W [experts][2 out, in] (gate rows, then up rows): the
+ * bits of cuda_gemv_experts then cuda_silu_mul_rows, one launch and no
+ * float32 round trip. */
+int cuda_gemv_experts_glu(uint16_t *act, const uint16_t *x, int x_div, CudaMatrix w, const int32_t *expert_of,
+                          int pairs, int out, int in, CudaStream stream, Error *err);
+
+/* FP8 matrices of both (glu: y is the bf16 activation, as above). */
+int cuda_gemv_fp8_experts(void *y, const uint16_t *x, int x_div, const uint8_t *w, const float *scales,
+                          const int32_t *expert_of, int pairs, int out, int in, bool glu, CudaStream stream,
+                          Error *err);
 
 /* The same over an MoE step's rows as cuda_moe.cu lays them out for it
  * (grouped by expert, each group padded to tiles of CUDA_GEMV_TILE_ROWS,

@@ -292,8 +292,9 @@ extern "C" int cuda_moe(CudaMoe *m, float *delta, const uint16_t *h, int T, Cuda
     if (moe_gemv_fits(m, h, T, gate_up, down)) {
         /* a row per (token, choice) in routing order, each its expert's gemv */
         const int pairs = T * k;
-        if (cuda_gemv_experts(m->gate_up, h, k, gate_up, m->ids, pairs, 2 * W, H, stream, err) ||
-            cuda_silu_mul_rows(m->act, m->gate_up, pairs, NULL, W, stream, err) ||
+        if ((m->glu ? cuda_gemv_experts_glu(m->act, h, k, gate_up, m->ids, pairs, W, H, stream, err)
+                    : cuda_gemv_experts(m->gate_up, h, k, gate_up, m->ids, pairs, 2 * W, H, stream, err) ||
+                          cuda_silu_mul_rows(m->act, m->gate_up, pairs, NULL, W, stream, err)) ||
             cuda_gemv_experts(m->y, m->act, 1, down, m->ids, pairs, H, W, stream, err))
             return -1;
         combine_kernel<<<T, ROW_THREADS, 0, s>>>(delta, m->y, NULL, m->weights, k, H);
@@ -341,6 +342,7 @@ extern "C" int cuda_moe_create(CudaMoe *m, int hidden, int width, int experts, i
     m->experts = experts;
     m->k = k;
     m->norm = norm;
+    m->glu = !cuda_variant_legacy("fuse") && !cuda_variant_legacy("gemv");
     m->max_tokens = max_tokens;
     /* rows: the GEMM's layout, the larger of the two (padding to 8 adds
      * fewer rows than to 16); tile_expert: one per tile of the tile gemvs'

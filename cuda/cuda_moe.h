@@ -19,7 +19,8 @@
  *   combine: each token's k rows weighted, in routing order.
  * Steps of at most CUDA_MOE_GEMV_MAX_TOKENS tokens (decode at small batch)
  * skip align and gather: gate/up and down run as gemvs over the routed
- * pairs, an expert read once per pair that chose it. Larger steps whose
+ * pairs, an expert read once per pair that chose it, the gate/up gemv
+ * writing SiLU x up itself (glu: one launch less a layer, the same bits). Larger steps whose
  * experts average at most CUDA_MOE_TILE_GEMV_MAX_ROWS rows pad the groups
  * to 8 rows instead and multiply with gemvs, one 8-row tile a block.
  * Only routed experts' weights are read: an expert no token chose has no
@@ -47,6 +48,9 @@ extern "C" {
 typedef struct CudaMoe {
     int hidden, width, experts, k; /* width: moe_intermediate_size */
     bool norm;
+    bool glu; /* the gemv paths' gate/up writes SiLU x up itself (cuda_gemv_experts_glu): not under
+                 NANOVLLM_CUDA_LEGACY=fuse or gemv, nor where the runner's start-up check of the
+                 fused decode turned it off */
     int max_tokens;
     float *logits;         /* [max_tokens, experts]: the caller's router GEMM writes here */
     int32_t *ids;          /* [max_tokens * k] routed experts */

@@ -178,9 +178,21 @@ static int mlp_block(CudaRunner *r, Residual *res, const CudaLayerWeights *W, in
  * reason in the log, rather than letting steps of a few rows compute
  * other numbers than the rest. */
 int cuda_runner_check_fused_decode(CudaRunner *r, Error *err) {
-    if (!r->fuse_decode || r->hybrid) return 0;
     const int H = r->cfg.hidden_size;
     const bool fp8 = r->weights.fp8_stacks > 0;
+    if (r->cfg.num_experts > 0 && r->moe.glu) { /* the experts' gate/up with SiLU x up, at the model's widths */
+        const int k = r->cfg.num_experts_per_tok;
+        const CudaGemvExpertsCase ec = {r->cfg.num_experts < 8 ? r->cfg.num_experts : 8, 2 * k, k,
+                                        r->cfg.moe_intermediate_size, H, fp8};
+        char why[300];
+        const int rc = cuda_gemv_experts_glu_check(ec, 5, r->stream, why, sizeof why, err);
+        if (rc < 0) return error_prefix(err, "checking the experts' fused gate/up gemv");
+        if (rc > 0) {
+            log_info("MoE decode: SiLU x up as a launch of its own (%s)", why);
+            r->moe.glu = false;
+        }
+    }
+    if (!r->fuse_decode || r->hybrid) return 0;
     const CudaGemvNormCase cases[] = {{2, 4096, H, true, false, false}, {3, 128, H, true, true, false},
                                       {2, 4096, H, true, false, true},  {1, 128, H, true, true, true}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -192,6 +204,7 @@ int cuda_runner_check_fused_decode(CudaRunner *r, Error *err) {
             log_info("decode steps of up to %d rows: RMSNorm and SiLU as launches of their own (%s)",
                      CUDA_GEMV_MAX_ROWS, why);
             r->fuse_decode = false;
+            r->moe.glu = false; /* the experts' gate/up shares the GLU epilogue checked here */
             return 0;
         }
     }

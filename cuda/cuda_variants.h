@@ -13,7 +13,7 @@
  * (prompt attention on the WMMA kernel instead of the flash one), "moe" (the
  * grouped expert GEMM at every batch, no expert gemvs), "fuse" (steps of a
  * few rows launch the residual add + RMSNorm and SiLU x up on their own, not
- * inside the gemvs; "gemv" implies it), "fp8gemm" (FP8 prompt steps
+ * inside the gemvs, the experts' SiLU x up too; "gemv" implies it), "fp8gemm" (FP8 prompt steps
  * dequantize to bf16 for cuBLAS instead of cuBLASLt's FP8 x FP8 GEMM),
  * "pdl" (the gemvs launched plainly, not as programmatic dependents of the
  * kernel before them), "fp8decode" (an fp8 KV cache's decode attention on

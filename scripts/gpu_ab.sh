@@ -35,8 +35,10 @@
 #  profile: ncu's per-kernel time over a few eager single-sequence decode
 #           steps (proportions: ncu serialises the launches);
 #  moe:     Qwen3-30B-A3B's shapes with dummy weights: single-sequence decode,
-#           current against the previous attention and against the grouped
-#           expert GEMM at decode (NANOVLLM_CUDA_LEGACY=moe: no expert gemvs);
+#           current against attention on FMAs (bf16decode), SiLU x up and the
+#           norms as launches of their own (fuse), the previous attention and
+#           the grouped expert GEMM at decode (NANOVLLM_CUDA_LEGACY=moe: no
+#           expert gemvs);
 #  fp8:     Qwen3-0.6B's shape with dummy weights, FP8 (config.json with Qwen's
 #           quantization_config: layer matrices float8_e4m3fn with 128 x 128
 #           block scales, read as FP8 on the GPU) against bf16: single-sequence
@@ -350,7 +352,9 @@ fi
 if want moe; then
     MOE=$WORK/qwen3-30b-a3b-dummy
     dummy_model "$MOE" "$QWEN3_30B_A3B"
-    for v in "current:" "attention:attention" "grouped GEMM:moe"; do
+    # attention on FMAs (bf16decode: eight heads a KV head leave the tensor cores), SiLU x up and the
+    # norms as launches of their own (fuse), the previous decode kernel, the grouped GEMM
+    for v in "current:" "FMA attention:bf16decode" "separate SiLU:fuse" "attention:attention" "grouped GEMM:moe"; do
         name=${v%%:*}
         json=$(NANOVLLM_CUDA_LEGACY=${v#*:} timeout 120 "$BIN" bench --latency --device cuda --load-format dummy \
             --model "$MOE" --input-len 512 --output-len 128 --json 2>> "$OUT/moe_${name// /_}.log")

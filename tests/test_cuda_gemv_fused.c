@@ -7,7 +7,8 @@
  * the product, the new residual and h (the bf16 rows some other kernel may
  * read), at every row count, with and without a pending delta, at widths
  * where K is split over 1 and 4 warps, for bf16 and FP8 matrices (the FP8
- * gemv, cuda_gemv_fp8, as the unfused product). Outputs start as NaN. The
+ * gemv, cuda_gemv_fp8, as the unfused product); and an MoE step's expert
+ * gate/up with SiLU x up the same way. Outputs start as NaN. The
  * comparison is cuda/cuda_gemv_check.cu's, which the runner also runs at
  * start-up. The refusals are arithmetic and run without a GPU.
  */
@@ -49,6 +50,26 @@ Test(cuda_gemv_fused, gate_up_with_silu_is_the_unfused_bits, .timeout = 120) {
                 if (!fp8 || shapes[s][1] % 16 == 0)
                     fused_case((CudaGemvNormCase){rows, shapes[s][0], shapes[s][1], true, true, fp8},
                                500 + (uint64_t)rows * 13 + s);
+}
+
+/* An MoE decode step's gate/up over routed pairs with SiLU x up in the
+ * epilogue (cuda_gemv_experts_glu) against cuda_gemv_experts then
+ * cuda_silu_mul_rows: Qwen3-30B-A3B's widths at 1 and 8 tokens, the tiny
+ * MoE's, an activation width off the block's outputs. */
+Test(cuda_gemv_fused, expert_gate_up_with_silu_is_the_unfused_bits, .timeout = 120) {
+    require_gpu();
+    static const CudaGemvExpertsCase cases[] = {
+        {16, 8, 8, 768, 2048, false}, {16, 64, 8, 768, 2048, false}, {16, 4, 4, 32, 64, false},
+        {5, 6, 2, 1001, 1024, false}, {16, 8, 8, 768, 2048, true},   {16, 64, 8, 768, 2048, true},
+        {5, 6, 2, 1001, 1024, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char why[300];
+        Error err = {0};
+        const int rc = cuda_gemv_experts_glu_check(cases[i], 300 + i, NULL, why, sizeof why, &err);
+        cr_assert(rc >= 0, "%s", err.msg);
+        cr_expect(rc == 0, "%s", why);
+    }
 }
 
 Test(cuda_gemv_fused, refuses_what_it_does_not_cover) {
