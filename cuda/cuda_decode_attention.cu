@@ -36,7 +36,6 @@
 #include "cuda_bf16.h"
 #include "cuda_check.h"
 #include "cuda_decode_block.h"
-#include "cuda_decode_mma_plan.h"
 #include "cuda_kernels.h"
 #include "cuda_kv_fp8.h"
 #include "cuda_pdl.h"

@@ -172,7 +172,7 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
                       gid < b.heads_here);
     uint32_t qa[KSTEPS][2]; /* A's registers 0 and 2 of k-step s */
     float s_scale = q_scale;
-    if constexpr (FP8) { /* f16 q, times 2^q_exp: the block's largest |q| lands in [2^14, 2^15) */
+    if constexpr (FP8) { /* f16 q, times 2^q_exp (dmma_q_exponent), undone on S */
         float amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < CHUNKS * 8; i++)
@@ -180,11 +180,7 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
                                      fabsf(bf16_bits_to_float((uint16_t)(qw[i] >> 16)))));
 #pragma unroll
         for (int o = WARP / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        int q_exp = 0;
-        if (amax > 0.0f) {
-            frexpf(amax, &q_exp);
-            q_exp = min(15 - q_exp, 100);
-        }
+        const int q_exp = dmma_q_exponent(amax);
 #pragma unroll
         for (int s = 0; s < KSTEPS; s++)
 #pragma unroll

@@ -88,6 +88,19 @@ DMMA_FN int dmma_v_dim(int head_dim, int n, int nt) { return head_dim / 8 * n + 
 /* O: the dimension of element e (0, 1: row gid's) of n-tile nt. */
 DMMA_FN int dmma_o_dim(int head_dim, int lane, int nt, int e) { return dmma_v_dim(head_dim, 2 * (lane % 4) + e, nt); }
 
+/* fp8's q goes to f16 as q * 2^e, e from the block's largest |q| (amax):
+ * amax * 2^e lands in [2^14, 2^15), under f16's 65504 whatever q's range,
+ * and S is multiplied by 2^-e in float32 (a power of two: exact). 0 for
+ * amax 0 (or not finite); e at most 100, so 2^-e stays a normal float. */
+DMMA_FN int dmma_q_exponent(float amax) {
+    if (!(amax > 0.0f) || amax > 3.4e38f) return 0;
+    int x = 0; /* amax in [2^(x-1), 2^x) */
+    float m = amax;
+    while (m >= 1.0f) m *= 0.5f, x++;
+    while (m < 0.5f) m *= 2.0f, x--;
+    return 15 - x < 100 ? 15 - x : 100;
+}
+
 /* fp8: the byte permute (prmt) that takes bytes 2h, 2h + 1 of two words a,
  * b to (a[2h], b[2h], a[2h + 1], b[2h + 1]): the low half is n-tile 4 w +
  * 2 h's (row a, row b) pair, the high half n-tile 4 w + 2 h + 1's, w the

@@ -67,6 +67,25 @@ static double element(const uint8_t *row, int i, int kv_bytes) {
     return f;
 }
 
+/* v rounded to f16 (nearest even; subnormals in steps of 2^-24, past
+ * 65504 infinite), as the kernel's __floats2half2_rn. */
+static double f16_round(double v) {
+    if (v == 0) return v;
+    int e;
+    frexp(v, &e); /* |v| in [2^(e-1), 2^e): 11 significant bits below 2^e */
+    const int quantum = e - 11 < -24 ? -24 : e - 11;
+    const double r = ldexp(nearbyint(ldexp(v, -quantum)), quantum);
+    return fabs(r) > 65504 ? copysign(INFINITY, v) : r;
+}
+
+/* v rounded to bf16's 8 significant bits (the q the kernel reads). */
+static double bf16_round(double v) {
+    if (v == 0) return v;
+    int e;
+    frexp(v, &e);
+    return ldexp(nearbyint(ldexp(v, 8 - e)), e - 8);
+}
+
 /* One B register from the low 16 bits of `pair` (element 0 low): fp8's
  * cvt.rn.f16x2.e4m3x2, or a bf16 pair's two halves. */
 static void fp8_pair(uint32_t pair, double out[2]) {
@@ -159,6 +178,11 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
     const int D = c->D, KSTEPS = D / 16, NTILES = D / 8, CHUNKS = D / 64, E = c->kv_bytes;
     const int GROUPS = dmma_groups(E), CHUNK_BYTES = 16 * E, VBYTES = D / 8 * E;
     double m[LANES], l[LANES], o[LANES][MAX_D / 8][2];
+    /* fp8: q * 2^q_exp rounded to f16 in A (exact for bf16 q), 2^-q_exp on S */
+    float amax = 0;
+    for (int i = 0; i < c->heads * D; i++) amax = fmaxf(amax, (float)fabs(c->q[i]));
+    const int q_exp = E == 1 ? dmma_q_exponent(amax) : 0;
+    const double s_scale = ldexp(1.0, -q_exp);
     for (int ln = 0; ln < LANES; ln++) {
         m[ln] = -INFINITY;
         l[ln] = 0;
@@ -203,8 +227,10 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
                         const int gid = ln / 4;
                         /* A registers 0 and 2 (elements 0, 1 and 4, 5): head gid at the lane's dimensions */
                         if (gid < c->heads)
-                            for (int j = 0; j < 4; j++)
-                                a[ln][j < 2 ? j : j + 2] = c->q[gid * D + dmma_k_dim(ln, ks, j)];
+                            for (int j = 0; j < 4; j++) {
+                                const double qv = c->q[gid * D + dmma_k_dim(ln, ks, j)];
+                                a[ln][j < 2 ? j : j + 2] = E == 1 ? f16_round(ldexp(qv, q_exp)) : qv;
+                            }
                         k_regs(kr[g][ln][nt], ks, E, b[ln]);
                     }
                     mma(acc, a, b, acc);
@@ -212,7 +238,7 @@ static void run_warp(const Case *c, int warp, int key_begin, int key_end, Partia
                 for (int ln = 0; ln < LANES; ln++)
                     for (int e = 0; e < 2; e++) {
                         const int key = key0 + 8 * nt + 2 * (ln % 4) + e;
-                        s[g][ln][nt][e] = key < key_end ? acc[ln][e] : -INFINITY;
+                        s[g][ln][nt][e] = key < key_end ? acc[ln][e] * s_scale : -INFINITY;
                         m_new[ln] = fmax(m_new[ln], s[g][ln][nt][e]);
                     }
             }
@@ -354,7 +380,7 @@ static void run(int kv_bytes, int D, int heads, int block_size, int num_keys, in
                     }
                 }
             }
-    for (int i = 0; i < heads * D; i++) q[i] = ((double)(next(&seed) % 2001) - 1000) / 1000.0 * 0.05;
+    for (int i = 0; i < heads * D; i++) q[i] = bf16_round(((double)(next(&seed) % 2001) - 1000) / 1000.0 * 0.05);
     const Case c = {D, heads, block_size, num_keys, num_splits, kv_bytes, k, v, table, q};
     check_case(&c);
     free(k), free(v), free(table), free(q);
@@ -382,6 +408,24 @@ Test(decode_mma_plan, lanes_cover_every_dimension_and_k_index) {
             cr_assert_eq(dmma_k_index(ln, j), flash_b_k(ln, j), "byte j is B's element j");
             cr_assert_eq(dmma_k_index(ln, j), flash_a_col(ln, j < 2 ? j : j + 2), "and A's element of registers 0, 2");
             cr_assert_eq(dmma_v_key(ln, j), flash_b_k(ln, j), "V row r is B's element r");
+        }
+}
+
+Test(decode_mma_plan, q_exponent_keeps_f16_in_range) {
+    cr_assert_eq(dmma_q_exponent(0.0f), 0);
+    cr_assert_eq(dmma_q_exponent(INFINITY), 0);
+    cr_assert_eq(dmma_q_exponent(NAN), 0);
+    for (int b = -140; b <= 127; b++)
+        for (int i = 0; i < 4; i++) {
+            const float amax = ldexpf(1.0f + i / 4.0f - (i == 3 ? 0x1p-23f : 0), b); /* 1, 1.25, 1.5, ~2 */
+            if (amax == 0 || isinf(amax)) continue;
+            const int e = dmma_q_exponent(amax);
+            cr_assert_leq(e, 100);
+            if (e < 100) {
+                const double scaled = ldexp(amax, e);
+                cr_assert(scaled >= 0x1p14 && scaled < 0x1p15, "amax %g: 2^%d -> %g", amax, e, scaled);
+            }
+            cr_assert(isnormal(ldexpf(1.0f, -e)), "2^-%d stays normal", e);
         }
 }
 
