@@ -272,11 +272,10 @@ static int launch(const DecodeArgs<KV> &a, Error *err) {
     constexpr int EPL = sizeof(KV) == 1 && HB <= 2 ? 16 : 8; /* decode_elems_per_lane, as a constant */
     if (decode_elems_per_lane((int)sizeof(KV), HB) != EPL)
         return error_set(err, "decode attention: elements per lane out of step");
-    const int group = a.num_heads / a.num_kv_heads, chunks = (group + HB - 1) / HB;
-    const float q_scale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D): softmax in base 2 */
+    const float q_scale = decode_q_scale(D);
     constexpr int T = 4; /* decode_keys_per_lane, as a constant */
     if (decode_keys_per_lane() != T) return error_set(err, "decode attention: keys per lane out of step");
-    dim3 grid((unsigned)a.num_items, (unsigned)(a.num_kv_heads * chunks), (unsigned)a.num_splits);
+    const dim3 grid = decode_grid(a, HB);
     const int block_shift = decode_block_shift(a.block_size);
     /* the next pass's loads in flight pay for bf16 rows only: an fp8 cache's
      * kernel ran 1-20% slower with them on an H200 (cuda/PERFORMANCE.md, v6) */
@@ -292,14 +291,9 @@ static int launch(const DecodeArgs<KV> &a, Error *err) {
     return 0;
 }
 
-template <int D, typename KV>
-static int launch_heads(const DecodeArgs<KV> &a, Error *err) {
-    switch (decode_heads_per_block(a.num_heads / a.num_kv_heads)) {
-    case 1: return launch<D, 1>(a, err);
-    case 2: return launch<D, 2>(a, err);
-    case 4: return launch<D, 4>(a, err);
-    default: return launch<D, 8>(a, err);
-    }
+template <int D, typename KV> static int launch_heads(const DecodeArgs<KV> &a, Error *err) {
+    return decode_for_heads(a.num_heads / a.num_kv_heads,
+                            [&](auto hb) { return launch<D, decltype(hb)::value>(a, err); });
 }
 
 /* The checks and the head_dim dispatch of both entry points. */

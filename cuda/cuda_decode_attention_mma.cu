@@ -306,24 +306,16 @@ decode_attention_mma_kernel(uint16_t *__restrict__ out, const uint16_t *__restri
 
 template <int D, int HB, typename KV>
 static int launch(const DecodeArgs<KV> &a, Error *err) {
-    const int group = a.num_heads / a.num_kv_heads, chunks = (group + HB - 1) / HB;
-    const float q_scale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D): softmax in base 2 */
-    dim3 grid((unsigned)a.num_items, (unsigned)(a.num_kv_heads * chunks), (unsigned)a.num_splits);
-    decode_attention_mma_kernel<D, HB, KV><<<grid, DECODE_THREADS, 0, a.stream>>>(
+    decode_attention_mma_kernel<D, HB, KV><<<decode_grid(a, HB), DECODE_THREADS, 0, a.stream>>>(
         a.out, a.q, a.k_cache, a.v_cache, a.seqs, a.items, a.block_tables, a.num_heads, a.num_kv_heads, a.block_size,
-        decode_block_shift(a.block_size), q_scale, a.num_splits, a.part, a.counters, a.k_scale, a.v_scale);
+        decode_block_shift(a.block_size), decode_q_scale(D), a.num_splits, a.part, a.counters, a.k_scale, a.v_scale);
     CUDA_LAUNCHED("the decode attention kernel on the tensor cores", err);
     return 0;
 }
 
-template <int D, typename KV>
-static int launch_heads(const DecodeArgs<KV> &a, Error *err) {
-    switch (decode_heads_per_block(a.num_heads / a.num_kv_heads)) {
-    case 1: return launch<D, 1>(a, err);
-    case 2: return launch<D, 2>(a, err);
-    case 4: return launch<D, 4>(a, err);
-    default: return launch<D, 8>(a, err);
-    }
+template <int D, typename KV> static int launch_heads(const DecodeArgs<KV> &a, Error *err) {
+    return decode_for_heads(a.num_heads / a.num_kv_heads,
+                            [&](auto hb) { return launch<D, decltype(hb)::value>(a, err); });
 }
 
 template <typename KV>

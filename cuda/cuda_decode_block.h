@@ -18,6 +18,8 @@
 
 #include <math.h>
 
+#include <type_traits>
+
 #include "base/error.h"
 #include "cuda_bf16.h"
 #include "cuda_decode_plan.h"
@@ -45,6 +47,27 @@ template <typename KV> struct DecodeArgs {
  * fp8 cache (uint8_t) or a bf16 one (uint16_t), where
  * cuda_decode_attention_{fp8,bf16}_tensor_cores say so. */
 template <typename KV> int decode_attention_mma(const DecodeArgs<KV> &a, int head_dim, Error *err);
+
+/* The grid of a launch with HB query heads a block: items x (KV heads x
+ * chunks of the group) x splits. */
+template <typename KV> static inline dim3 decode_grid(const DecodeArgs<KV> &a, int hb) {
+    const int group = a.num_heads / a.num_kv_heads, chunks = (group + hb - 1) / hb;
+    return dim3((unsigned)a.num_items, (unsigned)(a.num_kv_heads * chunks), (unsigned)a.num_splits);
+}
+
+/* log2(e) / sqrt(D): q's scale for a softmax in base 2. */
+static inline float decode_q_scale(int head_dim) { return 1.4426950408889634f / sqrtf((float)head_dim); }
+
+/* launch(std::integral_constant<int, HB>()) for the block's head count
+ * (decode_heads_per_block of the group). */
+template <typename Launch> static inline int decode_for_heads(int group, Launch &&launch) {
+    switch (decode_heads_per_block(group)) {
+    case 1: return launch(std::integral_constant<int, 1>());
+    case 2: return launch(std::integral_constant<int, 2>());
+    case 4: return launch(std::integral_constant<int, 4>());
+    default: return launch(std::integral_constant<int, 8>());
+    }
+}
 
 /* log2(block_size) when a power of two, else -1 (a division per key). */
 static inline int decode_block_shift(int block_size) {
