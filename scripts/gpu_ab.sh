@@ -174,7 +174,13 @@ if want kernels; then
         fi
         diff=$(json_field "$json" "['max_diff_vs_legacy']" .2g)
         verdict=$(awk -v d="$diff" 'BEGIN {print (d == d + 0 && d <= 0.02) ? "ok" : "FAIL"}')
-        row "$name" "$verdict" "$(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy, $(json_field "$json" "['us_per_launch']" .1f) us, $(json_field "$json" "['splits']") splits (unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f)); previous $(json_field "$json" "['kv_gb_per_s_legacy']" .0f) GB/s, $(json_field "$json" "['us_legacy']" .1f) us = $(ratio "$(json_field "$json" "['us_legacy']")" "$(json_field "$json" "['us_per_launch']")") faster; max |diff| $diff"
+        # which kernel ran (bench --attention's device line), against the one expected: the tensor
+        # cores from 3 query heads a KV head unless bf16decode
+        kern=$(json_field "$json" "['device']" | grep -o 'on the tensor cores\|on FMAs' | head -1)
+        group=$(( ${1%/*} / ${1#*/} ))
+        want_kern=$([ "$group" -ge 3 ] && [ -z "$legacy" ] && echo "on the tensor cores" || echo "on FMAs")
+        [ "$kern" = "$want_kern" ] || verdict=FAIL
+        row "$name" "$verdict" "${kern:-kernel unknown}: $(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy, $(json_field "$json" "['us_per_launch']" .1f) us, $(json_field "$json" "['splits']") splits (unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f)); previous $(json_field "$json" "['kv_gb_per_s_legacy']" .0f) GB/s, $(json_field "$json" "['us_legacy']" .1f) us = $(ratio "$(json_field "$json" "['us_legacy']")" "$(json_field "$json" "['us_per_launch']")") faster; max |diff| $diff"
     done
     row "device copy bandwidth (GB/s)" "-" "$(json_field "$json" "['copy_gb_per_s']" .0f)"
 fi
@@ -456,9 +462,12 @@ if want kvfp8; then
             fi
             diff=$(json_field "$json" "['max_diff_vs_legacy']" .2g)
             verdict=$(awk -v d="$diff" 'BEGIN {print (d == d + 0 && d <= 0.02) ? "ok" : "FAIL"}')
+            kern=$(json_field "$json" "['device']" | grep -o 'fp8 KV cache on [a-zA-Z ]*(' | head -1)
+            case "$legacy:$kern" in ":fp8 KV cache on the tensor cores ("|"fp8decode:fp8 KV cache on FMAs (") ;;
+            *) verdict=FAIL ;; esac
             us=$(json_field "$json" "['us_per_launch']")
             us_bf16=$(json_field "$json" "['us_legacy']")
-            row "$name" "$verdict" "$(printf '%.1f' "${us:-0}") us vs bf16 $(printf '%.1f' "${us_bf16:-0}") us = $(ratio "$us_bf16" "$us") faster; fp8 $(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy, $(json_field "$json" "['splits']") splits (unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f) GB/s); max |fp8 - bf16| $diff"
+            row "$name" "$verdict" "${kern%% (}: $(printf '%.1f' "${us:-0}") us vs bf16 $(printf '%.1f' "${us_bf16:-0}") us = $(ratio "$us_bf16" "$us") faster; fp8 $(json_field "$json" "['kv_gb_per_s']" .0f) GB/s = $(json_field "$json" "['fraction_of_copy']" .0%) of copy, $(json_field "$json" "['splits']") splits (unsplit $(json_field "$json" "['kv_gb_per_s_unsplit']" .0f) GB/s); max |fp8 - bf16| $diff"
         done
     done
     row "device copy bandwidth (GB/s)" "-" "$(json_field "$json" "['copy_gb_per_s']" .0f)"
