@@ -223,7 +223,8 @@ extern "C" int cuda_bench_attention(int batch, int context, int num_heads, int n
     if (fp8) { /* the "previous kernel": the current one on the bf16 cache, same splits */
         out->legacy_splits = out->splits;
         snprintf(out->device + len, sizeof out->device - len, ", fp8 KV cache on %s (previous = bf16 cache)",
-                 cuda_decode_attention_fp8_tensor_cores(head_dim) ? "the tensor cores" : "FMAs");
+                 cuda_decode_attention_fp8_tensor_cores(head_dim, num_heads / num_kv_heads) ? "the tensor cores"
+                                                                                            : "FMAs");
     } else {
         out->legacy_splits = cuda_attention_choose_splits(batch, num_kv_heads, context, prop.multiProcessorCount,
                                                           CUDA_MAX_SPLIT_BLOCKS);

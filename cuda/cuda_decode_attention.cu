@@ -23,9 +23,9 @@
  * The previous kernel (cuda_attention.cu, one lane per key reading its own
  * row) stays for A/B under NANOVLLM_CUDA_LEGACY=attention, and this one
  * without the next pass's loads in flight under NANOVLLM_CUDA_LEGACY=prefetch
- * (an fp8 cache's kernel always runs without them). An fp8 cache, and a
- * bf16 one with three or more query heads a KV head (where this kernel's
- * FMAs per value outrun the bytes), run on the tensor cores where
+ * (an fp8 cache's kernel always runs without them). With three or more
+ * query heads a KV head (where this kernel's FMAs per value outrun the
+ * bytes) both caches run on the tensor cores where
  * cuda_decode_attention_mma.cu serves the head size and the GPU;
  * NANOVLLM_CUDA_LEGACY=fp8decode / bf16decode keep them here. The block's
  * work and its end (warps and splits merged) are cuda_decode_block.h's,
@@ -305,7 +305,7 @@ static int decode_attention(const DecodeArgs<KV> &a, int head_dim, Error *err) {
         return error_set(err, "decode attention: %d splits (1..%d, with a workspace and counters)", a.num_splits,
                          DECODE_MAX_SPLITS);
     const int group = a.num_heads / a.num_kv_heads;
-    const bool tensor_cores = sizeof(KV) == 1 ? cuda_decode_attention_fp8_tensor_cores(head_dim)
+    const bool tensor_cores = sizeof(KV) == 1 ? cuda_decode_attention_fp8_tensor_cores(head_dim, group)
                                               : cuda_decode_attention_bf16_tensor_cores(head_dim, group);
     if (tensor_cores) return decode_attention_mma(a, head_dim, err);
     switch (head_dim) {

@@ -328,9 +328,9 @@ template int decode_attention_mma<uint16_t>(const DecodeArgs<uint16_t> &, int, E
 
 /* The binary the driver loaded for this GPU: built for sm_80 (an sm_89 card
  * such as an L40S runs that one) the fp8 kernel is empty. Asked once. */
-extern "C" bool cuda_decode_attention_fp8_tensor_cores(int head_dim) {
+extern "C" bool cuda_decode_attention_fp8_tensor_cores(int head_dim, int group) {
     static int binary_version = -1;
-    if (!dmma_supports(head_dim) || cuda_variant_legacy("fp8decode")) return false;
+    if (!dmma_supports(head_dim) || group < DMMA_MIN_GROUP || cuda_variant_legacy("fp8decode")) return false;
     if (binary_version < 0) {
         cudaFuncAttributes attr;
         if (cudaFuncGetAttributes(&attr, decode_attention_mma_kernel<128, 2, uint8_t>) == cudaSuccess) {
@@ -344,5 +344,5 @@ extern "C" bool cuda_decode_attention_fp8_tensor_cores(int head_dim) {
 }
 
 extern "C" bool cuda_decode_attention_bf16_tensor_cores(int head_dim, int group) {
-    return dmma_supports(head_dim) && group >= DMMA_BF16_MIN_GROUP && !cuda_variant_legacy("bf16decode");
+    return dmma_supports(head_dim) && group >= DMMA_MIN_GROUP && !cuda_variant_legacy("bf16decode");
 }

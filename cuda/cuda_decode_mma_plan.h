@@ -46,10 +46,12 @@
 #endif
 
 #define DMMA_GROUP_KEYS 16 /* keys per mma step: S's 16 columns, P V's one k-step */
-/* A bf16 cache takes this kernel from groups of 3 (blocks of 4 and 8 heads):
- * below, the FMA kernel's arithmetic keeps up with the bytes (v3 measured
- * ~100% of copy at two heads), and its products are float32. */
-#define DMMA_BF16_MIN_GROUP 3
+/* Both caches take this kernel from groups of 3 (blocks of 4 and 8 heads).
+ * Measured on an H200 (cuda/PERFORMANCE.md, v15 measured): at eight heads
+ * it is 2.46x the FMA kernel on a bf16 cache and 4.47x on fp8; at two, the
+ * FMA kernel reads a bf16 cache at ~100% of copy with float32 products,
+ * and an fp8 one 1-10% faster than this kernel. */
+#define DMMA_MIN_GROUP 3
 
 /* Groups a warp loads before using any: 8 KB of K and V in flight a warp
  * at D = 128 either way (two groups of fp8, one of bf16), and a pass's

@@ -173,10 +173,10 @@ int cuda_decode_attention_fp8(uint16_t *out, const uint16_t *q, const uint8_t *k
                               float k_scale, float v_scale, CudaStream stream, Error *err);
 
 /* Whether cuda_decode_attention_fp8 runs on the tensor cores at head_dim
- * (cuda_decode_attention_mma.cu: q and P rounded to f16, head sizes 64 and
- * 128, a GPU of sm_89 or newer, not NANOVLLM_CUDA_LEGACY=fp8decode) rather
- * than on FMAs. */
-bool cuda_decode_attention_fp8_tensor_cores(int head_dim);
+ * with `group` query heads a KV head (cuda_decode_attention_mma.cu: q and
+ * P rounded to f16, head sizes 64 and 128, groups of 3 and more, a GPU of
+ * sm_89 or newer, not NANOVLLM_CUDA_LEGACY=fp8decode) rather than on FMAs. */
+bool cuda_decode_attention_fp8_tensor_cores(int head_dim, int group);
 
 /* Whether cuda_decode_attention runs on the tensor cores at head_dim with
  * `group` query heads a KV head (the same kernel: q exact, P rounded to

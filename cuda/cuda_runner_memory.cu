@@ -91,9 +91,9 @@ int cuda_runner_alloc_activations(CudaRunner *r, Error *err) {
         log_info("NANOVLLM_CUDA_LEGACY=attention ignored: the previous decode kernel reads a bf16 KV cache only");
     if (r->kv_fp8) /* also asks, once, before any graph capture, which binary the GPU runs */
         log_info("fp8 KV cache: decode attention %s",
-                 cuda_decode_attention_fp8_tensor_cores(c->head_dim)
+                 cuda_decode_attention_fp8_tensor_cores(c->head_dim, c->num_heads / c->num_kv_heads)
                      ? "on the tensor cores (mma.sync, q and P in f16)"
-                     : "on FMAs (head size, GPU or NANOVLLM_CUDA_LEGACY=fp8decode)");
+                     : "on FMAs (head group, head size, GPU or NANOVLLM_CUDA_LEGACY=fp8decode)");
     else if (!r->legacy_attention && cuda_decode_attention_bf16_tensor_cores(c->head_dim, c->num_heads / c->num_kv_heads))
         log_info("decode attention on the tensor cores (mma.sync, P in bf16): %d query heads a KV head",
                  c->num_heads / c->num_kv_heads);

@@ -263,7 +263,7 @@ static void decode_case(const DecodeCase *dc, uint64_t seed, float k_scale, floa
     uint16_t *out = malloc(sizeof(uint16_t) * nq), *out_bf16 = malloc(sizeof(uint16_t) * nq);
     cr_assert(want && out && out_bf16);
     attention_reference(want, q_f, k_f, v_f, c, tables);
-    const float slack = p_rounding_slack(cuda_decode_attention_fp8_tensor_cores(c->D), 11, v_f, cache);
+    const float slack = p_rounding_slack(cuda_decode_attention_fp8_tensor_cores(c->D, c->nh / c->nkv), 11, v_f, cache);
     const bool bf16_tc = cuda_decode_attention_bf16_tensor_cores(c->D, c->nh / c->nkv);
     const float slack_bf16 = p_rounding_slack(bf16_tc, 9, v_f, cache);
 
@@ -373,11 +373,12 @@ Test(cuda_kv_fp8, decode_attention_every_group_and_head_dim, .timeout = 180) {
 
 /* NANOVLLM_CUDA_LEGACY=fp8decode keeps the FMA kernel (read once per
  * process: criterion runs each test in its own): the cases above on it,
- * where the other tests run the tensor-core kernel on sm_89 and newer. */
+ * where the other tests run groups of 3 and more on the tensor-core
+ * kernel on sm_89 and newer. */
 Test(cuda_kv_fp8, decode_attention_fma_kernel, .timeout = 180) {
     require_gpu();
     setenv("NANOVLLM_CUDA_LEGACY", "fp8decode", 1);
-    cr_assert(!cuda_decode_attention_fp8_tensor_cores(128), "fp8decode keeps the FMA kernel");
+    cr_assert(!cuda_decode_attention_fp8_tensor_cores(128, 8), "fp8decode keeps the FMA kernel");
     DecodeCase g2 = {16, 8, 128, 16, 200, 8, {1, 31, 63, 64, 65, 129, 257, 1000}};
     decode_case(&g2, 90, 1.0f, 1.0f, ALL_SPLITS, 5);
     DecodeCase g8 = {32, 4, 128, 16, 80, 3, {1, 257, 900}};
