@@ -278,7 +278,7 @@ static int launch(const DecodeArgs<KV> &a, Error *err) {
     const dim3 grid = decode_grid(a, HB);
     const int block_shift = decode_block_shift(a.block_size);
     /* the next pass's loads in flight pay for bf16 rows only: an fp8 cache's
-     * kernel ran 1-20% slower with them on an H200 (cuda/PERFORMANCE.md, v6) */
+     * kernel ran 1-20% slower with them on an H200 (cuda/PERFORMANCE_HISTORY.md, v6) */
     if (HB <= 4 && sizeof(KV) == 2 && !cuda_variant_legacy("prefetch"))
         decode_attention_kernel<D, HB, T, (HB <= 4), KV, EPL><<<grid, THREADS, 0, a.stream>>>(
             a.out, a.q, a.k_cache, a.v_cache, a.seqs, a.items, a.block_tables, a.num_heads, a.num_kv_heads,

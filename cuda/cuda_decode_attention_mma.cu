@@ -8,7 +8,7 @@
  * query head, and an fp8 value a conversion to float32 first: on an H200 it
  * read an fp8 cache at 67% of the copy bandwidth and, at eight heads a KV
  * head (Qwen3-30B-A3B, Qwen3-32B), a bf16 cache at ~30%, where two heads'
- * bf16 reads run at ~100% (cuda/PERFORMANCE.md, v3 and v6). Here the values
+ * bf16 reads run at ~100% (cuda/PERFORMANCE_HISTORY.md, v3 and v6). Here the values
  * go to the tensor cores as they are:
  *  - a warp loads the K and V rows of 16 or 32 keys with 16-byte loads
  *    before using any: whole 64- and 128-byte row pieces per instruction,

@@ -22,7 +22,7 @@
  *    O += P V on mma with V through ldmatrix.trans.
  * head_dim 64 and 128; head_dim 256 stays on the WMMA kernel (O would need
  * 128 registers a lane). The runner's prompt attention since the H200 run
- * of 2026-11-28 (cuda/PERFORMANCE.md, v4); NANOVLLM_CUDA_LEGACY=prefill
+ * of 2026-11-28 (cuda/PERFORMANCE_HISTORY.md, v4); NANOVLLM_CUDA_LEGACY=prefill
  * keeps the WMMA kernel for A/B.
  */
 #include <math.h>

@@ -8,7 +8,7 @@
  * bits (tests/test_gdn_chunk.c runs both). Hand-written, as that header.
  *
  * Why: on an H200 the one-output phases took ~47 us a 32-row chunk where
- * the arithmetic predicted ~3 (cuda/PERFORMANCE.md, v4-v8 measured): both
+ * the arithmetic predicted ~3 (cuda/PERFORMANCE_HISTORY.md, v4-v8 measured): both
  * operands of every FMA came from shared memory, 1.5-3 loads an FMA; here
  * 0.6-1. Needs GDN_CHUNK_ROWS and GDN_CHUNK_COLS even; any dk.
  */
